@@ -1,0 +1,52 @@
+// The `tessera` binary: dispatches to the registered subcommands (see command.h).
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <memory>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tessera::cli {
+std::vector<Command>& command_registry() {
+  static std::vector<Command> commands;
+  return commands;
+}
+}  // namespace tessera::cli
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  CLI::App app{"tessera: an inference server for DeepSeek-V3-family Mixture-of-Experts models"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
+  auto& registry = cli::command_registry();
+  std::sort(registry.begin(), registry.end(),
+            [](const cli::Command& a, const cli::Command& b) { return a.name < b.name; });
+  std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
+  for (auto& c : registry) {
+    CLI::App* sub = app.add_subcommand(c.name, c.help);
+    sub->fallthrough();
+    actions.emplace_back(sub, c.setup(*sub));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  core::init_logging(log_level);
+  for (auto& [sub, action] : actions) {
+    if (!sub->parsed()) continue;
+    try {
+      return action();
+    } catch (const core::Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    }
+  }
+  return 1;
+}

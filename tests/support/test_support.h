@@ -1,0 +1,21 @@
+// Helpers shared by the test programs.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace tessera::test {
+
+// ../shared/fixtures (or $TESSERA_FIXTURES).
+std::filesystem::path fixtures_dir();
+// A fresh empty directory under the system temp dir, removed by the caller when done (or left for
+// inspection on failure).
+std::filesystem::path make_temp_dir(const std::string& prefix);
+// Path of the built `tessera` binary.
+std::filesystem::path tessera_binary();
+// Runs a shell command, returns its exit status and fills `output` with stdout+stderr.
+int run_command(const std::string& command, std::string* output);
+std::string read_file(const std::filesystem::path& p);
+void write_file(const std::filesystem::path& p, const std::string& content);
+
+}  // namespace tessera::test
