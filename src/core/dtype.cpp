@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -50,12 +51,24 @@ float f16_to_f32(uint16_t h) {
   return sign ? -v : v;
 }
 
-float fp8_e4m3_to_f32(uint8_t b) {
+namespace {
+float fp8_e4m3_decode(uint8_t b) {
   uint32_t sign = b >> 7, exp = (b >> 3) & 0xfu, mant = b & 7u;
   if (exp == 15 && mant == 7) return std::numeric_limits<float>::quiet_NaN();
   float v = exp == 0 ? std::ldexp(static_cast<float>(mant), -9)
                      : std::ldexp(static_cast<float>(mant | 8u), static_cast<int>(exp) - 10);
   return sign ? -v : v;
+}
+}  // namespace
+
+// Table lookup: this sits in the innermost loop of FP8 weight dequantization.
+float fp8_e4m3_to_f32(uint8_t b) {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[static_cast<size_t>(i)] = fp8_e4m3_decode(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table[b];
 }
 
 float fp8_e5m2_to_f32(uint8_t b) { return f16_to_f32(static_cast<uint16_t>(b) << 8); }

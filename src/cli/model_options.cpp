@@ -1,0 +1,42 @@
+#include "cli/model_options.h"
+
+#include <charconv>
+
+#include "core/error.h"
+
+namespace tessera::cli {
+
+void ModelOptions::add_to(CLI::App& app) {
+  app.add_option("--model", model_dir, "checkpoint directory (config.json + safetensors)")->required();
+  app.add_option("--kv-cache-dtype", kv_cache_dtype,
+                 "KV cache element type: auto (checkpoint hint if supported, else backend default), fp32, bf16, fp8")
+      ->capture_default_str();
+  app.add_option("--latent-norm-eps", latent_norm_eps,
+                 "epsilon of the q_a/kv_a latent RMSNorms (default: 1e-6, as the transformers reference)");
+}
+
+model::LoadOptions ModelOptions::load_options() const {
+  model::LoadOptions o;
+  o.kv_cache_dtype = kv_cache_dtype;
+  if (latent_norm_eps >= 0) o.latent_norm_eps = latent_norm_eps;
+  return o;
+}
+
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
+    if (i >= text.size()) break;
+    int32_t v = 0;
+    auto [ptr, ec] = std::from_chars(text.data() + i, text.data() + text.size(), v);
+    if (ec != std::errc() || v < 0)
+      core::fail("{}: expected comma-separated non-negative token ids, got '{}'", flag, text);
+    ids.push_back(v);
+    i = static_cast<size_t>(ptr - text.data());
+  }
+  if (ids.empty()) core::fail("{}: no token ids given", flag);
+  return ids;
+}
+
+}  // namespace tessera::cli

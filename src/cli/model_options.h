@@ -1,0 +1,26 @@
+// Options shared by the subcommands that load a model.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace tessera::cli {
+
+struct ModelOptions {
+  std::string model_dir;
+  std::string kv_cache_dtype = "auto";
+  double latent_norm_eps = -1;  // < 0: the reference default
+
+  void add_to(CLI::App& app);
+  model::LoadOptions load_options() const;
+};
+
+// Parses "1,2,3" (spaces allowed); throws naming `flag` on anything else.
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
+
+}  // namespace tessera::cli

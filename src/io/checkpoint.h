@@ -1,0 +1,46 @@
+// A checkpoint directory: a single model.safetensors, or shards listed by
+// model.safetensors.index.json. Every shard is opened and validated up front, so a broken download
+// is reported before any weight is used.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace tessera::io {
+
+class Checkpoint {
+ public:
+  // Throws core::Error naming the file on: no safetensors in the directory, a bad index (invalid
+  // JSON, no weight_map), an index naming a missing shard, a tensor the index puts in a shard that
+  // does not hold it, and every per-file error of SafetensorsFile::open.
+  static std::unique_ptr<Checkpoint> open(const std::filesystem::path& dir);
+
+  const std::filesystem::path& dir() const { return dir_; }
+  bool has(const std::string& name) const { return where_.count(name) != 0; }
+  std::vector<std::string> names() const;
+  const TensorInfo& info(const std::string& name) const;
+  // The shard holding `name` (for messages).
+  const std::filesystem::path& file_of(const std::string& name) const;
+  // A view of the tensor's bytes; throws naming the tensor when no shard has it.
+  core::Tensor get(const std::string& name) const;
+  // As get(), and checks dtype and shape, naming the tensor and its file when they differ.
+  core::Tensor get(const std::string& name, core::DType dtype, const core::Shape& shape) const;
+  // Like get(name, dtype, shape) but accepts any of `dtypes`.
+  core::Tensor get_any(const std::string& name, const std::vector<core::DType>& dtypes,
+                       const core::Shape& shape) const;
+  uint64_t total_bytes() const;
+  size_t num_files() const { return files_.size(); }
+
+ private:
+  std::filesystem::path dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const SafetensorsFile*> where_;
+};
+
+}  // namespace tessera::io

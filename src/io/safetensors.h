@@ -1,0 +1,77 @@
+// Reader for one safetensors file: validates the header completely before any tensor is used and
+// maps the file read-only. Every error names the file, and the tensor where one is at fault.
+//
+// Format (huggingface/safetensors): u64 little-endian header length N, N bytes of JSON
+// {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}},
+// then the data buffer; offsets are relative to the start of the buffer (byte 8 + N).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tessera::io {
+
+// The reader refuses headers larger than this, as the reference implementation does.
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
+struct TensorInfo {
+  std::string name;
+  core::DType dtype;
+  core::Shape shape;
+  uint64_t begin = 0;  // byte offsets into the data buffer, [begin, end)
+  uint64_t end = 0;
+};
+
+class SafetensorsFile {
+ public:
+  // Opens, validates and maps `path`. Throws core::Error naming the file (and tensor) on:
+  // a Git LFS pointer in place of the data, a header length past the file or over the limit,
+  // invalid JSON, unknown dtype, bad shape, a byte range that does not match shape x dtype,
+  // overlapping ranges, or data past the end of the file (a truncated download).
+  static std::unique_ptr<SafetensorsFile> open(const std::filesystem::path& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;
+  // A read-only view of the tensor's bytes in the mapping (valid while this object lives).
+  core::Tensor tensor(const std::string& name) const;
+  uint64_t file_size() const { return file_size_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::filesystem::path path_;
+  std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+  uint64_t file_size_ = 0;
+  uint64_t data_start_ = 0;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+};
+
+// Writes a safetensors file (used by tests, the demo-model generator and `tessera logits`).
+struct TensorToWrite {
+  std::string name;
+  core::DType dtype;
+  core::Shape shape;
+  std::string bytes;  // exactly numel * dtype_size bytes
+};
+void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// Helpers to build TensorToWrite from typed data.
+TensorToWrite tensor_to_write(std::string name, const core::Tensor& t);
+TensorToWrite f32_tensor(std::string name, core::Shape shape, const std::vector<float>& values);
+TensorToWrite i32_tensor(std::string name, core::Shape shape, const std::vector<int32_t>& values);
+
+}  // namespace tessera::io

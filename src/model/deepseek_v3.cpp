@@ -1,0 +1,192 @@
+#include "model/deepseek_v3.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace tessera::model {
+
+using core::Tensor;
+
+DeepseekV3Model::DeepseekV3Model(io::ModelConfig config, ModelWeights weights, std::unique_ptr<ops::Ops> ops)
+    : cfg_(std::move(config)), w_(std::move(weights)), ops_(std::move(ops)) {
+  inv_freq_ = cfg_.rope_inv_freq();
+  rope_factor_ = static_cast<float>(cfg_.rope_attention_factor());
+}
+
+ops::RopeTables DeepseekV3Model::rope_tables(const StepBatch& batch) {
+  // As transformers: angle = position · inv_freq in fp32, then cos/sin times the YaRN factor.
+  const int64_t T = static_cast<int64_t>(batch.token_ids.size()), half = cfg_.qk_rope_head_dim / 2;
+  std::vector<float> c(static_cast<size_t>(T * half)), s(static_cast<size_t>(T * half));
+  int64_t row = 0;
+  for (const auto& seq : batch.seqs)
+    for (int64_t i = 0; i < seq.num_tokens; ++i, ++row) {
+      const float pos = static_cast<float>(seq.start_pos + i);
+      for (int64_t k = 0; k < half; ++k) {
+        const float angle = pos * inv_freq_[k];
+        c[row * half + k] = std::cos(angle) * rope_factor_;
+        s[row * half + k] = std::sin(angle) * rope_factor_;
+      }
+    }
+  return {ops_->from_host_f32({T, half}, c.data()), ops_->from_host_f32({T, half}, s.data())};
+}
+
+void DeepseekV3Model::attention(int64_t layer, const Tensor& h, const ops::RopeTables& rope,
+                                std::span<const ops::AttentionSeq> seqs, KvCache& cache, Tensor& out) {
+  const auto& A = w_.layers[static_cast<size_t>(layer)].attn;
+  const int64_t T = h.dim(0), N = cfg_.num_attention_heads, dq = cfg_.qk_head_dim();
+  const int64_t Lkv = cfg_.kv_lora_rank, dr = cfg_.qk_rope_head_dim;
+  auto& o = *ops_;
+  // Query: q = (RMSNorm(h · Wq_aᵀ) · Wq_bᵀ) or h · Wqᵀ, per head [nope | rope].
+  Tensor q = o.empty({T, N * dq});
+  if (A.q_a) {
+    Tensor qa = o.empty({T, cfg_.q_lora_rank});
+    o.linear(h, *A.q_a, qa);
+    Tensor qa_n = o.empty({T, cfg_.q_lora_rank});
+    o.rms_norm(qa, A.q_a_norm, static_cast<float>(cfg_.latent_norm_eps), qa_n);
+    o.linear(qa_n, *A.q_b, q);
+  } else {
+    o.linear(h, *A.q, q);
+  }
+  o.rope_inplace(q, rope, cfg_.qk_nope_head_dim, dq, N);
+  // Latent: [c_kv | k_pe] = h · Wkv_aᵀ; c_kv normalised, k_pe rotated; this is what is cached.
+  Tensor kv = o.empty({T, Lkv + dr});
+  o.linear(h, A.kv_a, kv);
+  // In place: normalise the c_kv columns, rotate the k_pe columns; kv becomes the cache entry.
+  o.rms_norm(kv, A.kv_a_norm, static_cast<float>(cfg_.latent_norm_eps), kv);
+  o.rope_inplace(kv, rope, Lkv, dr, 1);
+  o.kv_cache_write(cache.layer(layer), kv, seqs);
+  ops::MlaDims dims{N, cfg_.qk_nope_head_dim, dr, cfg_.v_head_dim, Lkv, static_cast<float>(cfg_.softmax_scale())};
+  Tensor attn = o.empty({T, N * cfg_.v_head_dim});
+  o.mla_attention(q, cache.layer(layer), A.kv_b, dims, seqs, attn);
+  o.linear(attn, A.o, out);
+}
+
+void DeepseekV3Model::feed_forward(int64_t layer, const Tensor& h, Tensor& out) {
+  const auto& L = w_.layers[static_cast<size_t>(layer)];
+  auto& o = *ops_;
+  const int64_t T = h.dim(0), H = cfg_.hidden_size;
+  auto mlp = [&](const ops::ExpertWeights& m, Tensor& y) {
+    const int64_t inter = m.gate.out;
+    Tensor g = o.empty({T, inter}), u = o.empty({T, inter});
+    o.linear(h, m.gate, g);
+    o.linear(h, m.up, u);
+    Tensor act = o.empty({T, inter});
+    o.silu_mul(g, u, act);
+    o.linear(act, m.down, y);
+  };
+  if (!L.is_moe) {
+    mlp(L.dense_mlp, out);
+    return;
+  }
+  const auto& M = L.moe;
+  ops::RouterConfig rc{cfg_.n_routed_experts, cfg_.num_experts_per_tok, cfg_.n_group, cfg_.topk_group,
+                       cfg_.norm_topk_prob, static_cast<float>(cfg_.routed_scaling_factor)};
+  Tensor ids = Tensor::zeros(core::DType::kI32, {T, rc.top_k});
+  Tensor weights = Tensor::zeros(core::DType::kF32, {T, rc.top_k});
+  o.moe_route(h, M.router, M.correction_bias, rc, ids, weights);
+  o.moe_experts(h, M.experts, ids, weights, out);
+  if (M.shared) {
+    Tensor shared = o.empty({T, H});
+    mlp(*M.shared, shared);
+    o.add_inplace(out, shared);
+  }
+}
+
+Tensor DeepseekV3Model::forward(const StepBatch& batch, KvCache& cache) {
+  const int64_t T = static_cast<int64_t>(batch.token_ids.size()), H = cfg_.hidden_size;
+  TESSERA_CHECK(T > 0, "forward: empty step");
+  TESSERA_CHECK(cache.num_layers() == cfg_.num_hidden_layers && cache.entry_dim() == cfg_.kv_cache_entry_dim(),
+                "forward: KV cache shape does not match the model");
+  std::vector<ops::AttentionSeq> seqs;
+  std::vector<int64_t> logit_rows;
+  int64_t begin = 0;
+  for (const auto& s : batch.seqs) {
+    TESSERA_CHECK(s.num_tokens >= 1, "forward: a sequence with no new tokens");
+    TESSERA_CHECK(s.start_pos + s.num_tokens <= cfg_.max_position_embeddings,
+                  "forward: position {} exceeds max_position_embeddings {}", s.start_pos + s.num_tokens,
+                  cfg_.max_position_embeddings);
+    TESSERA_CHECK(static_cast<int64_t>(s.block_table.size()) * cache.page_size() >= s.start_pos + s.num_tokens,
+                  "forward: block table of {} pages cannot hold {} tokens", s.block_table.size(),
+                  s.start_pos + s.num_tokens);
+    seqs.push_back({begin, s.num_tokens, s.start_pos, s.block_table});
+    if (s.all_logits) {
+      for (int64_t i = 0; i < s.num_tokens; ++i) logit_rows.push_back(begin + i);
+    } else {
+      logit_rows.push_back(begin + s.num_tokens - 1);
+    }
+    begin += s.num_tokens;
+  }
+  TESSERA_CHECK(begin == T, "forward: sequences cover {} tokens but the step has {}", begin, T);
+
+  auto& o = *ops_;
+  ops::RopeTables rope = rope_tables(batch);
+  Tensor x = o.empty({T, H});
+  o.embedding(w_.embed, batch.token_ids, x);
+  Tensor h = o.empty({T, H}), y = o.empty({T, H});
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const auto& L = w_.layers[static_cast<size_t>(l)];
+    o.rms_norm(x, L.input_norm, eps, h);
+    attention(l, h, rope, seqs, cache, y);
+    o.add_inplace(x, y);
+    o.rms_norm(x, L.post_attention_norm, eps, h);
+    feed_forward(l, h, y);
+    o.add_inplace(x, y);
+  }
+  Tensor last = o.empty({static_cast<int64_t>(logit_rows.size()), H});
+  o.gather_rows(x, logit_rows, last);
+  Tensor normed = o.empty(last.shape());
+  o.rms_norm(last, w_.final_norm, eps, normed);
+  Tensor logits = o.empty({static_cast<int64_t>(logit_rows.size()), cfg_.vocab_size});
+  o.linear(normed, w_.lm_head, logits);
+  return logits;
+}
+
+uint64_t DeepseekV3Model::parameter_count() const {
+  uint64_t n = static_cast<uint64_t>(w_.embed.numel() + w_.final_norm.numel());
+  auto lin = [&](const ops::LinearWeight& l) { n += static_cast<uint64_t>(l.out * l.in); };
+  auto mlp = [&](const ops::ExpertWeights& m) { lin(m.gate); lin(m.up); lin(m.down); };
+  if (w_.lm_head.weight.raw() != w_.embed.raw()) lin(w_.lm_head);
+  for (const auto& L : w_.layers) {
+    n += static_cast<uint64_t>(L.input_norm.numel() + L.post_attention_norm.numel());
+    const auto& A = L.attn;
+    for (const auto* l : {A.q_a ? &*A.q_a : nullptr, A.q_b ? &*A.q_b : nullptr, A.q ? &*A.q : nullptr, &A.kv_a,
+                          &A.kv_b, &A.o})
+      if (l) lin(*l);
+    n += static_cast<uint64_t>(A.kv_a_norm.numel() + (A.q_a ? A.q_a_norm.numel() : 0));
+    if (!L.is_moe) {
+      mlp(L.dense_mlp);
+    } else {
+      lin(L.moe.router);
+      n += static_cast<uint64_t>(L.moe.correction_bias.numel());
+      for (const auto& e : L.moe.experts) mlp(e);
+      if (L.moe.shared) mlp(*L.moe.shared);
+    }
+  }
+  return n;
+}
+
+uint64_t DeepseekV3Model::weight_bytes() const {
+  uint64_t n = w_.embed.nbytes() + w_.final_norm.nbytes();
+  auto mlp = [&](const ops::ExpertWeights& m) { n += m.gate.stored_bytes() + m.up.stored_bytes() + m.down.stored_bytes(); };
+  if (w_.lm_head.weight.raw() != w_.embed.raw()) n += w_.lm_head.stored_bytes();
+  for (const auto& L : w_.layers) {
+    n += L.input_norm.nbytes() + L.post_attention_norm.nbytes();
+    const auto& A = L.attn;
+    for (const auto* l : {A.q_a ? &*A.q_a : nullptr, A.q_b ? &*A.q_b : nullptr, A.q ? &*A.q : nullptr, &A.kv_a,
+                          &A.kv_b, &A.o})
+      if (l) n += l->stored_bytes();
+    n += A.kv_a_norm.nbytes() + (A.q_a ? A.q_a_norm.nbytes() : 0);
+    if (!L.is_moe) {
+      mlp(L.dense_mlp);
+    } else {
+      n += L.moe.router.stored_bytes() + L.moe.correction_bias.nbytes();
+      for (const auto& e : L.moe.experts) mlp(e);
+      if (L.moe.shared) mlp(*L.moe.shared);
+    }
+  }
+  return n;
+}
+
+}  // namespace tessera::model

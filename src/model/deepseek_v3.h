@@ -1,0 +1,36 @@
+// DeepseekV3ForCausalLM (DeepSeek-V3/R1, Kimi-K2, the text model of Kimi-K2.5), written once
+// against the ops contract: MLA attention over the paged latent cache, MoE with a sigmoid router
+// and shared experts, dense MLP layers, YaRN RoPE. Spec: shared/reference/deepseek_v3_spec.md.
+#pragma once
+
+#include <memory>
+
+#include "model/deepseek_v3_weights.h"
+#include "model/model.h"
+
+namespace tessera::model {
+
+class DeepseekV3Model final : public Model {
+ public:
+  DeepseekV3Model(io::ModelConfig config, ModelWeights weights, std::unique_ptr<ops::Ops> ops);
+  const io::ModelConfig& config() const override { return cfg_; }
+  ops::Ops& ops() override { return *ops_; }
+  core::Tensor forward(const StepBatch& batch, KvCache& cache) override;
+  uint64_t parameter_count() const override;
+  uint64_t weight_bytes() const override;
+  const ModelWeights& weights() const { return w_; }
+
+ private:
+  void attention(int64_t layer, const core::Tensor& h, const ops::RopeTables& rope,
+                 std::span<const ops::AttentionSeq> seqs, KvCache& cache, core::Tensor& out);
+  void feed_forward(int64_t layer, const core::Tensor& h, core::Tensor& out);
+  ops::RopeTables rope_tables(const StepBatch& batch);
+
+  io::ModelConfig cfg_;
+  ModelWeights w_;
+  std::unique_ptr<ops::Ops> ops_;
+  std::vector<float> inv_freq_;
+  float rope_factor_;
+};
+
+}  // namespace tessera::model

@@ -1,0 +1,42 @@
+// The paged latent KV cache: per layer [num_pages, page_size, kv_lora_rank + qk_rope_head_dim],
+// each entry [c_kv | k_pe (rotated)]. Pages are handed out by the engine's block manager; this
+// class only owns the storage.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/quant_config.h"
+#include "ops/ops.h"
+
+namespace tessera::model {
+
+inline constexpr int64_t kKvPageSize = 64;
+
+class KvCache {
+ public:
+  KvCache(int64_t num_layers, int64_t num_pages, int64_t entry_dim, io::KvCacheDtype dtype,
+          int64_t page_size = kKvPageSize);
+
+  int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
+  int64_t num_pages() const { return num_pages_; }
+  int64_t page_size() const { return page_size_; }
+  int64_t entry_dim() const { return entry_dim_; }
+  io::KvCacheDtype dtype() const { return dtype_; }
+  ops::KvLayerView& layer(int64_t l) { return layers_.at(static_cast<size_t>(l)); }
+  // Bytes of one token across all layers.
+  static uint64_t bytes_per_token(int64_t num_layers, int64_t entry_dim, io::KvCacheDtype dtype);
+
+ private:
+  int64_t num_pages_, entry_dim_, page_size_;
+  io::KvCacheDtype dtype_;
+  std::vector<ops::KvLayerView> layers_;
+};
+
+// Pages needed to hold `tokens` tokens.
+inline int64_t pages_for_tokens(int64_t tokens, int64_t page_size = kKvPageSize) {
+  return (tokens + page_size - 1) / page_size;
+}
+
+}  // namespace tessera::model

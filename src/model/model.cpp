@@ -1,0 +1,42 @@
+#include "model/model.h"
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "io/json_file.h"
+#include "model/deepseek_v3.h"
+#include "ops/cpu/cpu_ops.h"
+
+namespace tessera::model {
+
+LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& options) {
+  LoadedModel m;
+  const auto config_path = dir / "config.json";
+  const nlohmann::json config_json = io::read_json_file(config_path);
+  m.config = io::parse_model_config(config_json, config_path.string());
+  if (options.latent_norm_eps) {
+    m.config.latent_norm_eps = *options.latent_norm_eps;
+    m.config.latent_norm_eps_source = "--latent-norm-eps";
+  }
+  spdlog::info("model: {} ({}), {} layers, hidden {}, {} heads, {} routed experts (top {}), vocab {}",
+               m.config.architecture, m.config.model_type, m.config.num_hidden_layers, m.config.hidden_size,
+               m.config.num_attention_heads, m.config.n_routed_experts, m.config.num_experts_per_tok,
+               m.config.vocab_size);
+  spdlog::info("latent-norm epsilon (q_a/kv_a RMSNorm): {:g} from {}; rms_norm_eps: {:g}", m.config.latent_norm_eps,
+               m.config.latent_norm_eps_source, m.config.rms_norm_eps);
+  m.quant = io::load_quant_config(dir, config_json);
+  if (m.quant.method != io::QuantConfig::Method::kNone)
+    spdlog::info("quantization: {} (from {})", m.quant.method_name(), m.quant.source);
+  // The CPU reference backend keeps the cache in fp32 so that it stays exact.
+  m.kv_cache = io::resolve_kv_cache_dtype(options.kv_cache_dtype, m.quant, {io::KvCacheDtype::kF32},
+                                          io::KvCacheDtype::kF32, "cpu");
+  spdlog::info("KV cache dtype: {}: {}", io::kv_cache_dtype_name(m.kv_cache.dtype), m.kv_cache.reason);
+  m.checkpoint = io::Checkpoint::open(dir);
+  if (m.config.architecture != "DeepseekV3ForCausalLM" && m.config.architecture != "KimiK25ForConditionalGeneration")
+    core::fail("{}: no model implementation for architecture '{}'", config_path.string(), m.config.architecture);
+  ModelWeights weights = load_deepseek_v3_weights(*m.checkpoint, m.config, m.quant);
+  m.model = std::make_unique<DeepseekV3Model>(m.config, std::move(weights), std::make_unique<ops::cpu::CpuOps>());
+  return m;
+}
+
+}  // namespace tessera::model

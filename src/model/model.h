@@ -1,0 +1,55 @@
+// A loaded language model behind the forward interface (DESIGN.md "The model forward"), and the
+// loader that resolves configuration once: architecture, quantization, KV-cache dtype.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/tensor.h"
+#include "io/checkpoint.h"
+#include "io/model_config.h"
+#include "io/quant_config.h"
+#include "model/kv_cache.h"
+#include "model/step_batch.h"
+#include "ops/ops.h"
+
+namespace tessera::model {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const io::ModelConfig& config() const = 0;
+  virtual ops::Ops& ops() = 0;
+  // Runs one step: writes the new tokens' latents into `cache` and returns logits
+  // [batch.num_logits_rows(), vocab] as a backend tensor (fp32 on CPU).
+  virtual core::Tensor forward(const StepBatch& batch, KvCache& cache) = 0;
+  // Parameter count and stored bytes of the weights the forward uses.
+  virtual uint64_t parameter_count() const = 0;
+  virtual uint64_t weight_bytes() const = 0;
+};
+
+struct LoadOptions {
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype
+  std::optional<double> latent_norm_eps;  // override of the q_a/kv_a RMSNorm epsilon
+};
+
+// Everything resolved at start-up, with where each value came from.
+struct LoadedModel {
+  std::unique_ptr<io::Checkpoint> checkpoint;
+  io::ModelConfig config;
+  io::QuantConfig quant;
+  io::KvCacheDtypeResolution kv_cache;
+  std::unique_ptr<Model> model;
+
+  KvCache make_kv_cache(int64_t num_pages) const {
+    return KvCache(config.num_hidden_layers, num_pages, config.kv_cache_entry_dim(), kv_cache.dtype);
+  }
+};
+
+// Reads config.json (+ hf_quant_config.json), resolves the KV dtype, opens and validates the
+// checkpoint and builds the model for its architecture on the CPU backend.
+LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
+
+}  // namespace tessera::model

@@ -1,0 +1,139 @@
+// Elementwise ops, embedding, RMSNorm, RoPE and the dense linear of the CPU backend.
+#include "ops/cpu/cpu_ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace tessera::ops::cpu {
+
+using core::DType;
+using core::Tensor;
+
+float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+Tensor CpuOps::empty(core::Shape shape) { return Tensor::zeros(DType::kF32, std::move(shape)); }
+
+Tensor CpuOps::from_host_f32(core::Shape shape, const float* data) {
+  Tensor t = empty(std::move(shape));
+  std::memcpy(t.raw(), data, t.nbytes());
+  return t;
+}
+
+void CpuOps::embedding(const Tensor& table, std::span<const int32_t> ids, Tensor& out) {
+  const int64_t vocab = table.dim(0), hidden = table.dim(1);
+  const size_t es = core::dtype_size(table.dtype());
+  for (size_t t = 0; t < ids.size(); ++t) {
+    TESSERA_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} at position {} is outside the vocabulary [0, {})",
+                  ids[t], t, vocab);
+    core::convert_to_f32(table.dtype(), table.data<uint8_t>() + static_cast<size_t>(ids[t] * hidden) * es,
+                         out.data<float>() + static_cast<int64_t>(t) * hidden, static_cast<size_t>(hidden));
+  }
+}
+
+void CpuOps::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, int64_t col_begin) {
+  const int64_t rows = x.dim(0), width = x.dim(1), d = weight.numel(), out_width = out.dim(1);
+  TESSERA_CHECK(col_begin + d <= width && (out_width == d || out_width == width) && out.dim(0) == rows,
+                "rms_norm: x {} columns [{}, {}) do not fit out {}", core::shape_str(x.shape()), col_begin,
+                col_begin + d, core::shape_str(out.shape()));
+  std::vector<float> w(static_cast<size_t>(d));
+  core::convert_to_f32(weight.dtype(), weight.raw(), w.data(), w.size());
+  core::parallel_for(rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = x.data<float>() + r * width + col_begin;
+      float* yr = out_width == d ? out.data<float>() + r * d : out.data<float>() + r * out_width + col_begin;
+      const float ms = dot(xr, xr, d) / static_cast<float>(d);
+      const float inv = 1.0f / std::sqrt(ms + eps);
+      for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * w[i];
+    }
+  }, 16);
+}
+
+void CpuOps::linear(const Tensor& x, const LinearWeight& w, Tensor& out) {
+  const int64_t rows = x.dim(0);
+  TESSERA_CHECK(x.dim(1) == w.in && out.dim(1) == w.out && out.dim(0) == rows,
+                "linear {}: input {} / output {} do not fit weight [{}, {}]", w.name, core::shape_str(x.shape()),
+                core::shape_str(out.shape()), w.out, w.in);
+  if (rows == 0) return;
+  // Each output feature's weight row is dequantized once and applied to every token.
+  core::parallel_for(w.out, [&](int64_t b, int64_t e) {
+    std::vector<float> wrow(static_cast<size_t>(w.in));
+    for (int64_t o = b; o < e; ++o) {
+      w.dequant_row(o, wrow.data());
+      for (int64_t t = 0; t < rows; ++t)
+        out.data<float>()[t * w.out + o] = dot(x.data<float>() + t * w.in, wrow.data(), w.in);
+    }
+  }, 4);
+}
+
+void CpuOps::add_inplace(Tensor& x, const Tensor& y) {
+  float* a = x.data<float>();
+  const float* b = y.data<float>();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) a[i] += b[i];
+}
+
+void CpuOps::silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  const float* g = gate.data<float>();
+  const float* u = up.data<float>();
+  float* o = out.data<float>();
+  for (int64_t i = 0, n = gate.numel(); i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void CpuOps::rope_inplace(Tensor& x, const RopeTables& tables, int64_t col_begin, int64_t col_stride,
+                          int64_t count) {
+  const int64_t rows = x.dim(0), width = x.numel() / std::max<int64_t>(rows, 1), half = tables.cos.dim(1);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* c = tables.cos.data<float>() + r * half;
+    const float* s = tables.sin.data<float>() + r * half;
+    for (int64_t v = 0; v < count; ++v) {
+      float* p = x.data<float>() + r * width + col_begin + v * col_stride;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = p[2 * i], b = p[2 * i + 1];
+        p[2 * i] = a * c[i] - b * s[i];
+        p[2 * i + 1] = a * s[i] + b * c[i];
+      }
+    }
+  }
+}
+
+void CpuOps::kv_cache_write(KvLayerView& cache, const Tensor& latent, std::span<const AttentionSeq> seqs) {
+  const int64_t entry = latent.dim(1), page = cache.page_size;
+  TESSERA_CHECK(cache.pages.dim(2) == entry, "kv_cache_write: cache entry {} != latent width {}",
+                cache.pages.dim(2), entry);
+  for (const auto& s : seqs) {
+    for (int64_t i = 0; i < s.num_tokens; ++i) {
+      const int64_t pos = s.start_pos + i;
+      const size_t block = static_cast<size_t>(pos / page);
+      TESSERA_CHECK(block < s.block_table.size(), "kv_cache_write: position {} has no page in the block table ({} pages)",
+                    pos, s.block_table.size());
+      const int64_t page_id = s.block_table[block];
+      TESSERA_CHECK(page_id >= 0 && page_id < cache.pages.dim(0), "kv_cache_write: page id {} out of range", page_id);
+      std::memcpy(cache.pages.data<float>() + (page_id * page + pos % page) * entry,
+                  latent.data<float>() + (s.token_begin + i) * entry, static_cast<size_t>(entry) * 4);
+    }
+  }
+}
+
+void CpuOps::gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& out) {
+  const int64_t width = x.dim(1);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(out.data<float>() + static_cast<int64_t>(i) * width, x.data<float>() + rows[i] * width,
+                static_cast<size_t>(width) * 4);
+}
+
+std::vector<float> CpuOps::to_host_f32(const Tensor& x) {
+  return std::vector<float>(x.data<float>(), x.data<float>() + x.numel());
+}
+
+}  // namespace tessera::ops::cpu

@@ -1,0 +1,37 @@
+// The CPU reference backend: fp32 compute, weights dequantized exactly (row by row, on the fly),
+// activations never quantized, multi-threaded over rows/heads. Every other backend is tested
+// against it, so clarity and exactness come before speed.
+#pragma once
+
+#include "ops/ops.h"
+
+namespace tessera::ops::cpu {
+
+class CpuOps final : public Ops {
+ public:
+  std::string name() const override { return "cpu"; }
+  core::Tensor empty(core::Shape shape) override;
+  core::Tensor from_host_f32(core::Shape shape, const float* data) override;
+  void embedding(const core::Tensor& table, std::span<const int32_t> ids, core::Tensor& out) override;
+  void rms_norm(const core::Tensor& x, const core::Tensor& weight, float eps, core::Tensor& out,
+                int64_t col_begin) override;
+  void linear(const core::Tensor& x, const LinearWeight& w, core::Tensor& out) override;
+  void add_inplace(core::Tensor& x, const core::Tensor& y) override;
+  void silu_mul(const core::Tensor& gate, const core::Tensor& up, core::Tensor& out) override;
+  void rope_inplace(core::Tensor& x, const RopeTables& tables, int64_t col_begin, int64_t col_stride,
+                    int64_t count) override;
+  void kv_cache_write(KvLayerView& cache, const core::Tensor& latent, std::span<const AttentionSeq> seqs) override;
+  void mla_attention(const core::Tensor& q, const KvLayerView& cache, const LinearWeight& kv_b, const MlaDims& dims,
+                     std::span<const AttentionSeq> seqs, core::Tensor& out) override;
+  void moe_route(const core::Tensor& x, const LinearWeight& gate, const core::Tensor& bias, const RouterConfig& cfg,
+                 core::Tensor& ids, core::Tensor& weights) override;
+  void moe_experts(const core::Tensor& x, const std::vector<ExpertWeights>& experts, const core::Tensor& ids,
+                   const core::Tensor& weights, core::Tensor& out) override;
+  void gather_rows(const core::Tensor& x, std::span<const int64_t> rows, core::Tensor& out) override;
+  std::vector<float> to_host_f32(const core::Tensor& x) override;
+};
+
+// Dot product with several accumulators (vectorisable without -ffast-math).
+float dot(const float* a, const float* b, int64_t n);
+
+}  // namespace tessera::ops::cpu

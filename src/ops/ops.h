@@ -1,0 +1,107 @@
+// The op contract the model is written against. Each backend (cpu/, later cuda/) implements it;
+// the model code is the same for all of them. Shapes are row-major; T = tokens in the step.
+// Activations are backend-chosen float tensors (fp32 on the CPU reference backend).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ops/linear_weight.h"
+
+namespace tessera::ops {
+
+// Per-position rotary tables for the tokens of one step: cos/sin [T, rope_dim/2], already
+// multiplied by the YaRN attention factor.
+struct RopeTables {
+  core::Tensor cos;
+  core::Tensor sin;
+};
+
+// One latent-KV cache layer: [num_pages, page_size, entry_dim] with entry = [c_kv | k_pe].
+struct KvLayerView {
+  core::Tensor pages;
+  int64_t page_size = 64;
+};
+
+// Where one sequence's new tokens sit in the flat step and in the cache.
+struct AttentionSeq {
+  int64_t token_begin = 0;  // row of its first new token in the flat [T, ...] tensors
+  int64_t num_tokens = 0;   // new tokens
+  int64_t start_pos = 0;    // tokens already cached before this step
+  std::span<const int32_t> block_table;  // cache pages covering positions [0, start_pos + num_tokens)
+};
+
+struct MlaDims {
+  int64_t heads = 0, nope = 0, rope = 0, v = 0, latent = 0;
+  float scale = 1.0f;
+};
+
+struct RouterConfig {
+  int64_t experts = 0, top_k = 0, groups = 1, top_groups = 1;
+  bool normalize = true;
+  float scaling = 1.0f;
+};
+
+struct ExpertWeights {
+  LinearWeight gate, up, down;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual std::string name() const = 0;
+
+  // A new activation tensor of this backend's compute dtype.
+  virtual core::Tensor empty(core::Shape shape) = 0;
+  // A new activation tensor holding `data` (host fp32, shape_numel(shape) values).
+  virtual core::Tensor from_host_f32(core::Shape shape, const float* data) = 0;
+
+  // out[t] = table[ids[t]]; table [V, H] in any float dtype; throws naming the id if out of range.
+  virtual void embedding(const core::Tensor& table, std::span<const int32_t> ids, core::Tensor& out) = 0;
+  // out = x · rsqrt(mean(x²) + eps) · weight over columns [col_begin, col_begin + d) of x,
+  // d = weight.numel(). `out` is either [T, d] or as wide as x (then the same columns are written,
+  // which allows normalising part of a row in place).
+  virtual void rms_norm(const core::Tensor& x, const core::Tensor& weight, float eps, core::Tensor& out,
+                        int64_t col_begin = 0) = 0;
+  // out = x · Wᵀ, x [T, in], out [T, out].
+  virtual void linear(const core::Tensor& x, const LinearWeight& w, core::Tensor& out) = 0;
+  // x += y
+  virtual void add_inplace(core::Tensor& x, const core::Tensor& y) = 0;
+  // out = silu(gate) * up, all [T, I].
+  virtual void silu_mul(const core::Tensor& gate, const core::Tensor& up, core::Tensor& out) = 0;
+
+  // Rotates interleaved pairs (x[2i], x[2i+1]) in place by angle i of each token's position, for
+  // `count` vectors of width rope_dim per row starting at column `col_begin`, `col_stride` apart.
+  virtual void rope_inplace(core::Tensor& x, const RopeTables& tables, int64_t col_begin, int64_t col_stride,
+                            int64_t count) = 0;
+
+  // Writes each new token's [c_kv | k_pe] (rows of `latent` [T, entry_dim]) to its cache slot.
+  virtual void kv_cache_write(KvLayerView& cache, const core::Tensor& latent,
+                              std::span<const AttentionSeq> seqs) = 0;
+
+  // MLA attention for every sequence, causal, over the cache (which already holds the new tokens).
+  // q [T, heads, nope + rope] (rope part rotated); out [T, heads * v].
+  // Sequences with one new token use the absorbed form over the latent cache (decode); longer ones
+  // decompress K/V of the whole context through kv_b (prefill, with any cached prefix).
+  virtual void mla_attention(const core::Tensor& q, const KvLayerView& cache, const LinearWeight& kv_b,
+                             const MlaDims& dims, std::span<const AttentionSeq> seqs, core::Tensor& out) = 0;
+
+  // Router: sigmoid scores of x · gateᵀ, + bias for selection only, group-limited top-k,
+  // normalisation and scaling (spec §3.1). ids [T, top_k] I32, weights [T, top_k] F32.
+  virtual void moe_route(const core::Tensor& x, const LinearWeight& gate, const core::Tensor& bias,
+                         const RouterConfig& cfg, core::Tensor& ids, core::Tensor& weights) = 0;
+  // out[t] = Σ_k weights[t,k] · Expert_{ids[t,k]}(x[t]) (out is overwritten).
+  virtual void moe_experts(const core::Tensor& x, const std::vector<ExpertWeights>& experts,
+                           const core::Tensor& ids, const core::Tensor& weights, core::Tensor& out) = 0;
+
+  // Copies rows `rows` of x into out [rows.size(), cols] (used to pick the positions whose logits
+  // are wanted).
+  virtual void gather_rows(const core::Tensor& x, std::span<const int64_t> rows, core::Tensor& out) = 0;
+  // Copies a device tensor to host fp32.
+  virtual std::vector<float> to_host_f32(const core::Tensor& x) = 0;
+};
+
+}  // namespace tessera::ops
