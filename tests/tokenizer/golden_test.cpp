@@ -14,7 +14,10 @@ namespace {
 
 std::string ids_str(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s.push_back(' ');
+    s.append(std::to_string(ids[i]));
+  }
   return s;
 }
 
