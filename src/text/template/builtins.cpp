@@ -1,6 +1,8 @@
 // Attribute and item access, operators, global functions and Python methods of str/list/dict,
 // with CPython's results and error messages.
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <ctime>
 
 #include "text/template/error.h"
@@ -18,7 +20,7 @@ std::string object_type_repr(const Value& v) {
 }
 
 Value no_attribute(const Value& obj, const std::string& name) {
-  return Value::undefined("'" + object_type_repr(obj) + "' has no attribute '" + name + "'");
+  return Value::undefined(fmt::format("'{}' has no attribute '{}'", object_type_repr(obj), name));
 }
 
 Value make_method(Interpreter& in, const Value& self, const std::string& name) {
@@ -198,10 +200,16 @@ std::string py_format(Interpreter& in, const std::string& fmt, Args& args) {
   return out;
 }
 
-int64_t checked(bool overflow, int64_t v) {
-  if (overflow) throw TemplateError("OverflowError: integer result too large");
-  return v;
+// Python ints are unbounded; ours are int64 and overflow is an error, never UB.
+template <class Op>
+int64_t checked(Op op, int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (op(a, b, &r)) throw TemplateError("OverflowError: integer result too large");
+  return r;
 }
+constexpr auto kAdd = [](int64_t a, int64_t b, int64_t* r) { return __builtin_add_overflow(a, b, r); };
+constexpr auto kSub = [](int64_t a, int64_t b, int64_t* r) { return __builtin_sub_overflow(a, b, r); };
+constexpr auto kMul = [](int64_t a, int64_t b, int64_t* r) { return __builtin_mul_overflow(a, b, r); };
 
 int64_t floor_div(int64_t a, int64_t b) {
   if (b == 0) throw TemplateError("ZeroDivisionError: integer division or modulo by zero");
@@ -354,7 +362,7 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
       break;
   }
   if (key.kind == Kind::String) return get_attr(obj, key.s);
-  return Value::undefined("'" + object_type_repr(obj) + "' has no item " + py_repr(key, &heap_));
+  return Value::undefined(fmt::format("'{}' has no item {}", object_type_repr(obj), py_repr(key, &heap_)));
 }
 
 Value slice_value(Interpreter& in, const Value& v, const Value& start_v, const Value& stop_v, const Value& step_v) {
@@ -442,11 +450,10 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
   if (b.is_undefined()) in.fail_undefined(b);
   const bool nums = a.is_number() && b.is_number();
   const bool floats = nums && (a.kind == Kind::Float || b.kind == Kind::Float);
-  int64_t r = 0;
   if (op == "+") {
     if (nums) {
       if (floats) return Value::number(a.as_double() + b.as_double());
-      return Value::integer(checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r));
+      return Value::integer(checked(kAdd, a.as_int(), b.as_int()));
     }
     if (a.kind == Kind::String) {
       if (b.kind != Kind::String) type_error(std::string("can only concatenate str (not \"") + type_name(b) + "\") to str");
@@ -466,7 +473,7 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
   if (op == "*") {
     if (nums) {
       if (floats) return Value::number(a.as_double() * b.as_double());
-      return Value::integer(checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r));
+      return Value::integer(checked(kMul, a.as_int(), b.as_int()));
     }
     if ((a.kind == Kind::String || a.kind == Kind::List) && b.is_int()) return repeat(in, a, b.as_int());
     if ((b.kind == Kind::String || b.kind == Kind::List) && a.is_int()) return repeat(in, b, a.as_int());
@@ -476,7 +483,7 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
   if (!nums) type_error(unsupported(op, a, b));
   if (op == "-") {
     if (floats) return Value::number(a.as_double() - b.as_double());
-    return Value::integer(checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r));
+    return Value::integer(checked(kSub, a.as_int(), b.as_int()));
   }
   if (op == "/") {
     if (b.as_double() == 0.0) throw TemplateError("ZeroDivisionError: division by zero");
@@ -503,9 +510,9 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
     if (!floats && b.as_int() >= 0) {
       int64_t base = a.as_int(), e = b.as_int(), acc = 1;
       while (e > 0) {
-        if (e & 1) acc = checked(__builtin_mul_overflow(acc, base, &r), r);
+        if (e & 1) acc = checked(kMul, acc, base);
         e >>= 1;
-        if (e > 0) base = checked(__builtin_mul_overflow(base, base, &r), r);
+        if (e > 0) base = checked(kMul, base, base);
       }
       return Value::integer(acc);
     }

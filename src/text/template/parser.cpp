@@ -4,6 +4,7 @@
 #include <initializer_list>
 
 #include "text/template/error.h"
+#include "text/template/interpreter.h"
 
 namespace tessera::text::tpl {
 namespace {
@@ -681,6 +682,8 @@ class Parser {
         next();
         f->name += "." + expect_name();
       }
+      // jinja2 resolves filter names when compiling, so an unknown one fails the whole template.
+      if (!is_known_filter(f->name)) fail("No filter named '" + f->name + "'.");
       f->a = std::move(e);
       if (is_op("(")) parse_call_args(*f);
       e = std::move(f);
@@ -698,6 +701,7 @@ class Parser {
       next();
       t->name += "." + expect_name();
     }
+    if (!is_known_test(t->name)) fail("No test named '" + t->name + "'.");
     t->a = std::move(e);
     if (is_op("(")) {
       parse_call_args(*t);

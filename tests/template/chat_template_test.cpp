@@ -1,0 +1,80 @@
+// Chat-template lookup from a model directory and the render inputs HF passes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "support/test_support.h"
+#include "text/template/chat_template.h"
+
+namespace tessera::text {
+namespace {
+
+using J = nlohmann::ordered_json;
+
+TEST(ChatTemplateLookup, JinjaFileWinsOverTokenizerConfig) {
+  auto dir = test::make_temp_dir("tpl-lookup");
+  test::write_file(dir / "chat_template.jinja", "FILE");
+  test::write_file(dir / "tokenizer_config.json", R"({"chat_template": "CONFIG"})");
+  EXPECT_EQ(find_chat_template(dir, false).source, "FILE");
+  std::filesystem::remove(dir / "chat_template.jinja");
+  EXPECT_EQ(find_chat_template(dir, false).source, "CONFIG");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ChatTemplateLookup, NamedListPicksToolUseOnlyWithTools) {
+  auto dir = test::make_temp_dir("tpl-lookup");
+  test::write_file(dir / "tokenizer_config.json",
+                   R"({"chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]})");
+  EXPECT_EQ(find_chat_template(dir, false).source, "D");
+  EXPECT_EQ(find_chat_template(dir, true).source, "T");
+  test::write_file(dir / "tokenizer_config.json", R"({"chat_template": [{"name": "default", "template": "D"}]})");
+  EXPECT_EQ(find_chat_template(dir, true).source, "D");
+  test::write_file(dir / "tokenizer_config.json", R"({"eos_token": "x"})");
+  EXPECT_THROW(find_chat_template(dir, false), core::Error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ChatTemplateLookup, KimiTokenizerDetection) {
+  auto dir = test::make_temp_dir("tpl-kimi");
+  test::write_file(dir / "tokenizer_config.json", R"({"tokenizer_class": "TikTokenTokenizer", "chat_template": "x"})");
+  EXPECT_TRUE(find_chat_template(dir, false).sort_tool_keys);
+  test::write_file(dir / "tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizerFast", "chat_template": "x"})");
+  EXPECT_FALSE(find_chat_template(dir, false).sort_tool_keys);
+  std::filesystem::remove_all(dir);
+  // The fixture's Kimi-style tokenizer directory.
+  EXPECT_TRUE(model_sorts_tool_keys(test::fixtures_dir() / "tokenizers" / "kimi-style-tiktoken"));
+  EXPECT_FALSE(model_sorts_tool_keys(test::fixtures_dir() / "tokenizers" / "deepseek-v3"));
+}
+
+TEST(ChatTemplateLookup, DeepSeekTokenizerConfigTemplateRenders) {
+  const auto src = find_chat_template(test::fixtures_dir() / "tokenizers" / "deepseek-v3", false);
+  ChatTemplate t(src.source);
+  ChatRenderInput in;
+  in.messages = J::parse(R"([{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hi"}])");
+  in.bos_token = "<｜begin▁of▁sentence｜>";
+  // frontend.md §3.4: the DeepSeek-V3 golden render of system + user.
+  EXPECT_EQ(t.render(in), "<｜begin▁of▁sentence｜>You are helpful.<｜User｜>Hi<｜Assistant｜>");
+}
+
+TEST(ChatTemplateRender, VariablesAndToolSorting) {
+  ChatTemplateOptions opts;
+  opts.sort_tool_keys = true;
+  ChatTemplate t("{{ tools|tojson }}|{{ add_generation_prompt }}|{{ thinking }}|{{ documents }}|{{ bos_token }}", opts);
+  ChatRenderInput in;
+  in.tools = J::parse(R"([{"type": "function", "function": {"name": "f", "description": "d"}}])");
+  in.kwargs = {{"thinking", false}};
+  in.bos_token = "<s>";
+  EXPECT_EQ(t.render(in), R"([{"function": {"description": "d", "name": "f"}, "type": "function"}]|True|False|None|<s>)");
+  ChatTemplate unsorted("{{ tools|tojson }}");
+  EXPECT_EQ(unsorted.render(in), R"([{"type": "function", "function": {"name": "f", "description": "d"}}])");
+  in.kwargs = {{"messages", 1}};
+  EXPECT_THROW(t.render(in), TemplateError);
+}
+
+TEST(ChatTemplateRender, DeepSortKeys) {
+  EXPECT_EQ(deep_sort_keys(J::parse(R"({"b": [{"d": 1, "c": 2}], "a": {"z": 0, "é": 1, "Z": 2}})")).dump(),
+            R"({"a":{"Z":2,"z":0,"é":1},"b":[{"c":2,"d":1}]})");
+}
+
+}  // namespace
+}  // namespace tessera::text
