@@ -205,6 +205,30 @@ TEST_F(BrokenCheckpointTest, ConfigThatIsNotJson) {
   expect_load_error({"config.json", "not valid JSON"});
 }
 
+TEST_F(BrokenCheckpointTest, KvScalesAreFoundUnderEitherNaming) {
+  copy_model("kimi-k25-tiny-nvfp4");
+  // Rename layer 1's ModelOpt-style k_proj.k_scale / v_proj.v_scale to the vLLM-style attn.k_scale.
+  const std::string attn = "language_model.model.layers.1.self_attn";
+  for (const std::string which : {"k", "v"}) {
+    const std::string from = attn + "." + which + "_proj." + which + "_scale", to = attn + ".attn." + which + "_scale";
+    const std::string shard = shard_of(from);
+    rewrite_shard_of(from, [&](Tensors& ts) {
+      for (auto& t : ts)
+        if (t.name == from) t.name = to;
+    });
+    auto idx = io::read_json_file(dir_ / "model.safetensors.index.json");
+    idx["weight_map"].erase(from);
+    idx["weight_map"][to] = shard;
+    test::write_file(dir_ / "model.safetensors.index.json", idx.dump());
+  }
+  std::string out;
+  const int rc = test::run_command(test::tessera_binary().string() + " inspect --json --model " + dir_.string(), &out);
+  ASSERT_EQ(rc, 0) << out;
+  auto j = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(j["kv_cache"]["layers_with_k_scale"], 3);
+  EXPECT_EQ(j["kv_cache"]["layers_with_v_scale"], 3);
+}
+
 TEST_F(BrokenCheckpointTest, CliReportsTheErrorAndExitsNonZero) {
   copy_model("dsv3-tiny");
   const fs::path shard = dir_ / "model-00001-of-00002.safetensors";

@@ -14,8 +14,12 @@
 namespace tessera::test {
 
 std::filesystem::path fixtures_dir() {
-  if (const char* env = std::getenv("TESSERA_FIXTURES")) return env;
-  return TESSERA_FIXTURES_DIR;
+  const char* env = std::getenv("TESSERA_FIXTURES");
+  std::filesystem::path dir = env ? env : TESSERA_FIXTURES_DIR;
+  if (!std::filesystem::is_directory(dir / "models"))
+    throw std::runtime_error("test fixtures not found at " + dir.string() +
+                             ": tests expect ../shared/fixtures beside the repository, or set TESSERA_FIXTURES");
+  return dir;
 }
 
 std::filesystem::path make_temp_dir(const std::string& prefix) {
