@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "support/test_support.h"
 #include "text/template/chat_template.h"
@@ -74,6 +76,54 @@ TEST(ChatTemplateRender, VariablesAndToolSorting) {
 TEST(ChatTemplateRender, DeepSortKeys) {
   EXPECT_EQ(deep_sort_keys(J::parse(R"({"b": [{"d": 1, "c": 2}], "a": {"z": 0, "é": 1, "Z": 2}})")).dump(),
             R"({"a":{"Z":2,"z":0,"é":1},"b":[{"c":2,"d":1}]})");
+}
+
+}  // namespace
+}  // namespace tessera::text
+
+namespace tessera::text {
+namespace {
+
+// `tessera render-chat --jsonl` over the goldens: the CLI path (file lookup, auto tool sorting for
+// Kimi templates, error lines) must agree with the fixtures too.
+TEST(RenderChatCli, JsonlMatchesGoldens) {
+  if (!std::filesystem::exists(test::tessera_binary())) GTEST_SKIP() << "tessera binary not built";
+  const auto dir = test::fixtures_dir() / "chat_templates";
+  std::string out;
+  const int rc = test::run_command(test::tessera_binary().string() + " render-chat --jsonl '" + (dir / "goldens.jsonl").string() +
+                                       "' --template-dir '" + dir.string() + "' 2>/dev/null",
+                                   &out);
+  ASSERT_EQ(rc, 0) << out;
+  std::istringstream got(out);
+  std::ifstream want(dir / "goldens.jsonl");
+  std::string gl, wl;
+  int n = 0;
+  while (std::getline(want, wl)) {
+    ASSERT_TRUE(std::getline(got, gl)) << "missing output line " << n;
+    const auto w = J::parse(wl), g = J::parse(gl);
+    if (w.contains("error")) {
+      EXPECT_TRUE(g.contains("error")) << "line " << n << ": " << gl;
+    } else {
+      EXPECT_EQ(g.value("output", std::string("<missing>")), w["output"].get<std::string>()) << "line " << n;
+    }
+    ++n;
+  }
+  EXPECT_EQ(n, 168);
+}
+
+TEST(RenderChatCli, RequestWithModelDirectory) {
+  if (!std::filesystem::exists(test::tessera_binary())) GTEST_SKIP() << "tessera binary not built";
+  auto dir = test::make_temp_dir("render-chat");
+  test::write_file(dir / "req.json", R"({"messages": [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hi"}]})");
+  std::string out;
+  const int rc = test::run_command(test::tessera_binary().string() + " render-chat --json --model '" +
+                                       (test::fixtures_dir() / "tokenizers" / "deepseek-v3").string() + "' --request '" +
+                                       (dir / "req.json").string() + "' 2>/dev/null",
+                                   &out);
+  ASSERT_EQ(rc, 0) << out;
+  const auto j = J::parse(out);
+  EXPECT_EQ(j["prompt"], "<｜begin▁of▁sentence｜>You are helpful.<｜User｜>Hi<｜Assistant｜>");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

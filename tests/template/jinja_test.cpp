@@ -250,8 +250,9 @@ TEST(Errors, LimitsStopRunawayTemplates) {
 }
 
 TEST(Errors, DeeplyNestedInputDoesNotCrash) {
-  std::string deep_src(100000, '(');
+  const std::string deep_src = std::string(100000, '(') + "1" + std::string(100000, ')');
   EXPECT_NE(error_of("{{ " + deep_src + " }}").find("nested too deeply"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(100000, '(') + " }}").find("TemplateSyntaxError"), std::string::npos);
   std::string deep_list;
   for (int i = 0; i < 5000; ++i) deep_list += "[";
   EXPECT_NE(error_of("{{ " + deep_list + " }}").find("TemplateSyntaxError"), std::string::npos);
@@ -259,8 +260,7 @@ TEST(Errors, DeeplyNestedInputDoesNotCrash) {
   for (int i = 0; i < 5000; ++i) ifs += "{% if true %}";
   EXPECT_NE(error_of(ifs).find("TemplateSyntaxError"), std::string::npos);
   // Deeply nested request data.
-  J deep = J::array();
-  for (int i = 0; i < 10000; ++i) deep = J::array({deep});
+  const J deep = J::parse(std::string(10000, '[') + std::string(10000, ']'));
   EXPECT_NE(error_of("{{ x }}", {{"x", deep}}).find("nested"), std::string::npos);
 }
 
