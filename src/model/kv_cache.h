@@ -16,7 +16,8 @@ inline constexpr int64_t kKvPageSize = 64;
 
 class KvCache {
  public:
-  KvCache(int64_t num_layers, int64_t num_pages, int64_t entry_dim, io::KvCacheDtype dtype,
+  // Storage comes from the backend (`ops`), so pages live where the kernels run.
+  KvCache(ops::Ops& ops, int64_t num_layers, int64_t num_pages, int64_t entry_dim, io::KvCacheDtype dtype,
           int64_t page_size = kKvPageSize);
 
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }

@@ -27,15 +27,15 @@ LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& opti
   m.quant = io::load_quant_config(dir, config_json);
   if (m.quant.method != io::QuantConfig::Method::kNone)
     spdlog::info("quantization: {} (from {})", m.quant.method_name(), m.quant.source);
-  // The CPU reference backend keeps the cache in fp32 so that it stays exact.
-  m.kv_cache = io::resolve_kv_cache_dtype(options.kv_cache_dtype, m.quant, {io::KvCacheDtype::kF32},
-                                          io::KvCacheDtype::kF32, "cpu");
+  std::unique_ptr<ops::Ops> backend = std::make_unique<ops::cpu::CpuOps>();
+  m.kv_cache = io::resolve_kv_cache_dtype(options.kv_cache_dtype, m.quant, backend->supported_kv_dtypes(),
+                                          backend->default_kv_dtype(), backend->name());
   spdlog::info("KV cache dtype: {}: {}", io::kv_cache_dtype_name(m.kv_cache.dtype), m.kv_cache.reason);
   m.checkpoint = io::Checkpoint::open(dir);
   if (m.config.architecture != "DeepseekV3ForCausalLM" && m.config.architecture != "KimiK25ForConditionalGeneration")
     core::fail("{}: no model implementation for architecture '{}'", config_path.string(), m.config.architecture);
   ModelWeights weights = load_deepseek_v3_weights(*m.checkpoint, m.config, m.quant);
-  m.model = std::make_unique<DeepseekV3Model>(m.config, std::move(weights), std::make_unique<ops::cpu::CpuOps>());
+  m.model = std::make_unique<DeepseekV3Model>(m.config, std::move(weights), std::move(backend));
   return m;
 }
 

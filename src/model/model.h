@@ -44,7 +44,7 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
 
   KvCache make_kv_cache(int64_t num_pages) const {
-    return KvCache(config.num_hidden_layers, num_pages, config.kv_cache_entry_dim(), kv_cache.dtype);
+    return KvCache(model->ops(), config.num_hidden_layers, num_pages, config.kv_cache_entry_dim(), kv_cache.dtype);
   }
 };
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/quant_config.h"
 #include "ops/linear_weight.h"
 
 namespace tessera::ops {
@@ -56,6 +57,11 @@ class Ops {
 
   // A new activation tensor of this backend's compute dtype.
   virtual core::Tensor empty(core::Shape shape) = 0;
+  // KV-cache element types this backend can store, and its default.
+  virtual std::vector<io::KvCacheDtype> supported_kv_dtypes() const = 0;
+  virtual io::KvCacheDtype default_kv_dtype() const = 0;
+  // Zeroed storage for one layer of KV pages [pages, page_size, entry_dim] of `dtype`.
+  virtual core::Tensor empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) = 0;
   // A new activation tensor holding `data` (host fp32, shape_numel(shape) values).
   virtual core::Tensor from_host_f32(core::Shape shape, const float* data) = 0;
 

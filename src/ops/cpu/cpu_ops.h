@@ -12,6 +12,10 @@ class CpuOps final : public Ops {
   std::string name() const override { return "cpu"; }
   core::Tensor empty(core::Shape shape) override;
   core::Tensor from_host_f32(core::Shape shape, const float* data) override;
+  // The reference backend keeps the cache in fp32 so that it stays exact.
+  std::vector<io::KvCacheDtype> supported_kv_dtypes() const override { return {io::KvCacheDtype::kF32}; }
+  io::KvCacheDtype default_kv_dtype() const override { return io::KvCacheDtype::kF32; }
+  core::Tensor empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) override;
   void embedding(const core::Tensor& table, std::span<const int32_t> ids, core::Tensor& out) override;
   void rms_norm(const core::Tensor& x, const core::Tensor& weight, float eps, core::Tensor& out,
                 int64_t col_begin) override;
