@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <random>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,24 @@ TEST(Tokenizers, SpecialTokenOptions) {
   EXPECT_THROW(ds.encode("bad \xFF utf8"), core::Error);
   EXPECT_THROW(ds.decode(std::vector<int32_t>{-1}), core::Error);
   EXPECT_THROW(kimi.decode(std::vector<int32_t>{kimi.vocab_size()}), core::Error);
+}
+
+// encode() is const and thread-safe: the server tokenizes on many HTTP threads with one tokenizer.
+TEST(Tokenizers, ConcurrentEncodeAgrees) {
+  for (const char* name : {"deepseek-v3", "kimi-style-tiktoken"}) {
+    const auto& tok = fixture_tokenizer(name);
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += "Hello, 世界! getUserName() = " + std::to_string(i * 7919) + ";\n";
+    const auto want = tok.encode(text);
+    std::vector<std::thread> threads;
+    std::vector<int> ok(4, 0);
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        for (int k = 0; k < 5; ++k) ok[t] += tok.encode(text) == want;
+      });
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < 4; ++t) EXPECT_EQ(ok[t], 5) << name << " thread " << t;
+  }
 }
 
 // Kimi's _split_whitespaces_or_nonwhitespaces, on small limits.
