@@ -12,6 +12,40 @@ DeepseekV3Model::DeepseekV3Model(io::ModelConfig config, ModelWeights weights, s
     : cfg_(std::move(config)), w_(std::move(weights)), ops_(std::move(ops)) {
   inv_freq_ = cfg_.rope_inv_freq();
   rope_factor_ = static_cast<float>(cfg_.rope_attention_factor());
+  // Counted on the checkpoint's tensors, before the backend converts them.
+  parameter_count_ = count_parameters();
+  weight_bytes_ = count_weight_bytes();
+  upload_weights();
+}
+
+void DeepseekV3Model::upload_weights() {
+  auto& o = *ops_;
+  auto lin = [&](ops::LinearWeight& l) { l = o.upload_linear(l); };
+  auto mlp = [&](ops::ExpertWeights& m) {
+    lin(m.gate);
+    lin(m.up);
+    lin(m.down);
+  };
+  w_.embed = o.upload_table(w_.embed);
+  w_.final_norm = o.upload_vector(w_.final_norm);
+  lin(w_.lm_head);
+  for (auto& L : w_.layers) {
+    L.input_norm = o.upload_vector(L.input_norm);
+    L.post_attention_norm = o.upload_vector(L.post_attention_norm);
+    auto& A = L.attn;
+    for (auto* l : {A.q_a ? &*A.q_a : nullptr, A.q_b ? &*A.q_b : nullptr, A.q ? &*A.q : nullptr, &A.kv_a, &A.kv_b, &A.o})
+      if (l) lin(*l);
+    if (A.q_a) A.q_a_norm = o.upload_vector(A.q_a_norm);
+    A.kv_a_norm = o.upload_vector(A.kv_a_norm);
+    if (!L.is_moe) {
+      mlp(L.dense_mlp);
+      continue;
+    }
+    lin(L.moe.router);
+    L.moe.correction_bias = o.upload_vector(L.moe.correction_bias);
+    for (auto& e : L.moe.experts) mlp(e);
+    if (L.moe.shared) mlp(*L.moe.shared);
+  }
 }
 
 ops::RopeTables DeepseekV3Model::rope_tables(const StepBatch& batch) {
@@ -82,8 +116,8 @@ void DeepseekV3Model::feed_forward(int64_t layer, const Tensor& h, Tensor& out) 
   const auto& M = L.moe;
   ops::RouterConfig rc{cfg_.n_routed_experts, cfg_.num_experts_per_tok, cfg_.n_group, cfg_.topk_group,
                        cfg_.norm_topk_prob, static_cast<float>(cfg_.routed_scaling_factor)};
-  Tensor ids = Tensor::zeros(core::DType::kI32, {T, rc.top_k});
-  Tensor weights = Tensor::zeros(core::DType::kF32, {T, rc.top_k});
+  Tensor ids = o.empty_i32({T, rc.top_k});
+  Tensor weights = o.empty({T, rc.top_k});
   o.moe_route(h, M.router, M.correction_bias, rc, ids, weights);
   o.moe_experts(h, M.experts, ids, weights, out);
   if (M.shared) {
@@ -143,7 +177,7 @@ Tensor DeepseekV3Model::forward(const StepBatch& batch, KvCache& cache) {
   return logits;
 }
 
-uint64_t DeepseekV3Model::parameter_count() const {
+uint64_t DeepseekV3Model::count_parameters() const {
   uint64_t n = static_cast<uint64_t>(w_.embed.numel() + w_.final_norm.numel());
   auto lin = [&](const ops::LinearWeight& l) { n += static_cast<uint64_t>(l.out * l.in); };
   auto mlp = [&](const ops::ExpertWeights& m) { lin(m.gate); lin(m.up); lin(m.down); };
@@ -167,7 +201,7 @@ uint64_t DeepseekV3Model::parameter_count() const {
   return n;
 }
 
-uint64_t DeepseekV3Model::weight_bytes() const {
+uint64_t DeepseekV3Model::count_weight_bytes() const {
   uint64_t n = w_.embed.nbytes() + w_.final_norm.nbytes();
   auto mlp = [&](const ops::ExpertWeights& m) { n += m.gate.stored_bytes() + m.up.stored_bytes() + m.down.stored_bytes(); };
   if (w_.lm_head.weight.raw() != w_.embed.raw()) n += w_.lm_head.stored_bytes();

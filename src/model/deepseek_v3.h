@@ -16,8 +16,8 @@ class DeepseekV3Model final : public Model {
   const io::ModelConfig& config() const override { return cfg_; }
   ops::Ops& ops() override { return *ops_; }
   core::Tensor forward(const StepBatch& batch, KvCache& cache) override;
-  uint64_t parameter_count() const override;
-  uint64_t weight_bytes() const override;
+  uint64_t parameter_count() const override { return parameter_count_; }
+  uint64_t weight_bytes() const override { return weight_bytes_; }
   const ModelWeights& weights() const { return w_; }
 
  private:
@@ -25,12 +25,17 @@ class DeepseekV3Model final : public Model {
                  std::span<const ops::AttentionSeq> seqs, KvCache& cache, core::Tensor& out);
   void feed_forward(int64_t layer, const core::Tensor& h, core::Tensor& out);
   ops::RopeTables rope_tables(const StepBatch& batch);
+  // Hands every weight to the backend once (it may move or convert them).
+  void upload_weights();
+  uint64_t count_parameters() const;
+  uint64_t count_weight_bytes() const;
 
   io::ModelConfig cfg_;
   ModelWeights w_;
   std::unique_ptr<ops::Ops> ops_;
   std::vector<float> inv_freq_;
   float rope_factor_;
+  uint64_t parameter_count_ = 0, weight_bytes_ = 0;
 };
 
 }  // namespace tessera::model

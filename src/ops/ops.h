@@ -55,8 +55,18 @@ class Ops {
   virtual ~Ops() = default;
   virtual std::string name() const = 0;
 
-  // A new activation tensor of this backend's compute dtype.
+  // A new activation tensor (fp32 on every backend so far) and a new int32 index tensor.
   virtual core::Tensor empty(core::Shape shape) = 0;
+  virtual core::Tensor empty_i32(core::Shape shape) = 0;
+
+  // Weights are handed to the backend once, at load: it may move them to its memory or change
+  // their format (the CUDA backend dequantizes to bf16 on the device for now). The CPU backend
+  // uses the mapped checkpoint as it is.
+  virtual LinearWeight upload_linear(const LinearWeight& w) { return w; }
+  // Small float vectors (norm weights, router bias): any float dtype in, backend's choice out.
+  virtual core::Tensor upload_vector(const core::Tensor& t) { return t; }
+  // The embedding table [vocab, hidden].
+  virtual core::Tensor upload_table(const core::Tensor& t) { return t; }
   // KV-cache element types this backend can store, and its default.
   virtual std::vector<io::KvCacheDtype> supported_kv_dtypes() const = 0;
   virtual io::KvCacheDtype default_kv_dtype() const = 0;

@@ -25,6 +25,8 @@ float dot(const float* a, const float* b, int64_t n) {
 
 Tensor CpuOps::empty(core::Shape shape) { return Tensor::zeros(DType::kF32, std::move(shape)); }
 
+Tensor CpuOps::empty_i32(core::Shape shape) { return Tensor::zeros(DType::kI32, std::move(shape)); }
+
 Tensor CpuOps::empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) {
   TESSERA_CHECK(dtype == io::KvCacheDtype::kF32, "the cpu backend stores the KV cache in fp32 only, not {}",
                 io::kv_cache_dtype_name(dtype));

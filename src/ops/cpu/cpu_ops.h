@@ -11,6 +11,7 @@ class CpuOps final : public Ops {
  public:
   std::string name() const override { return "cpu"; }
   core::Tensor empty(core::Shape shape) override;
+  core::Tensor empty_i32(core::Shape shape) override;
   core::Tensor from_host_f32(core::Shape shape, const float* data) override;
   // The reference backend keeps the cache in fp32 so that it stays exact.
   std::vector<io::KvCacheDtype> supported_kv_dtypes() const override { return {io::KvCacheDtype::kF32}; }
