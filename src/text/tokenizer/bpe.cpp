@@ -1,6 +1,8 @@
 #include "text/tokenizer/bpe.h"
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <climits>
 #include <cstddef>
 #include <queue>
@@ -131,7 +133,36 @@ void BpeModel::merge_heap(std::vector<int32_t>& sym) const {
   for (int i = 0; i >= 0; i = nodes[i].next) sym.push_back(nodes[i].id);
 }
 
+uint64_t BpeModel::next_cache_key() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1);
+}
+
 void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
+  // Natural text repeats its words constantly; a small direct-mapped per-thread cache of merged
+  // pieces skips the merge loop for them (no locking: each thread has its own).
+  constexpr size_t kSlots = 4096, kMaxLen = 24;
+  struct Slot {
+    uint64_t model = 0;
+    std::string piece;
+    std::vector<int32_t> ids;
+  };
+  if (piece.empty()) return;
+  if (piece.size() > kMaxLen) return encode_uncached(piece, out);
+  thread_local std::vector<Slot> cache(kSlots);
+  Slot& slot = cache[std::hash<std::string_view>{}(piece) & (kSlots - 1)];
+  if (slot.model == cache_key && slot.piece == piece) {
+    out.insert(out.end(), slot.ids.begin(), slot.ids.end());
+    return;
+  }
+  const size_t before = out.size();
+  encode_uncached(piece, out);
+  slot.model = cache_key;
+  slot.piece.assign(piece);
+  slot.ids.assign(out.begin() + static_cast<std::ptrdiff_t>(before), out.end());
+}
+
+void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
   if (whole_piece_first && whole) {
     auto it = whole->find(piece);

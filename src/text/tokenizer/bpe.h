@@ -67,10 +67,19 @@ class BpeModel {
   bool whole_piece_first = false;
 
   void encode(std::string_view piece, std::vector<int32_t>& out) const;
+  // Same result, without the per-thread cache of recent pieces (for tests and comparisons).
+  void encode_uncached(std::string_view piece, std::vector<int32_t>& out) const;
 
   // Both merge strategies, exposed so tests can check that they agree.
   void merge_linear(std::vector<int32_t>& symbols) const;
   void merge_heap(std::vector<int32_t>& symbols) const;
+
+  // Identifies this model in the per-thread piece cache (a fresh value per object, so a model
+  // allocated where a destroyed one lived never sees its entries).
+  const uint64_t cache_key = next_cache_key();
+
+ private:
+  static uint64_t next_cache_key();
 };
 
 }  // namespace tessera::text
