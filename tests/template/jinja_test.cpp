@@ -234,6 +234,7 @@ TEST(Errors, SyntaxAndRuntimeErrorsAreReported) {
   EXPECT_EQ(error_of("{{ raise_exception('Only user and assistant roles are supported!') }}"),
             "Only user and assistant roles are supported!");
   EXPECT_NE(error_of("{{ 'a'[::0] }}").find("slice step cannot be zero"), std::string::npos);
+  EXPECT_NE(error_of("{{ [1][1:2, 0] }}").find("TemplateSyntaxError"), std::string::npos);  // found by fuzzing
   // Unknown filters fail even in branches that never run, as jinja2 compiles them eagerly.
   EXPECT_NE(error_of("{% if false %}{{ x|bogus }}{% endif %}").find("No filter named"), std::string::npos);
 }

@@ -605,6 +605,8 @@ class Parser {
     if (args.size() == 1) {
       index = std::move(args[0]);
     } else {
+      for (const auto& a : args)
+        if (a->kind == ExprKind::Slice) fail("slices inside a tuple subscript are not supported");
       index = make(ExprKind::Tuple);
       index->items = std::move(args);
     }
