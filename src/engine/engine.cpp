@@ -1,0 +1,308 @@
+#include "engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "core/error.h"
+
+namespace tessera::engine {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool contains(const std::vector<int32_t>& v, int32_t t) { return std::find(v.begin(), v.end(), t) != v.end(); }
+
+void validate(const Request& r, int64_t vocab, int64_t max_model_len, int64_t pool_tokens) {
+  const auto& p = r.params;
+  const std::string& id = r.id;
+  TESSERA_CHECK(!r.prompt.empty(), "request '{}': the prompt is empty", id);
+  for (int32_t t : r.prompt)
+    TESSERA_CHECK(t >= 0 && t < vocab, "request '{}': prompt token id {} is outside the vocabulary [0, {})", id, t, vocab);
+  TESSERA_CHECK(p.n >= 1, "request '{}': n must be >= 1, got {}", id, p.n);
+  TESSERA_CHECK(p.max_tokens >= 1, "request '{}': max_tokens must be >= 1, got {}", id, p.max_tokens);
+  TESSERA_CHECK(p.min_tokens >= 0 && p.min_tokens <= p.max_tokens,
+                "request '{}': min_tokens must be in [0, max_tokens = {}], got {}", id, p.max_tokens, p.min_tokens);
+  TESSERA_CHECK(p.temperature >= 0.0f, "request '{}': temperature must be >= 0, got {}", id, p.temperature);
+  TESSERA_CHECK(p.top_p > 0.0f && p.top_p <= 1.0f, "request '{}': top_p must be in (0, 1], got {}", id, p.top_p);
+  TESSERA_CHECK(p.top_k >= -1, "request '{}': top_k must be -1, 0 (off) or positive, got {}", id, p.top_k);
+  TESSERA_CHECK(p.min_p >= 0.0f && p.min_p <= 1.0f, "request '{}': min_p must be in [0, 1], got {}", id, p.min_p);
+  TESSERA_CHECK(p.repetition_penalty > 0.0f, "request '{}': repetition_penalty must be > 0, got {}", id,
+                p.repetition_penalty);
+  if (p.budgeted_region) {
+    TESSERA_CHECK(!p.budgeted_region->end_ids.empty(), "request '{}': the budgeted region needs end token ids", id);
+    TESSERA_CHECK(p.budgeted_region->budget >= 0, "request '{}': the region budget must be >= 0", id);
+  }
+  const int64_t prompt = static_cast<int64_t>(r.prompt.size()), total = prompt + p.max_tokens;
+  TESSERA_CHECK(total <= max_model_len,
+                "request '{}': prompt ({} tokens) + max_tokens ({}) = {} exceeds max_model_len {} "
+                "(raise --max-model-len / --kv-cache-bytes or lower max_tokens)",
+                id, prompt, p.max_tokens, total, max_model_len);
+  TESSERA_CHECK(total <= pool_tokens,
+                "request '{}': prompt ({} tokens) + max_tokens ({}) = {} does not fit the KV cache of {} tokens "
+                "(raise --kv-cache-bytes)",
+                id, prompt, p.max_tokens, total, pool_tokens);
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kNone: break;
+  }
+  return "none";
+}
+
+Engine::Engine(model::Model& model, model::KvCache cache, EngineConfig config)
+    : model_(model),
+      cache_(std::move(cache)),
+      config_(config),
+      blocks_(cache_.num_pages(), cache_.page_size(), config.enable_prefix_caching),
+      scheduler_({config.max_num_batched_tokens, config.max_num_seqs}, blocks_) {
+  const int64_t pool_tokens = cache_.num_pages() * cache_.page_size();
+  const int64_t model_max = model_.config().max_position_embeddings;
+  if (config_.max_model_len <= 0) config_.max_model_len = std::min(pool_tokens, model_max);
+  TESSERA_CHECK(config_.max_model_len <= model_max, "max_model_len {} exceeds the model's max_position_embeddings {}",
+                config_.max_model_len, model_max);
+  metrics_.kv_pages_total = cache_.num_pages();
+}
+
+Engine::~Engine() { stop(); }
+
+OutputStreamPtr Engine::submit(Request request) {
+  validate(request, model_.config().vocab_size, config_.max_model_len, cache_.num_pages() * cache_.page_size());
+  auto state = std::make_unique<RequestState>();
+  state->stream = std::make_shared<OutputStream>();
+  state->request = std::move(request);
+  OutputStreamPtr stream = state->stream;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TESSERA_CHECK(!submitted_ids_.contains(state->request.id), "request id '{}' is already in use",
+                  state->request.id);
+    submitted_ids_[state->request.id] = 1;
+    incoming_.push_back(std::move(state));
+  }
+  cv_.notify_all();
+  return stream;
+}
+
+void Engine::abort(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborts_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+void Engine::take_incoming() {
+  std::deque<std::unique_ptr<RequestState>> incoming;
+  std::vector<std::string> aborts;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    incoming.swap(incoming_);
+    aborts.swap(aborts_);
+  }
+  for (auto& state : incoming) {
+    const auto& p = state->request.params;
+    const uint64_t base_seed = p.seed ? *p.seed : std::random_device{}() * 0x100000001ull;
+    for (int64_t i = 0; i < p.n; ++i) {
+      // Samples of one request draw from different streams; sample 0 uses the seed as given.
+      auto seq = std::make_unique<Sequence>(state.get(), i, next_order_++, state->request.prompt,
+                                            base_seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull);
+      if (p.budgeted_region) seq->budget = BudgetTracker(*p.budgeted_region, state->request.prompt);
+      if (i > 0) seq->wait_for = state->samples[0].get();
+      state->samples.push_back(std::move(seq));
+    }
+    state->unfinished = p.n;
+    for (auto& seq : state->samples) scheduler_.add(seq.get());
+    std::string id = state->request.id;
+    live_[id] = std::move(state);
+  }
+  for (const auto& id : aborts) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    RequestState* state = it->second.get();
+    for (auto& seq : state->samples)
+      if (seq->status != SeqStatus::kFinished) finish(seq.get(), FinishReason::kAbort, std::nullopt);
+  }
+}
+
+void Engine::finish(Sequence* seq, FinishReason reason, std::optional<SampledToken> token) {
+  seq->status = SeqStatus::kFinished;
+  scheduler_.remove(seq);
+  RequestState* state = seq->request;
+  RequestOutput out;
+  out.index = seq->index;
+  out.token = std::move(token);
+  out.finish = reason;
+  out.prompt_tokens = seq->prompt_len;
+  out.cached_prompt_tokens = std::max<int64_t>(seq->cached_prompt_tokens, 0);
+  state->stream->push(std::move(out));
+  if (--state->unfinished > 0) return;
+  state->stream->close();
+  const std::string id = state->request.id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    submitted_ids_.erase(id);
+  }
+  ++finished_;
+  live_.erase(id);  // destroys `seq`
+}
+
+void Engine::process_chunk_result(Sequence* seq, const float* logits, int64_t vocab) {
+  const SamplingParams& p = seq->request->request.params;
+  std::vector<int32_t> masked;
+  if (seq->num_generated() < p.min_tokens) {
+    masked = p.stop_token_ids;
+    if (!p.ignore_eos) masked.insert(masked.end(), p.eos_token_ids.begin(), p.eos_token_ids.end());
+  }
+  SampleContext ctx;
+  ctx.prompt = std::span<const int32_t>(seq->tokens.data(), static_cast<size_t>(seq->prompt_len));
+  ctx.generated = std::span<const int32_t>(seq->tokens.data() + seq->prompt_len, static_cast<size_t>(seq->num_generated()));
+  ctx.masked = masked;
+  ctx.forced = p.budgeted_region ? seq->budget.forced_token() : -1;
+  SampledToken tok = sample_token(std::span<const float>(logits, static_cast<size_t>(vocab)), p, ctx, seq->rng);
+  seq->tokens.push_back(tok.token);
+  seq->budget.observe(tok.token);
+
+  FinishReason reason = FinishReason::kNone;
+  const bool is_stop = contains(p.stop_token_ids, tok.token) || (!p.ignore_eos && contains(p.eos_token_ids, tok.token));
+  if (is_stop && seq->num_generated() > p.min_tokens - 1 && !tok.forced) reason = FinishReason::kStop;
+  else if (seq->num_generated() >= p.max_tokens || static_cast<int64_t>(seq->tokens.size()) >= config_.max_model_len)
+    reason = FinishReason::kLength;
+  if (reason != FinishReason::kNone) {
+    finish(seq, reason, std::move(tok));
+    return;
+  }
+  RequestOutput out;
+  out.index = seq->index;
+  out.token = std::move(tok);
+  out.prompt_tokens = seq->prompt_len;
+  out.cached_prompt_tokens = std::max<int64_t>(seq->cached_prompt_tokens, 0);
+  seq->request->stream->push(std::move(out));
+}
+
+void Engine::fail_all(const std::string& why) {
+  spdlog::error("engine step failed, aborting {} requests: {}", live_.size(), why);
+  std::vector<Sequence*> seqs;
+  for (auto& [id, state] : live_)
+    for (auto& seq : state->samples)
+      if (seq->status != SeqStatus::kFinished) seqs.push_back(seq.get());
+  for (Sequence* s : seqs) finish(s, FinishReason::kAbort, std::nullopt);
+}
+
+bool Engine::step() {
+  const double t0 = now_seconds();
+  take_incoming();
+  std::vector<ScheduledChunk> plan = scheduler_.schedule();
+  int64_t generated = 0;
+  if (!plan.empty()) {
+    model::StepBatch batch;
+    for (const auto& c : plan) {
+      Sequence* s = c.seq;
+      batch.token_ids.insert(batch.token_ids.end(), s->tokens.begin() + s->num_computed,
+                             s->tokens.begin() + s->num_computed + c.num_tokens);
+      model::SequenceStep ss;
+      ss.start_pos = s->num_computed;
+      ss.num_tokens = c.num_tokens;
+      ss.block_table.assign(s->block_table.begin(),
+                            s->block_table.begin() + model::pages_for_tokens(s->num_computed + c.num_tokens, cache_.page_size()));
+      batch.seqs.push_back(std::move(ss));
+      if (s->num_computed < s->prompt_len) prompt_tokens_computed_ += std::min(c.num_tokens, s->prompt_len - s->num_computed);
+    }
+    try {
+      core::Tensor logits_t = model_.forward(batch, cache_);
+      const std::vector<float> logits = model_.ops().to_host_f32(logits_t);
+      const int64_t vocab = logits_t.dim(1);
+      for (size_t i = 0; i < plan.size(); ++i) {
+        scheduler_.on_computed(plan[i]);
+        Sequence* s = plan[i].seq;
+        if (s->num_pending() == 0) {  // the chunk reached the end: this row predicts the next token
+          process_chunk_result(s, logits.data() + static_cast<int64_t>(i) * vocab, vocab);
+          ++generated;
+        }
+      }
+    } catch (const std::exception& e) {
+      fail_all(e.what());
+    }
+  }
+  ++steps_;
+  generated_tokens_ += generated;
+  update_metrics(now_seconds() - t0, generated);
+  std::lock_guard<std::mutex> lock(mutex_);
+  return has_work_locked();
+}
+
+bool Engine::has_work_locked() const {
+  return !incoming_.empty() || !aborts_.empty() || scheduler_.num_waiting() > 0 || scheduler_.num_running() > 0;
+}
+
+void Engine::update_metrics(double, int64_t generated) {
+  const double now = now_seconds();
+  recent_.emplace_back(now, generated);
+  while (recent_.size() > 1 && now - recent_.front().first > 5.0) recent_.pop_front();
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  EngineMetrics& m = metrics_;
+  m.waiting = scheduler_.num_waiting();
+  m.running = scheduler_.num_running();
+  m.kv_pages_used = blocks_.num_used();
+  m.kv_pages_cached_idle = blocks_.num_cached_idle();
+  m.kv_pages_total = blocks_.num_pages();
+  const auto& st = scheduler_.stats();
+  m.prefix_query_tokens = st.prefix_query_tokens;
+  m.prefix_hit_tokens = st.prefix_hit_tokens;
+  m.prefix_hit_rate = st.prefix_query_tokens > 0 ? static_cast<double>(st.prefix_hit_tokens) / st.prefix_query_tokens : 0;
+  m.preemptions = st.preemptions;
+  m.prompt_tokens_computed = prompt_tokens_computed_;
+  m.generated_tokens = generated_tokens_;
+  m.steps = steps_;
+  m.requests_finished = finished_;
+  int64_t window_tokens = 0;
+  for (size_t i = 1; i < recent_.size(); ++i) window_tokens += recent_[i].second;
+  const double span = recent_.back().first - recent_.front().first;
+  m.tokens_per_second = span > 0 ? window_tokens / span : 0;
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  EngineMetrics m = metrics_;
+  std::lock_guard<std::mutex> lock2(mutex_);
+  m.waiting += static_cast<int64_t>(incoming_.size());
+  return m;
+}
+
+void Engine::start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TESSERA_CHECK(!thread_.joinable(), "engine already started");
+  stop_ = false;
+  thread_ = std::thread([this] { run_loop(); });
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::run_loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || has_work_locked(); });
+      if (stop_) return;
+    }
+    step();
+  }
+}
+
+}  // namespace tessera::engine

@@ -1,0 +1,116 @@
+// The engine: continuous batching of many requests over one model and one paged KV cache. It only
+// uses Model::forward and KvCache, so the same code drives the CPU and CUDA backends.
+//
+// Threading: submit() and abort() may be called from any thread. The step loop runs either on the
+// engine's own thread (start()/stop()) or, in tests, by calling step() directly; never both.
+// Everything else (sequences, scheduler, block manager) is touched only by the stepping thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+
+namespace tessera::engine {
+
+struct EngineConfig {
+  int64_t max_num_batched_tokens = 2048;  // tokens per step (prefill chunks + decodes)
+  int64_t max_num_seqs = 256;             // sequences per step
+  int64_t max_model_len = 0;              // 0: what the KV pool holds, capped by the model
+  bool enable_prefix_caching = true;
+};
+
+// Counters for metrics; a snapshot taken at the end of the last step.
+struct EngineMetrics {
+  int64_t waiting = 0;               // queue depth
+  int64_t running = 0;
+  int64_t kv_pages_used = 0;         // referenced by sequences
+  int64_t kv_pages_cached_idle = 0;  // unreferenced but kept for prefix reuse
+  int64_t kv_pages_total = 0;
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  double prefix_hit_rate = 0;        // hit / query prompt tokens
+  int64_t preemptions = 0;
+  int64_t prompt_tokens_computed = 0;
+  int64_t generated_tokens = 0;
+  int64_t steps = 0;
+  int64_t requests_finished = 0;
+  double tokens_per_second = 0;      // generated tokens over the last few seconds
+};
+
+struct RequestState {
+  Request request;
+  OutputStreamPtr stream;
+  std::vector<std::unique_ptr<Sequence>> samples;
+  int64_t unfinished = 0;
+};
+
+class Engine {
+ public:
+  Engine(model::Model& model, model::KvCache cache, EngineConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request. Throws core::Error at once (with the numbers) for a request
+  // that can never run: bad parameters, or prompt + max_tokens beyond max_model_len or the pool.
+  OutputStreamPtr submit(Request request);
+  // Aborts a live request (no-op for unknown ids); its pages are freed at the next step.
+  void abort(const std::string& id);
+
+  // One scheduling step + forward + sampling. Returns whether work remains.
+  bool step();
+  // Runs step() on the engine thread until stop().
+  void start();
+  void stop();
+
+  EngineMetrics metrics() const;
+  const EngineConfig& config() const { return config_; }
+  int64_t num_pages() const { return blocks_.num_pages(); }
+  // Empty when no KV page is referenced; only meaningful while the engine is idle.
+  std::string leak_report() const { return blocks_.leak_report(); }
+  int64_t page_ref_count(int32_t page) const { return blocks_.ref_count(page); }
+
+ private:
+  void take_incoming();
+  void finish(Sequence* seq, FinishReason reason, std::optional<SampledToken> token);
+  void process_chunk_result(Sequence* seq, const float* logits, int64_t vocab);
+  void fail_all(const std::string& why);
+  void update_metrics(double step_seconds, int64_t generated);
+  bool has_work_locked() const;
+  void run_loop();
+
+  model::Model& model_;
+  model::KvCache cache_;
+  EngineConfig config_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  uint64_t next_order_ = 0;
+  std::unordered_map<std::string, std::unique_ptr<RequestState>> live_;  // engine thread only
+
+  mutable std::mutex mutex_;  // guards incoming_, aborts_, submitted_ids_, stop_
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<RequestState>> incoming_;
+  std::vector<std::string> aborts_;
+  std::unordered_map<std::string, int> submitted_ids_;  // ids not yet finished, for duplicates
+  bool stop_ = false;
+  std::thread thread_;
+
+  mutable std::mutex metrics_mutex_;
+  EngineMetrics metrics_;
+  std::deque<std::pair<double, int64_t>> recent_;  // (time, generated) per step, for tokens/s
+  int64_t prompt_tokens_computed_ = 0, generated_tokens_ = 0, steps_ = 0, finished_ = 0;
+};
+
+}  // namespace tessera::engine

@@ -1,0 +1,87 @@
+#include "engine/memory_plan.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace tessera::engine {
+
+uint64_t parse_bytes(const std::string& text, const std::string& flag) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + i, value);
+  std::string unit = text.substr(i);
+  std::erase(unit, ' ');
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (i == 0 || ec != std::errc() || ptr != text.data() + i)
+    core::fail("{}: expected a size such as 2GiB, 512MiB or 1000000, got '{}'", flag, text);
+  double mul = 1;
+  if (unit.empty() || unit == "b") mul = 1;
+  else if (unit == "k" || unit == "kb") mul = 1e3;
+  else if (unit == "m" || unit == "mb") mul = 1e6;
+  else if (unit == "g" || unit == "gb") mul = 1e9;
+  else if (unit == "t" || unit == "tb") mul = 1e12;
+  else if (unit == "kib") mul = 1024.0;
+  else if (unit == "mib") mul = 1024.0 * 1024;
+  else if (unit == "gib") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "tib") mul = 1024.0 * 1024 * 1024 * 1024;
+  else core::fail("{}: unknown unit '{}' in '{}' (use B, KB, MB, GB, KiB, MiB, GiB)", flag, unit, text);
+  return static_cast<uint64_t>(std::floor(value * mul));
+}
+
+MemoryPlan plan_memory(const MemoryPlanInput& in) {
+  TESSERA_CHECK(in.bytes_per_token > 0 && in.page_size > 0, "memory plan: bytes per token and page size must be set");
+  MemoryPlan plan;
+  if (in.kv_cache_bytes) {
+    plan.kv_bytes = *in.kv_cache_bytes;
+    plan.kv_bytes_source = "--kv-cache-bytes";
+  } else if (in.device_free_bytes) {
+    plan.kv_bytes = static_cast<uint64_t>(static_cast<double>(*in.device_free_bytes) * in.memory_fraction);
+    plan.kv_bytes_source = fmt::format("{:.0f}% of {} free device bytes", in.memory_fraction * 100, *in.device_free_bytes);
+  } else {
+    plan.kv_bytes = in.default_kv_cache_bytes;
+    plan.kv_bytes_source = "default";
+  }
+  const uint64_t page_bytes = in.bytes_per_token * static_cast<uint64_t>(in.page_size);
+  plan.num_pages = static_cast<int64_t>(plan.kv_bytes / page_bytes);
+  TESSERA_CHECK(plan.num_pages > 0, "KV cache of {} bytes ({}) holds no page of {} tokens ({} bytes); raise --kv-cache-bytes",
+                plan.kv_bytes, plan.kv_bytes_source, in.page_size, page_bytes);
+  plan.token_capacity = plan.num_pages * in.page_size;
+  const int64_t model_max = in.max_position_embeddings > 0 ? in.max_position_embeddings : plan.token_capacity;
+  if (in.max_model_len.empty() || in.max_model_len == "auto") {
+    plan.max_model_len = std::min(plan.token_capacity, model_max);
+    plan.max_model_len_source = plan.max_model_len == model_max ? "auto: the model's max_position_embeddings"
+                                                                : "auto: one sequence filling the KV cache";
+    spdlog::info("max model length {} tokens ({}; KV cache holds {} tokens, model allows {})", plan.max_model_len,
+                 plan.max_model_len_source, plan.token_capacity, model_max);
+  } else {
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(in.max_model_len.data(), in.max_model_len.data() + in.max_model_len.size(), v);
+    TESSERA_CHECK(ec == std::errc() && ptr == in.max_model_len.data() + in.max_model_len.size() && v > 0,
+                  "--max-model-len: expected 'auto' or a positive number of tokens, got '{}'", in.max_model_len);
+    TESSERA_CHECK(v <= model_max, "--max-model-len {} exceeds the model's max_position_embeddings {}", v, model_max);
+    TESSERA_CHECK(v <= plan.token_capacity,
+                  "--max-model-len {} does not fit the KV cache: {} bytes hold {} tokens ({} pages of {}); raise "
+                  "--kv-cache-bytes to at least {} bytes or lower --max-model-len",
+                  v, plan.kv_bytes, plan.token_capacity, plan.num_pages, in.page_size,
+                  static_cast<uint64_t>((v + in.page_size - 1) / in.page_size) * page_bytes);
+    plan.max_model_len = v;
+    plan.max_model_len_source = "--max-model-len";
+  }
+  return plan;
+}
+
+std::string MemoryPlan::describe() const {
+  return fmt::format("KV cache {:.1f} MiB ({}): {} pages, {} tokens; max model length {} ({})",
+                     static_cast<double>(kv_bytes) / (1024.0 * 1024.0), kv_bytes_source, num_pages, token_capacity,
+                     max_model_len, max_model_len_source);
+}
+
+}  // namespace tessera::engine

@@ -1,0 +1,40 @@
+// The KV memory plan, resolved once at start-up (DESIGN.md "Configuration resolution"): how many
+// bytes the KV pool gets, how many pages and tokens that is, and the max model length. The CPU
+// backend sizes the pool from --kv-cache-bytes; a CUDA backend fills `device_free_bytes` (after
+// loading weights and measuring activations) and may use `memory_fraction` instead.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tessera::engine {
+
+struct MemoryPlanInput {
+  std::optional<uint64_t> kv_cache_bytes;  // --kv-cache-bytes; wins over the fraction
+  std::optional<uint64_t> device_free_bytes;  // free device memory, filled by a GPU backend
+  double memory_fraction = 0.9;               // of device_free_bytes, when kv_cache_bytes is unset
+  uint64_t default_kv_cache_bytes = 256ull << 20;  // CPU default when neither applies
+  uint64_t bytes_per_token = 0;               // KvCache::bytes_per_token for this model/dtype
+  int64_t page_size = 64;
+  int64_t max_position_embeddings = 0;
+  std::string max_model_len = "auto";         // --max-model-len: "auto" or a number of tokens
+};
+
+struct MemoryPlan {
+  uint64_t kv_bytes = 0;
+  std::string kv_bytes_source;  // "--kv-cache-bytes", "memory fraction", "default"
+  int64_t num_pages = 0;
+  int64_t token_capacity = 0;   // num_pages * page_size
+  int64_t max_model_len = 0;
+  std::string max_model_len_source;
+  std::string describe() const;
+};
+
+// "2GiB", "512MiB", "1.5G", "1000000" (bytes). Throws core::Error naming `flag` on anything else.
+uint64_t parse_bytes(const std::string& text, const std::string& flag = "--kv-cache-bytes");
+
+// Throws core::Error when the pool holds no page or an explicit max_model_len cannot fit.
+MemoryPlan plan_memory(const MemoryPlanInput& in);
+
+}  // namespace tessera::engine

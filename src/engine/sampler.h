@@ -1,0 +1,52 @@
+// Turns one row of logits into a token. Every step of the pipeline is a separate function so the
+// tests can check each transform on hand-made logits:
+//   1. apply_penalties: repetition (prompt + generated; HF/CTRL rule: positive logits divided by
+//      r, negative multiplied by r), then frequency (count in generated) and presence (once if in
+//      generated) subtracted, as vLLM does;
+//   2. mask_tokens: ids set to -inf (min_tokens hides stop ids and EOS);
+//   3. temperature: logits / T (greedy, T == 0, stops here and takes the first argmax);
+//   4. apply_truncation: min_p (keep p >= min_p * p_max), then top_k, then top_p (smallest set of
+//      most likely tokens whose mass reaches top_p); pruned tokens become -inf;
+//   5. a draw from the request's RNG (one uniform per drawn token, so batching cannot change it).
+// Logprobs are the log-softmax of the final distribution that was sampled from: after steps 1-4
+// (for greedy: after steps 1-2, temperature 1, no truncation). Pruned tokens have -inf.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sampling_params.h"
+
+namespace tessera::engine {
+
+// Per-sample random stream; a fixed seed gives a fixed sequence of draws.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : gen_(seed) {}
+  double uniform() { return static_cast<double>(gen_() >> 11) * 0x1.0p-53; }  // [0, 1)
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+void apply_penalties(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
+                     std::span<const int32_t> generated);
+void mask_tokens(std::span<float> logits, std::span<const int32_t> ids);
+// `logits` already divided by the temperature.
+void apply_truncation(std::span<float> logits, const SamplingParams& p);
+// In-place log-softmax (-inf stays -inf).
+void log_softmax(std::span<float> logits);
+
+struct SampleContext {
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> generated;
+  std::span<const int32_t> masked;  // ids that may not be drawn this step
+  int32_t forced = -1;              // >= 0: emit this token instead of drawing
+};
+
+SampledToken sample_token(std::span<const float> logits, const SamplingParams& p, const SampleContext& ctx, Rng& rng);
+
+}  // namespace tessera::engine
