@@ -1,6 +1,6 @@
 // HF tokenizers pre-tokenizers (the subset byte-level BPE models use): Sequence, Split (regex or
 // literal; behaviours Removed / Isolated / MergedWithPrevious / MergedWithNext / Contiguous;
-// invert), ByteLevel (add_prefix_space, use_regex with the GPT-2 pattern), Whitespace-free.
+// invert), ByteLevel (add_prefix_space, use_regex with the GPT-2 pattern).
 // Pieces are views into the input text or into strings kept alive by an Arena.
 #pragma once
 
