@@ -119,8 +119,8 @@ int run(const BenchArgs& a) {
   row("TTFT", ttft);
   row("ITL", itl);
   row("request latency", e2e);
-  fmt::print("engine: {} steps, {} preemptions, prefix hit rate {:.1f}%, peak-free KV pages {}/{}\n", met.steps,
-             met.preemptions, met.prefix_hit_rate * 100, met.kv_pages_used, met.kv_pages_total);
+  fmt::print("engine: {} steps, {} preemptions, prefix hit rate {:.1f}%, KV pages in use at the end {}/{} (idle cached {})\n", met.steps,
+             met.preemptions, met.prefix_hit_rate * 100, met.kv_pages_used, met.kv_pages_total, met.kv_pages_cached_idle);
   return 0;
 }
 
