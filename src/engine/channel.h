@@ -51,8 +51,9 @@ class Channel {
 
  private:
   std::optional<T> take_locked() {
-    if (items_.empty()) return std::nullopt;
-    T v = std::move(items_.front());
+    std::optional<T> v;
+    if (items_.empty()) return v;
+    v.emplace(std::move(items_.front()));
     items_.pop_front();
     return v;
   }

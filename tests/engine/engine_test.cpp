@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -158,7 +160,7 @@ TEST_F(EngineTest, PreemptionRecomputesAndEveryRequestGetsItsOwnTokens) {
   // 4 requests of 100 + 100 tokens (4 pages each) on a pool of 8 pages.
   std::vector<Request> reqs;
   for (int i = 0; i < 4; ++i) {
-    reqs.push_back(sampled_request("p" + std::to_string(i), random_ids(100, 10 + i), 100, 100 + i));
+    reqs.push_back(sampled_request(fmt::format("p{}", i), random_ids(100, 10 + i), 100, 100 + i));
     reqs.back().params.ignore_eos = true;
   }
   auto e = make_engine(8);
@@ -273,7 +275,7 @@ TEST_F(EngineTest, ThirtyTwoConcurrentSeededRequestsEqualEachAlone) {
   for (int i = 0; i < 32; ++i) {
     auto prompt = random_ids(5 + static_cast<int64_t>(rng() % 70), 500 + i);
     if (i % 2 == 0) prompt.insert(prompt.begin(), common.begin(), common.end());
-    Request r = sampled_request("r" + std::to_string(i), prompt, 12 + static_cast<int64_t>(rng() % 8), 1000 + i);
+    Request r = sampled_request(fmt::format("r{}", i), prompt, 12 + static_cast<int64_t>(rng() % 8), 1000 + i);
     if (i % 3 == 0) r.params.top_p = 0.9f;
     if (i % 4 == 0) r.params.top_k = 50;
     if (i % 5 == 0) r.params.frequency_penalty = 0.5f;
