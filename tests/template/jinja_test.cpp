@@ -70,7 +70,7 @@ TEST(Statements, ForLoopVariables) {
   EXPECT_EQ(render("{% for x in 'abc' %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}{{ loop.last }}{{ loop.length }}|{% endfor %}"),
             "103TrueFalse3|212FalseFalse3|321FalseTrue3|");
   EXPECT_EQ(render("{% for x in [1,2,3] %}{{ loop.previtem }}-{{ loop.nextitem }},{% endfor %}"), "-2,1-3,2-,");
-  EXPECT_EQ(render("{% for x in [1,2] %}{% for y in [3] %}{{ loop.depth }}{% endfor %}{{ loop.depth }}{% endfor %}"), "2121");
+  EXPECT_EQ(render("{% for x in [1,2] %}{% for y in [3] %}{{ loop.depth }}{% endfor %}{{ loop.depth }}{% endfor %}"), "1111");
   EXPECT_EQ(render("{% for x in ['a','b','c'] %}{{ loop.cycle('o', 'e') }}{% endfor %}"), "oeo");
 }
 

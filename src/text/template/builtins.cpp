@@ -183,7 +183,7 @@ std::string py_format(Interpreter& in, const std::string& fmt, Args& args) {
       if (field.empty()) {
         v = args.get(auto_index++, nullptr);
       } else if (field[0] >= '0' && field[0] <= '9') {
-        v = args.get(static_cast<size_t>(std::atoi(field.c_str())), nullptr);
+        v = args.get(static_cast<size_t>(std::strtoull(field.c_str(), nullptr, 10)), nullptr);
       } else {
         v = args.get(SIZE_MAX, field.c_str());
       }
@@ -277,6 +277,7 @@ std::string percent_format(Interpreter& in, const std::string& fmt, const Value&
       out += py_repr(v, &in.heap());
     } else if (c == 'd' || c == 'i') {
       if (!v.is_number()) type_error(std::string("%d format: a real number is required, not ") + type_name(v));
+      if (v.kind == Kind::Float && !(std::fabs(v.f) < 9.2e18)) throw TemplateError("OverflowError: cannot convert float to integer");
       out += std::to_string(v.kind == Kind::Float ? static_cast<int64_t>(std::trunc(v.f)) : v.as_int());
     } else if (c == 'f') {
       if (!v.is_number()) type_error("must be real number, not " + std::string(type_name(v)));

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cfenv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "text/template/error.h"
@@ -68,7 +69,7 @@ Value attr_path(Interpreter& in, const Value& v, const Value& attribute) {
     size_t q = path.find('.', p);
     std::string part = path.substr(p, q == std::string::npos ? std::string::npos : q - p);
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    cur = numeric ? in.get_item(cur, Value::integer(std::atoll(part.c_str()))) : in.get_item(cur, Value::string(part));
+    cur = numeric ? in.get_item(cur, Value::integer(std::strtoll(part.c_str(), nullptr, 10))) : in.get_item(cur, Value::string(part));
     if (q == std::string::npos) break;
     p = q + 1;
   }
@@ -176,8 +177,13 @@ Value do_round(const Value& v, int64_t precision, const std::string& method) {
     r = std::ceil(x * scale) / scale;
   } else if (method == "floor") {
     r = std::floor(x * scale) / scale;
+  } else if (precision >= 0 && std::isfinite(x) && std::fabs(x) < 1e300) {
+    // Python's round() rounds the exact binary value to `precision` decimals, ties to even
+    // (round(2.675, 2) == 2.67); glibc's printf does exactly that.
+    char buf[400];
+    std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(precision), x);
+    r = std::strtod(buf, nullptr);
   } else {
-    // Python's round() rounds half to even.
     const int saved = std::fegetround();
     std::fesetround(FE_TONEAREST);
     r = std::nearbyint(x * scale) / scale;

@@ -199,8 +199,7 @@ void Interpreter::exec_for(const Stmt& st, Scope* s, std::string& out) {
   Value list = heap_.new_list(std::move(items));
   loop->items = list.list();
   Value loop_value = Value::object(Kind::Loop, loop);
-  if (Value* outer = s->find("loop"); outer && outer->kind == Kind::Loop)
-    loop->depth0 = outer->loop()->depth0 + 1;
+  // loop.depth counts recursion levels of `recursive` loops only, so it is 1 here even when nested.
   const size_t n = loop->items->items.size();
   for (size_t k = 0; k < n; ++k) {
     heap_.charge(1);
