@@ -9,6 +9,7 @@ packages=(
   clang libclang-rt-dev            # libFuzzer and the sanitizers for the fuzz targets
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libicu-dev                       # NFC normalisation for tokenizer.json normalizers
   python3
 )
 

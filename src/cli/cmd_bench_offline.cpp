@@ -124,11 +124,10 @@ int run(const BenchArgs& a) {
   return 0;
 }
 
-CommandRegistration reg{{"bench", "benchmarks of the engine",
+CommandRegistration reg{{"offline", "throughput and latency of the engine on random prompts",
                          [](CLI::App& app) {
                            auto a = std::make_shared<BenchArgs>();
-                           app.require_subcommand(1);
-                           CLI::App* off = app.add_subcommand("offline", "throughput and latency on random prompts");
+                           CLI::App* off = &app;
                            a->model.add_to(*off);
                            a->engine.add_to(*off);
                            off->add_option("--num-requests", a->num_requests, "requests to run")->capture_default_str();
@@ -137,7 +136,8 @@ CommandRegistration reg{{"bench", "benchmarks of the engine",
                            off->add_option("--concurrency", a->concurrency, "requests in flight (0 = all)")->capture_default_str();
                            off->add_option("--seed", a->seed, "seed of the random prompts and of sampling")->capture_default_str();
                            return [a] { return run(*a); };
-                         }}};
+                         },
+                         "bench"}};
 
 }  // namespace
 }  // namespace tessera::cli

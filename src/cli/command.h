@@ -17,6 +17,8 @@ struct Command {
   // Adds the subcommand's options to `sub` and returns the action to run when it was chosen.
   // The action returns the process exit code.
   std::function<std::function<int()>(CLI::App& sub)> setup;
+  // Non-empty for a subcommand of another command (e.g. "bench" for `tessera bench offline`).
+  std::string parent = {};
 };
 
 std::vector<Command>& command_registry();

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <memory>
 
 #include "cli/command.h"
@@ -24,12 +25,29 @@ int main(int argc, char** argv) {
   auto& registry = cli::command_registry();
   std::sort(registry.begin(), registry.end(),
             [](const cli::Command& a, const cli::Command& b) { return a.name < b.name; });
-  std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
+  // Parents first, then their subcommands; children's actions come first in `actions` so that
+  // the most specific parsed command runs.
+  std::vector<std::pair<CLI::App*, std::function<int()>>> actions, parent_actions;
+  std::map<std::string, CLI::App*> apps;
   for (auto& c : registry) {
+    if (!c.parent.empty()) continue;
     CLI::App* sub = app.add_subcommand(c.name, c.help);
+    sub->fallthrough();
+    apps[c.name] = sub;
+    parent_actions.emplace_back(sub, c.setup(*sub));
+  }
+  for (auto& c : registry) {
+    if (c.parent.empty()) continue;
+    auto it = apps.find(c.parent);
+    if (it == apps.end()) {
+      std::fprintf(stderr, "internal error: subcommand '%s' of unknown command '%s'\n", c.name.c_str(), c.parent.c_str());
+      return 2;
+    }
+    CLI::App* sub = it->second->add_subcommand(c.name, c.help);
     sub->fallthrough();
     actions.emplace_back(sub, c.setup(*sub));
   }
+  actions.insert(actions.end(), parent_actions.begin(), parent_actions.end());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

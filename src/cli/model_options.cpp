@@ -8,6 +8,7 @@ namespace tessera::cli {
 
 void ModelOptions::add_to(CLI::App& app) {
   app.add_option("--model", model_dir, "checkpoint directory (config.json + safetensors)")->required();
+  app.add_option("--device", device, "cpu (fp32 reference) or cuda")->capture_default_str();
   app.add_option("--kv-cache-dtype", kv_cache_dtype,
                  "KV cache element type: auto (checkpoint hint if supported, else backend default), fp32, bf16, fp8")
       ->capture_default_str();
@@ -17,6 +18,7 @@ void ModelOptions::add_to(CLI::App& app) {
 
 model::LoadOptions ModelOptions::load_options() const {
   model::LoadOptions o;
+  o.device = device;
   o.kv_cache_dtype = kv_cache_dtype;
   if (latent_norm_eps >= 0) o.latent_norm_eps = latent_norm_eps;
   return o;

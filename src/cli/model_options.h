@@ -13,6 +13,7 @@ namespace tessera::cli {
 
 struct ModelOptions {
   std::string model_dir;
+  std::string device = "cpu";
   std::string kv_cache_dtype = "auto";
   double latent_norm_eps = -1;  // < 0: the reference default
 

@@ -20,8 +20,15 @@ Tensor Tensor::zeros(DType dtype, Shape shape) {
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   size_t bytes = t.nbytes();
-  t.storage_ = std::shared_ptr<uint8_t[]>(new uint8_t[bytes > 0 ? bytes : 1]());
-  t.data_ = t.storage_.get();
+  auto* mem = new uint8_t[bytes > 0 ? bytes : 1]();
+  t.storage_ = std::shared_ptr<void>(mem, [](void* p) { delete[] static_cast<uint8_t*>(p); });
+  t.data_ = mem;
+  return t;
+}
+
+Tensor Tensor::adopt(DType dtype, Shape shape, void* data, Device device, std::shared_ptr<void> owner) {
+  Tensor t = view(dtype, std::move(shape), data, device);
+  t.storage_ = std::move(owner);
   return t;
 }
 

@@ -28,6 +28,8 @@ class Tensor {
   static Tensor zeros(DType dtype, Shape shape);
   // A non-owning view of `data`.
   static Tensor view(DType dtype, Shape shape, void* data, Device device = Device::kCpu);
+  // A tensor over `data` kept alive by `owner` (e.g. device memory with its own deleter).
+  static Tensor adopt(DType dtype, Shape shape, void* data, Device device, std::shared_ptr<void> owner);
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
@@ -56,7 +58,7 @@ class Tensor {
   Shape shape_;
   Device device_ = Device::kCpu;
   void* data_ = nullptr;
-  std::shared_ptr<uint8_t[]> storage_;
+  std::shared_ptr<void> storage_;
 };
 
 }  // namespace tessera::core

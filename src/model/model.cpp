@@ -6,8 +6,26 @@
 #include "io/json_file.h"
 #include "model/deepseek_v3.h"
 #include "ops/cpu/cpu_ops.h"
+#ifdef TESSERA_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
 
 namespace tessera::model {
+
+std::unique_ptr<ops::Ops> make_backend(const std::string& device) {
+  if (device == "cpu") return std::make_unique<ops::cpu::CpuOps>();
+  if (device == "cuda") {
+#ifdef TESSERA_HAVE_CUDA
+    auto ops = ops::cuda::make_cuda_ops();
+    spdlog::info("backend: cuda on {}", ops::cuda::device_description());
+    return ops;
+#else
+    core::fail("--device cuda: this build of tessera has no CUDA backend (nvcc was not found at configure time, "
+               "or TESSERA_CUDA=OFF); rebuild with the 'release' preset on a machine with the CUDA toolkit");
+#endif
+  }
+  core::fail("--device '{}': expected cpu or cuda", device);
+}
 
 LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   LoadedModel m;
@@ -27,7 +45,7 @@ LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& opti
   m.quant = io::load_quant_config(dir, config_json);
   if (m.quant.method != io::QuantConfig::Method::kNone)
     spdlog::info("quantization: {} (from {})", m.quant.method_name(), m.quant.source);
-  std::unique_ptr<ops::Ops> backend = std::make_unique<ops::cpu::CpuOps>();
+  std::unique_ptr<ops::Ops> backend = make_backend(options.device);
   m.kv_cache = io::resolve_kv_cache_dtype(options.kv_cache_dtype, m.quant, backend->supported_kv_dtypes(),
                                           backend->default_kv_dtype(), backend->name());
   spdlog::info("KV cache dtype: {}: {}", io::kv_cache_dtype_name(m.kv_cache.dtype), m.kv_cache.reason);

@@ -31,6 +31,7 @@ class Model {
 };
 
 struct LoadOptions {
+  std::string device = "cpu";           // --device: cpu (the fp32 reference) or cuda
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype
   std::optional<double> latent_norm_eps;  // override of the q_a/kv_a RMSNorm epsilon
 };
@@ -47,6 +48,9 @@ struct LoadedModel {
     return KvCache(model->ops(), config.num_hidden_layers, num_pages, config.kv_cache_entry_dim(), kv_cache.dtype);
   }
 };
+
+// The ops backend for --device (cpu or cuda); throws naming the flag when unavailable.
+std::unique_ptr<ops::Ops> make_backend(const std::string& device);
 
 // Reads config.json (+ hf_quant_config.json), resolves the KV dtype, opens and validates the
 // checkpoint and builds the model for its architecture on the CPU backend.

@@ -116,8 +116,10 @@ class Ops {
   // Copies rows `rows` of x into out [rows.size(), cols] (used to pick the positions whose logits
   // are wanted).
   virtual void gather_rows(const core::Tensor& x, std::span<const int64_t> rows, core::Tensor& out) = 0;
-  // Copies a device tensor to host fp32.
+  // Copies a device tensor to host fp32 / int32.
   virtual std::vector<float> to_host_f32(const core::Tensor& x) = 0;
+  virtual std::vector<int32_t> to_host_i32(const core::Tensor& x) = 0;
+  virtual core::Tensor from_host_i32(core::Shape shape, const int32_t* data) = 0;
 };
 
 }  // namespace tessera::ops

@@ -144,4 +144,14 @@ std::vector<float> CpuOps::to_host_f32(const Tensor& x) {
   return std::vector<float>(x.data<float>(), x.data<float>() + x.numel());
 }
 
+std::vector<int32_t> CpuOps::to_host_i32(const Tensor& x) {
+  return std::vector<int32_t>(x.data<int32_t>(), x.data<int32_t>() + x.numel());
+}
+
+Tensor CpuOps::from_host_i32(core::Shape shape, const int32_t* data) {
+  Tensor t = empty_i32(std::move(shape));
+  std::memcpy(t.raw(), data, t.nbytes());
+  return t;
+}
+
 }  // namespace tessera::ops::cpu

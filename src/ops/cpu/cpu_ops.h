@@ -34,6 +34,8 @@ class CpuOps final : public Ops {
                    const core::Tensor& weights, core::Tensor& out) override;
   void gather_rows(const core::Tensor& x, std::span<const int64_t> rows, core::Tensor& out) override;
   std::vector<float> to_host_f32(const core::Tensor& x) override;
+  std::vector<int32_t> to_host_i32(const core::Tensor& x) override;
+  core::Tensor from_host_i32(core::Shape shape, const int32_t* data) override;
 };
 
 // Dot product with several accumulators (vectorisable without -ffast-math).

@@ -1,0 +1,338 @@
+#include "ops/cuda/cuda_ops.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/device_pool.h"
+#include "ops/cuda/kernels.h"
+
+namespace tessera::ops::cuda {
+
+using core::DType;
+using core::Tensor;
+
+bool cuda_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+std::string device_description() {
+  cudaDeviceProp p{};
+  TESSERA_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+  return fmt::format("{} (sm_{}{}, {} SMs, {:.1f} GiB)", p.name, p.major, p.minor, p.multiProcessorCount,
+                     p.totalGlobalMem / double(1 << 30));
+}
+
+namespace {
+
+// Process-wide and never destroyed: device tensors may outlive any one backend object.
+DevicePool& pool() {
+  static DevicePool* p = new DevicePool();
+  return *p;
+}
+
+template <class T>
+T* ptr(Tensor& t) {
+  return t.data<T>();
+}
+template <class T>
+const T* ptr(const Tensor& t) {
+  return t.data<T>();
+}
+
+class CudaOps final : public Ops {
+ public:
+  CudaOps() {
+    TESSERA_CHECK(cuda_available(), "no CUDA device is available");
+    TESSERA_CUDA_CHECK(cudaSetDevice(0));
+    TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt_));
+    workspace_ = alloc(DType::kU8, {kWorkspaceBytes});
+  }
+  ~CudaOps() override { cublasLtDestroy(lt_); }
+
+  std::string name() const override { return "cuda"; }
+
+  Tensor alloc(DType dtype, core::Shape shape) {
+    const size_t bytes = static_cast<size_t>(core::shape_numel(shape)) * core::dtype_size(dtype);
+    auto owner = pool().allocate(bytes);
+    return Tensor::adopt(dtype, std::move(shape), owner.get(), core::Device::kCuda, owner);
+  }
+  Tensor upload_bytes(DType dtype, core::Shape shape, const void* host) {
+    Tensor t = alloc(dtype, std::move(shape));
+    TESSERA_CUDA_CHECK(cudaMemcpy(t.raw(), host, t.nbytes(), cudaMemcpyHostToDevice));
+    return t;
+  }
+
+  Tensor empty(core::Shape shape) override {
+    Tensor t = alloc(DType::kF32, std::move(shape));
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_));
+    return t;
+  }
+  Tensor empty_i32(core::Shape shape) override { return alloc(DType::kI32, std::move(shape)); }
+
+  std::vector<io::KvCacheDtype> supported_kv_dtypes() const override { return {io::KvCacheDtype::kBF16}; }
+  io::KvCacheDtype default_kv_dtype() const override { return io::KvCacheDtype::kBF16; }
+  Tensor empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) override {
+    TESSERA_CHECK(dtype == io::KvCacheDtype::kBF16, "the cuda backend stores the KV cache in bf16 for now, not {}",
+                  io::kv_cache_dtype_name(dtype));
+    Tensor t = alloc(DType::kBF16, std::move(shape));
+    TESSERA_CUDA_CHECK(cudaMemset(t.raw(), 0, t.nbytes()));
+    return t;
+  }
+
+  LinearWeight upload_linear(const LinearWeight& w) override {
+    // Dequantize row by row on the host (exact), round to bf16, upload.
+    std::vector<float> row(static_cast<size_t>(w.in));
+    std::vector<__nv_bfloat16> host(static_cast<size_t>(w.out * w.in));
+    for (int64_t r = 0; r < w.out; ++r) {
+      w.dequant_row(r, row.data());
+      for (int64_t i = 0; i < w.in; ++i) host[static_cast<size_t>(r * w.in + i)] = __float2bfloat16_rn(row[i]);
+    }
+    LinearWeight d;
+    d.format = LinearWeight::Format::kDense;
+    d.name = w.name;
+    d.out = w.out;
+    d.in = w.in;
+    d.weight = upload_bytes(DType::kBF16, {w.out, w.in}, host.data());
+    return d;
+  }
+  Tensor upload_vector(const Tensor& t) override {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    core::convert_to_f32(t.dtype(), t.raw(), v.data(), v.size());
+    return upload_bytes(DType::kF32, t.shape(), v.data());
+  }
+  Tensor upload_table(const Tensor& t) override {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    core::convert_to_f32(t.dtype(), t.raw(), v.data(), v.size());
+    std::vector<__nv_bfloat16> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = __float2bfloat16_rn(v[i]);
+    return upload_bytes(DType::kBF16, t.shape(), b.data());
+  }
+
+  Tensor from_host_f32(core::Shape shape, const float* data) override {
+    return upload_bytes(DType::kF32, std::move(shape), data);
+  }
+
+  void embedding(const Tensor& table, std::span<const int32_t> ids, Tensor& out) override {
+    const int64_t vocab = table.dim(0);
+    for (size_t t = 0; t < ids.size(); ++t)
+      TESSERA_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} at position {} is outside the vocabulary [0, {})",
+                    ids[t], t, vocab);
+    Tensor d_ids = upload_bytes(DType::kI32, {static_cast<int64_t>(ids.size())}, ids.data());
+    launch_embedding(ptr<__nv_bfloat16>(table), ptr<int32_t>(d_ids), static_cast<int64_t>(ids.size()), table.dim(1),
+                     ptr<float>(out), stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, int64_t col_begin) override {
+    launch_rms_norm(ptr<float>(x), x.dim(0), x.dim(1), col_begin, ptr<float>(weight), weight.numel(), eps,
+                    ptr<float>(out), out.dim(1), stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+
+  // out [T, out] = x [T, in] · Wᵀ, bf16 inputs, fp32 accumulate and output (cuBLASLt).
+  void linear(const Tensor& x, const LinearWeight& w, Tensor& out) override {
+    const int64_t T = x.dim(0);
+    TESSERA_CHECK(x.dim(1) == w.in && out.dim(1) == w.out && out.dim(0) == T,
+                  "linear {}: input {} / output {} do not fit weight [{}, {}]", w.name, core::shape_str(x.shape()),
+                  core::shape_str(out.shape()), w.out, w.in);
+    if (T == 0) return;
+    Tensor xb = alloc(DType::kBF16, {T, w.in});
+    launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), stream_);
+    gemm_bf16(ptr<__nv_bfloat16>(w.weight), ptr<__nv_bfloat16>(xb), ptr<float>(out), w.out, T, w.in);
+  }
+
+  void add_inplace(Tensor& x, const Tensor& y) override {
+    launch_add(ptr<float>(x), ptr<float>(y), x.numel(), stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    launch_silu_mul(ptr<float>(gate), ptr<float>(up), ptr<float>(out), gate.numel(), stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+  void rope_inplace(Tensor& x, const RopeTables& tables, int64_t col_begin, int64_t col_stride,
+                    int64_t count) override {
+    const int64_t rows = x.dim(0);
+    launch_rope(ptr<float>(x), rows, x.numel() / std::max<int64_t>(rows, 1), ptr<float>(tables.cos),
+                ptr<float>(tables.sin), tables.cos.dim(1), col_begin, col_stride, count, stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+
+  void kv_cache_write(KvLayerView& cache, const Tensor& latent, std::span<const AttentionSeq> seqs) override {
+    StepMeta meta = upload_meta(seqs, cache.page_size, cache.pages.dim(0));
+    launch_kv_cache_write(ptr<float>(latent), latent.dim(0), latent.dim(1), meta.info.data<TokenInfo>(),
+                          ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+
+  void mla_attention(const Tensor& q, const KvLayerView& cache, const LinearWeight& kv_b, const MlaDims& d,
+                     std::span<const AttentionSeq> seqs, Tensor& out) override {
+    TESSERA_CHECK(d.latent <= 512, "cuda mla_attention: kv_lora_rank {} > 512 is not supported", d.latent);
+    const int64_t T = q.dim(0);
+    StepMeta meta = upload_meta(seqs, cache.page_size, cache.pages.dim(0));
+    Tensor q_full = alloc(DType::kF32, {T, d.heads, d.latent + d.rope});
+    launch_mla_absorb_q(ptr<float>(q), T, d.heads, d.nope, d.rope, ptr<__nv_bfloat16>(kv_b.weight), d.v, d.latent,
+                        ptr<float>(q_full), stream_);
+    Tensor o_lat = alloc(DType::kF32, {T, d.heads, d.latent});
+    launch_mla_attend(ptr<float>(q_full), T, d.heads, d.latent, d.rope, meta.info.data<TokenInfo>(),
+                      ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, d.scale,
+                      ptr<float>(o_lat), stream_);
+    launch_mla_up_v(ptr<float>(o_lat), T, d.heads, d.latent, ptr<__nv_bfloat16>(kv_b.weight), d.nope, d.v,
+                    ptr<float>(out), stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+
+  void moe_route(const Tensor& x, const LinearWeight& gate, const Tensor& bias, const RouterConfig& cfg, Tensor& ids,
+                 Tensor& weights) override {
+    const int64_t T = x.dim(0);
+    TESSERA_CHECK(cfg.experts <= 1024 && cfg.groups <= 64, "cuda moe_route: at most 1024 experts in 64 groups");
+    Tensor logits = alloc(DType::kF32, {T, cfg.experts});
+    launch_router_logits(ptr<float>(x), T, x.dim(1), ptr<__nv_bfloat16>(gate.weight), cfg.experts, ptr<float>(logits),
+                         stream_);
+    launch_router_select(ptr<float>(logits), ptr<float>(bias), T, cfg.experts, cfg.top_k, cfg.groups, cfg.top_groups,
+                         cfg.normalize, cfg.scaling, ptr<int32_t>(ids), ptr<float>(weights), stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+
+  // First version: routing read back to the host, then per expert a gather, three cuBLASLt GEMMs
+  // and a weighted scatter-add. (Grouped GEMMs over permuted tokens come next.)
+  void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts, const Tensor& ids,
+                   const Tensor& weights, Tensor& out) override {
+    const int64_t T = x.dim(0), H = x.dim(1), K = ids.dim(1);
+    std::vector<int32_t> h_ids(static_cast<size_t>(T * K));
+    std::vector<float> h_w(static_cast<size_t>(T * K));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), ids.raw(), h_ids.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(h_w.data(), weights.raw(), h_w.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<std::vector<int32_t>> rows(experts.size());
+    std::vector<std::vector<float>> wts(experts.size());
+    for (int64_t i = 0; i < T * K; ++i) {
+      const int32_t e = h_ids[static_cast<size_t>(i)];
+      TESSERA_CHECK(e >= 0 && static_cast<size_t>(e) < experts.size(), "moe_experts: expert id {} out of range", e);
+      rows[static_cast<size_t>(e)].push_back(static_cast<int32_t>(i / K));
+      wts[static_cast<size_t>(e)].push_back(h_w[static_cast<size_t>(i)]);
+    }
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_));
+    for (size_t e = 0; e < experts.size(); ++e) {
+      const int64_t n = static_cast<int64_t>(rows[e].size());
+      if (n == 0) continue;
+      const int64_t inter = experts[e].gate.out;
+      Tensor d_rows = upload_bytes(DType::kI32, {n}, rows[e].data());
+      Tensor d_w = upload_bytes(DType::kF32, {n}, wts[e].data());
+      Tensor xin = alloc(DType::kF32, {n, H});
+      launch_gather_rows_i32(ptr<float>(x), H, ptr<int32_t>(d_rows), n, ptr<float>(xin), stream_);
+      Tensor g = alloc(DType::kF32, {n, inter}), u = alloc(DType::kF32, {n, inter}), act = alloc(DType::kF32, {n, inter});
+      linear(xin, experts[e].gate, g);
+      linear(xin, experts[e].up, u);
+      silu_mul(g, u, act);
+      Tensor y = alloc(DType::kF32, {n, H});
+      linear(act, experts[e].down, y);
+      launch_scatter_add_rows(ptr<float>(y), H, ptr<int32_t>(d_rows), ptr<float>(d_w), n, ptr<float>(out), stream_);
+      TESSERA_CUDA_CHECK_LAUNCH();
+    }
+  }
+
+  void gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& out) override {
+    Tensor d_rows = upload_bytes(DType::kI64, {static_cast<int64_t>(rows.size())}, rows.data());
+    launch_gather_rows(ptr<float>(x), x.dim(1), ptr<int64_t>(d_rows), static_cast<int64_t>(rows.size()),
+                       ptr<float>(out), stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+
+  std::vector<int32_t> to_host_i32(const Tensor& x) override {
+    std::vector<int32_t> v(static_cast<size_t>(x.numel()));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(v.data(), x.raw(), v.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return v;
+  }
+  Tensor from_host_i32(core::Shape shape, const int32_t* data) override {
+    return upload_bytes(DType::kI32, std::move(shape), data);
+  }
+
+  std::vector<float> to_host_f32(const Tensor& x) override {
+    std::vector<float> v(static_cast<size_t>(x.numel()));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(v.data(), x.raw(), v.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return v;
+  }
+
+ private:
+  static constexpr int64_t kWorkspaceBytes = 32 << 20;
+
+  struct StepMeta {
+    Tensor info;    // TokenInfo per token
+    Tensor tables;  // all block tables, concatenated
+  };
+  StepMeta upload_meta(std::span<const AttentionSeq> seqs, int64_t page, int64_t num_pages) {
+    std::vector<TokenInfo> info;
+    std::vector<int32_t> tables;
+    for (const auto& s : seqs) {
+      const int32_t offset = static_cast<int32_t>(tables.size());
+      TESSERA_CHECK(static_cast<int64_t>(s.block_table.size()) * page >= s.start_pos + s.num_tokens,
+                    "attention: block table of {} pages cannot hold {} tokens", s.block_table.size(),
+                    s.start_pos + s.num_tokens);
+      for (int32_t p : s.block_table) {
+        TESSERA_CHECK(p >= 0 && p < num_pages, "attention: page id {} out of range [0, {})", p, num_pages);
+        tables.push_back(p);
+      }
+      for (int64_t i = 0; i < s.num_tokens; ++i) info.push_back({static_cast<int32_t>(s.start_pos + i), offset});
+    }
+    if (tables.empty()) tables.push_back(0);
+    StepMeta m;
+    m.info = upload_bytes(DType::kU8, {static_cast<int64_t>(info.size() * sizeof(TokenInfo))}, info.data());
+    m.tables = upload_bytes(DType::kI32, {static_cast<int64_t>(tables.size())}, tables.data());
+    return m;
+  }
+
+  // Row-major out[n, m] = in[n, k] · W[m, k]ᵀ: in column-major terms outᵀ (m x n) = W (m x k, stored
+  // as kxm, transposed) · inᵀ (k x n).
+  void gemm_bf16(const __nv_bfloat16* w, const __nv_bfloat16* in, float* out, int64_t m, int64_t n, int64_t k) {
+    cublasLtMatmulDesc_t op;
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    cublasLtMatrixLayout_t la, lb, lc;
+    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, m, k));
+    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k));
+    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, m));
+    cublasLtMatmulPreference_t pref;
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = kWorkspaceBytes;
+    TESSERA_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, op, la, lb, lc, lc, pref, 1, &heur, &found));
+    TESSERA_CHECK(found > 0, "cuBLASLt has no bf16 GEMM algorithm for m={} n={} k={}", m, n, k);
+    const float alpha = 1.0f, beta = 0.0f;
+    TESSERA_CUBLAS_CHECK(cublasLtMatmul(lt_, op, &alpha, w, la, in, lb, &beta, out, lc, out, lc, &heur.algo,
+                                        workspace_.raw(), kWorkspaceBytes, stream_));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+  }
+
+  cublasLtHandle_t lt_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the legacy default stream: every op is ordered
+  Tensor workspace_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cuda_ops() { return std::make_unique<CudaOps>(); }
+
+}  // namespace tessera::ops::cuda

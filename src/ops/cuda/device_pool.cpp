@@ -1,0 +1,54 @@
+#include "ops/cuda/device_pool.h"
+
+#include <bit>
+
+#include "ops/cuda/cuda_check.h"
+
+namespace tessera::ops::cuda {
+
+namespace {
+size_t bucket(size_t bytes) { return std::bit_ceil(std::max<size_t>(bytes, 512)); }
+}  // namespace
+
+DevicePool::~DevicePool() { trim(); }
+
+std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
+  const size_t size = bucket(bytes);
+  void* p = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    auto it = free_.find(size);
+    if (it != free_.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      cached_ -= size;
+    }
+  }
+  if (!p) {
+    cudaError_t err = cudaMalloc(&p, size);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      trim();  // retry once after returning cached blocks
+      TESSERA_CUDA_CHECK(cudaMalloc(&p, size));
+    }
+  }
+  in_use_ += size;
+  return std::shared_ptr<void>(p, [this, size](void* q) { release(q, size); });
+}
+
+void DevicePool::release(void* p, size_t bytes) {
+  std::lock_guard lock(mu_);
+  free_[bytes].push_back(p);
+  in_use_ -= bytes;
+  cached_ += bytes;
+}
+
+void DevicePool::trim() {
+  std::lock_guard lock(mu_);
+  for (auto& [size, blocks] : free_)
+    for (void* p : blocks) cudaFree(p);
+  free_.clear();
+  cached_ = 0;
+}
+
+}  // namespace tessera::ops::cuda

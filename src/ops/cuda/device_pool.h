@@ -1,0 +1,31 @@
+// A caching device allocator: cudaFree synchronises the device, so freed blocks go back to a
+// free list keyed by their (power-of-two rounded) size and are reused by later allocations.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace tessera::ops::cuda {
+
+class DevicePool {
+ public:
+  ~DevicePool();
+  // Returns a shared owner of at least `bytes` of device memory; releasing the last reference
+  // returns the block to the pool.
+  std::shared_ptr<void> allocate(size_t bytes);
+  size_t bytes_in_use() const { return in_use_; }
+  size_t bytes_cached() const { return cached_; }
+  // Gives cached blocks back to the driver.
+  void trim();
+
+ private:
+  void release(void* p, size_t bytes);
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t in_use_ = 0, cached_ = 0;
+};
+
+}  // namespace tessera::ops::cuda

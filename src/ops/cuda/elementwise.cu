@@ -1,0 +1,133 @@
+// Elementwise and row kernels of the CUDA backend.
+#include "ops/cuda/kernels.h"
+
+namespace tessera::ops::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+inline unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+__global__ void embedding_kernel(const __nv_bfloat16* table, const int32_t* ids, int64_t hidden, float* out) {
+  const int64_t t = blockIdx.x;
+  const __nv_bfloat16* row = table + static_cast<int64_t>(ids[t]) * hidden;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = __bfloat162float(row[i]);
+}
+
+__device__ float block_sum(float v) {
+  __shared__ float warp_sums[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = threadIdx.x < warps ? warp_sums[threadIdx.x] : 0.0f;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __shared__ float total;
+  if (threadIdx.x == 0) total = v;
+  __syncthreads();
+  return total;
+}
+
+__global__ void rms_norm_kernel(const float* x, int64_t width, int64_t col_begin, const float* weight, int64_t d,
+                                float eps, float* out, int64_t out_width) {
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * width + col_begin;
+  float* yr = out_width == d ? out + r * d : out + r * out_width + col_begin;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * inv * weight[i];
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+__global__ void silu_mul_kernel(const float* g, const float* u, float* out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = g[i] / (1.0f + __expf(-g[i])) * u[i];
+}
+
+__global__ void rope_kernel(float* x, int64_t width, const float* cos, const float* sin, int64_t half, int64_t col_begin,
+                            int64_t col_stride, int64_t count) {
+  const int64_t r = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < count * half; j += blockDim.x) {
+    const int64_t v = j / half, i = j % half;
+    float* p = x + r * width + col_begin + v * col_stride;
+    const float c = cos[r * half + i], s = sin[r * half + i];
+    const float a = p[2 * i], b = p[2 * i + 1];
+    p[2 * i] = a * c - b * s;
+    p[2 * i + 1] = a * s + b * c;
+  }
+}
+
+__global__ void f32_to_bf16_kernel(const float* in, __nv_bfloat16* out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+
+template <class Index>
+__global__ void gather_rows_kernel(const float* x, int64_t width, const Index* rows, float* out) {
+  const int64_t i = blockIdx.x;
+  const float* src = x + static_cast<int64_t>(rows[i]) * width;
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) out[i * width + j] = src[j];
+}
+
+__global__ void scatter_add_rows_kernel(const float* y, int64_t width, const int32_t* rows, const float* weights,
+                                        float* out) {
+  const int64_t i = blockIdx.x;
+  float* dst = out + static_cast<int64_t>(rows[i]) * width;
+  const float w = weights[i];
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) dst[j] += w * y[i * width + j];
+}
+
+}  // namespace
+
+void launch_embedding(const __nv_bfloat16* table, const int32_t* ids, int64_t tokens, int64_t hidden, float* out,
+                      cudaStream_t s) {
+  if (tokens > 0) embedding_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, s>>>(table, ids, hidden, out);
+}
+
+void launch_rms_norm(const float* x, int64_t rows, int64_t width, int64_t col_begin, const float* weight, int64_t d,
+                     float eps, float* out, int64_t out_width, cudaStream_t s) {
+  if (rows > 0)
+    rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, width, col_begin, weight, d, eps, out,
+                                                                      out_width);
+}
+
+void launch_add(float* x, const float* y, int64_t n, cudaStream_t s) {
+  if (n > 0) add_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, y, n);
+}
+
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
+  if (n > 0) silu_mul_kernel<<<blocks_for(n), kThreads, 0, s>>>(gate, up, out, n);
+}
+
+void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const float* sin, int64_t half,
+                 int64_t col_begin, int64_t col_stride, int64_t count, cudaStream_t s) {
+  if (rows > 0)
+    rope_kernel<<<static_cast<unsigned>(rows), 128, 0, s>>>(x, width, cos, sin, half, col_begin, col_stride, count);
+}
+
+void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s) {
+  if (n > 0) f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, s>>>(in, out, n);
+}
+
+void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s) {
+  if (n > 0) gather_rows_kernel<int64_t><<<static_cast<unsigned>(n), kThreads, 0, s>>>(x, width, rows, out);
+}
+
+void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out,
+                            cudaStream_t s) {
+  if (n > 0) gather_rows_kernel<int32_t><<<static_cast<unsigned>(n), kThreads, 0, s>>>(x, width, rows, out);
+}
+
+void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
+                             float* out, cudaStream_t s) {
+  if (n > 0) scatter_add_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(y, width, rows, weights, out);
+}
+
+}  // namespace tessera::ops::cuda

@@ -1,0 +1,62 @@
+// Launchers of the CUDA kernels (defined in the .cu files of this folder). Plain pointers and
+// sizes, so the backend class can be compiled by the host compiler.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tessera::ops::cuda {
+
+// --- elementwise.cu ---
+// out[t, :] = float(table[ids[t], :]); ids already checked on the host.
+void launch_embedding(const __nv_bfloat16* table, const int32_t* ids, int64_t tokens, int64_t hidden, float* out,
+                      cudaStream_t s);
+// RMSNorm of columns [col_begin, col_begin + d) of x [rows, width]; out is [rows, d] (out_width == d)
+// or as wide as x (same columns written).
+void launch_rms_norm(const float* x, int64_t rows, int64_t width, int64_t col_begin, const float* weight, int64_t d,
+                     float eps, float* out, int64_t out_width, cudaStream_t s);
+void launch_add(float* x, const float* y, int64_t n, cudaStream_t s);
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
+// Interleaved-pair rotation; cos/sin [rows, half].
+void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const float* sin, int64_t half,
+                 int64_t col_begin, int64_t col_stride, int64_t count, cudaStream_t s);
+void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s);
+void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s);
+// out[rows[i], :] += weights[i] * y[i, :]
+void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
+                             float* out, cudaStream_t s);
+void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out,
+                            cudaStream_t s);
+
+// --- attention.cu ---
+// Per-token metadata of a step, uploaded once per attention call.
+struct TokenInfo {
+  int32_t pos;          // absolute position of this token
+  int32_t table_offset;  // offset of its sequence's block table in the flat table array
+};
+// cache [pages, page, entry] bf16; latent [T, entry] fp32.
+void launch_kv_cache_write(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
+                           const int32_t* tables, __nv_bfloat16* cache, int64_t page, cudaStream_t s);
+// q_full[t, h, :latent] = q_nope[t, h] · W_UK[h];  q_full[t, h, latent:] = q_pe[t, h].
+void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t nope, int64_t rope,
+                         const __nv_bfloat16* kv_b, int64_t v, int64_t latent, float* q_full, cudaStream_t s);
+// o_lat[t, h, :] = softmax_s(scale · q_full[t, h] · cache[s]) · cache[s, :latent] over s <= pos(t).
+void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
+                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int64_t page,
+                       float scale, float* o_lat, cudaStream_t s);
+// out[t, h * v + j] = W_UV[h, j] · o_lat[t, h].
+void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
+                     int64_t nope, int64_t v, float* out, cudaStream_t s);
+
+// --- moe.cu ---
+// logits[t, e] = x[t] · W[e] (fp32 accumulate over bf16 weights and fp32 activations).
+void launch_router_logits(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
+                          float* logits, cudaStream_t s);
+// Sigmoid, bias for selection, group-limited top-k, normalisation, scaling (spec §3.1).
+void launch_router_select(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k,
+                          int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
+                          float* weights, cudaStream_t s);
+
+}  // namespace tessera::ops::cuda

@@ -1,0 +1,60 @@
+// The CUDA backend on the fixture checkpoints against transformers' fp32 logits, judged against
+// the bf16 noise floor recorded in each golden.json (rel_rms <= 1.5x the floor, top-1 agreement
+// no worse than the floor's). Skips itself without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "model/golden_util.h"
+#include "model/sequence_runner.h"
+#include "ops/cuda/cuda_ops.h"
+#include "support/test_support.h"
+
+namespace tessera {
+namespace {
+
+class CudaGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGoldenTest, LogitsWithinTheBf16NoiseFloor) {
+  if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const auto dir = test::fixtures_dir() / "models" / GetParam();
+  auto golden = io::SafetensorsFile::open(dir / "golden.safetensors");
+  auto meta = nlohmann::json::parse(test::read_file(dir / "golden.json"));
+  model::LoadOptions o;
+  o.device = "cuda";
+  model::LoadedModel m = model::load_model(dir, o);
+  const int64_t V = m.config.vocab_size;
+  for (const auto& p : meta["prompts"]) {
+    const int i = p["index"];
+    SCOPED_TRACE("prompt " + std::to_string(i));
+    auto pt = golden->tensor("prompt." + std::to_string(i));
+    std::vector<int32_t> prompt(pt.data<int32_t>(), pt.data<int32_t>() + pt.numel());
+    auto rt = golden->tensor("logits." + std::to_string(i));
+    std::vector<float> ref(rt.data<float>(), rt.data<float>() + rt.numel());
+    auto logits = model::prompt_logits(m, prompt);
+    const double err = test::rel_rms(logits, ref);
+    int agree = 0;
+    for (size_t t = 0; t < prompt.size(); ++t)
+      agree += test::argmax_row(logits.data() + t * V, V) == test::argmax_row(ref.data() + t * V, V);
+    const double top1 = double(agree) / prompt.size();
+    const double floor_rms = p["hf_bf16_vs_fp32_reference"]["rel_rms"], floor_top1 = p["hf_bf16_vs_fp32_reference"]["top1_agree"];
+    std::printf("  %s prompt %d (%zu tokens): rel_rms %.4g (floor %.4g), top-1 %.3f (floor %.3f)\n",
+                GetParam().c_str(), i, prompt.size(), err, floor_rms, top1, floor_top1);
+    EXPECT_LE(err, 1.5 * floor_rms);
+    EXPECT_GE(top1, floor_top1 - 1e-9);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGoldenTest,
+                         ::testing::Values("dsv3-tiny", "dsv3-tiny-fp8", "kimi-k2-tiny", "kimi-k25-tiny-nvfp4"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace tessera
