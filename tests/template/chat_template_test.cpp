@@ -73,6 +73,18 @@ TEST(ChatTemplateRender, VariablesAndToolSorting) {
   EXPECT_THROW(t.render(in), TemplateError);
 }
 
+TEST(ChatTemplateRender, DeeplyNestedMessagesFailCleanly) {
+  ChatTemplate t("{{ messages }}");
+  ChatRenderInput in;
+  in.messages = J::parse("[" + std::string(20000, '[') + std::string(20000, ']') + "]");
+  EXPECT_THROW(t.render(in), TemplateError);
+  ChatTemplateOptions sorted;
+  sorted.sort_tool_keys = true;
+  in.messages = J::array();
+  in.tools = J::parse(std::string(20000, '[') + std::string(20000, ']'));
+  EXPECT_THROW(ChatTemplate("{{ tools }}", sorted).render(in), TemplateError);
+}
+
 TEST(ChatTemplateRender, DeepSortKeys) {
   EXPECT_EQ(deep_sort_keys(J::parse(R"({"b": [{"d": 1, "c": 2}], "a": {"z": 0, "é": 1, "Z": 2}})")).dump(),
             R"({"a":{"Z":2,"z":0,"é":1},"b":[{"c":2,"d":1}]})");

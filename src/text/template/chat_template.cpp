@@ -50,20 +50,31 @@ ChatTemplate::ChatTemplate(std::string_view source, ChatTemplateOptions options)
 
 std::string ChatTemplate::render(const ChatRenderInput& in) const {
   // The variables transformers passes: messages, tools, documents, add_generation_prompt, the
-  // special tokens, then every chat_template_kwargs entry.
-  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
-  vars["messages"] = in.messages;
-  vars["tools"] = options_.sort_tool_keys && !in.tools.is_null() ? deep_sort_keys(in.tools) : in.tools;
-  vars["documents"] = nullptr;
-  vars["add_generation_prompt"] = in.add_generation_prompt;
-  vars["bos_token"] = in.bos_token;
-  vars["eos_token"] = in.eos_token;
+  // special tokens, then every chat_template_kwargs entry. Request JSON is passed by reference.
+  const nlohmann::ordered_json sorted_tools =
+      options_.sort_tool_keys && !in.tools.is_null() ? deep_sort_keys(in.tools) : nlohmann::ordered_json();
+  const nlohmann::ordered_json none;
+  const nlohmann::ordered_json agp = in.add_generation_prompt;
+  const nlohmann::ordered_json bos = in.bos_token, eos = in.eos_token;
+  Template::VarRefs vars = {{"messages", &in.messages},
+                            {"tools", options_.sort_tool_keys && !in.tools.is_null() ? &sorted_tools : &in.tools},
+                            {"documents", &none},
+                            {"add_generation_prompt", &agp},
+                            {"bos_token", &bos},
+                            {"eos_token", &eos}};
   if (!in.kwargs.is_null()) {
     if (!in.kwargs.is_object()) throw TemplateError("chat_template_kwargs must be a JSON object");
     for (const auto& [k, v] : in.kwargs.items()) {
       if (k == "messages" || k == "tools" || k == "documents" || k == "add_generation_prompt")
         throw TemplateError("chat_template_kwargs may not set '" + k + "'");
-      vars[k] = v;
+      bool replaced = false;
+      for (auto& [name, ref] : vars) {
+        if (name == k) {
+          ref = &v;  // a kwarg overrides a special token of the same name, as in HF
+          replaced = true;
+        }
+      }
+      if (!replaced) vars.emplace_back(k, &v);
     }
   }
   return template_.render(vars);

@@ -22,8 +22,14 @@ Template Template::parse(std::string_view source, const TemplateLimits& limits) 
 }
 
 std::string Template::render(const nlohmann::ordered_json& vars) const {
-  using namespace tpl;
   if (!vars.is_object()) throw TemplateError("template variables must be a JSON object");
+  VarRefs refs;
+  for (const auto& [k, v] : vars.items()) refs.emplace_back(k, &v);
+  return render(refs);
+}
+
+std::string Template::render(const VarRefs& vars) const {
+  using namespace tpl;
   Heap heap(limits_);
   try {
     Scope* globals = heap.make<Scope>();
@@ -35,7 +41,7 @@ std::string Template::render(const nlohmann::ordered_json& vars) const {
     }
     Scope* scope = heap.make<Scope>();
     scope->parent = globals;
-    for (const auto& [k, v] : vars.items()) scope->set(k, from_json(v, heap));
+    for (const auto& [k, v] : vars) scope->set(k, from_json(*v, heap));
     Interpreter in(heap, limits_);
     return in.render(ast_->body, scope);
   } catch (const TemplateError&) {

@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "text/template/error.h"
 #include "text/template/limits.h"
@@ -31,6 +33,12 @@ class Template {
   // Renders with `vars` (a JSON object) as the template's variables. Thread-safe: a parsed
   // template can be rendered concurrently.
   std::string render(const nlohmann::ordered_json& vars) const;
+
+  // The same with variables given by reference: request JSON is never copied, because copying
+  // nlohmann::json recurses and hostile nesting depth would overflow the stack before the
+  // engine's own depth limit could reject it.
+  using VarRefs = std::vector<std::pair<std::string, const nlohmann::ordered_json*>>;
+  std::string render(const VarRefs& vars) const;
 
   const TemplateLimits& limits() const { return limits_; }
 
