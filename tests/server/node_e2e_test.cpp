@@ -1,0 +1,28 @@
+// Runs the OpenAI Node SDK end-to-end suite (tests/server/e2e/openai_sdk.mjs) against a server on
+// a free loopback port. Skipped when node or the npm packages (scripts/setup.sh) are missing.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "server_process.h"
+#include "support/test_support.h"
+
+namespace tessera::test {
+namespace {
+
+TEST(ServerNodeSdk, OpenAiSdkEndToEnd) {
+  const std::filesystem::path npm = TESSERA_SOURCE_DIR "/third_party/npm";
+  if (run_command("node --version", nullptr) != 0) GTEST_SKIP() << "node is not installed (scripts/setup.sh)";
+  if (!std::filesystem::exists(npm / "node_modules" / "openai" / "package.json"))
+    GTEST_SKIP() << "npm package 'openai' missing in " << npm << " (run scripts/setup.sh)";
+  ServerProcess srv({"--api-key", "e2e-key"});
+  std::string out;
+  const int rc = run_command("TESSERA_URL=" + srv.url() + "/v1 TESSERA_API_KEY=e2e-key TESSERA_NPM_DIR=" + npm.string() +
+                                 " timeout 120 node " TESSERA_SOURCE_DIR "/tests/server/e2e/openai_sdk.mjs",
+                             &out);
+  std::printf("%s\n", out.c_str());
+  EXPECT_EQ(rc, 0) << out << "\nserver log:\n" << srv.log().substr(0, 4000);
+}
+
+}  // namespace
+}  // namespace tessera::test
