@@ -104,7 +104,7 @@ int run(CLI::App& sub, ServeArgs& a) {
     int sig = 0;
     sigwait(&set, &sig);
     spdlog::info("received signal {}", sig);
-    http.shutdown(grace);
+    http.request_shutdown(grace);
   });
   signals.detach();
   const bool ok = http.run();
@@ -112,6 +112,7 @@ int run(CLI::App& sub, ServeArgs& a) {
   const std::string leak = eng.leak_report();
   if (!leak.empty()) spdlog::warn("KV pages still referenced at exit: {}", leak);
   spdlog::info("tessera serve: stopped");
+  if (http.fatal()) return 1;
   return ok ? 0 : 1;
 }
 

@@ -24,6 +24,8 @@ Generation::Generation(engine::Engine& engine, const ServedModel& model, const G
       po.skip_special_tokens = job.skip_special_tokens;
       po.stop_strings = job.stop;
       po.include_stop_string = job.include_stop_str;
+      // Unique across the conversation: the client sends the id back with the tool result.
+      po.tool_call_id_prefix = fmt::format("call_{}_{}_", id.substr(id.find('-') + 1), choices_.size());
       Choice c;
       c.parser = std::make_unique<text::OutputParser>(*model.tokenizer, std::move(po));
       c.last = start_;

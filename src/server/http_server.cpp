@@ -56,7 +56,35 @@ HttpServer::HttpServer(engine::Engine& engine, const ServedModel& model, ServerO
   setup_routes();
 }
 
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() {
+  std::lock_guard<std::mutex> lock(shutdown_mutex_);
+  if (shutdown_thread_.joinable()) shutdown_thread_.join();
+}
+
+void HttpServer::request_shutdown(double grace_seconds) {
+  std::lock_guard<std::mutex> lock(shutdown_mutex_);
+  if (shutdown_thread_.joinable()) return;
+  shutdown_thread_ = std::thread([this, grace_seconds] { shutdown(grace_seconds); });
+}
+
+void HttpServer::on_engine_failure() {
+  if (fatal_.exchange(true)) return;
+  spdlog::error("the engine failed a step: shutting down (exit status 1)");
+  request_shutdown(5);
+}
+
+bool HttpServer::healthy() {
+  if (draining_.load() || fatal_.load()) return false;
+  const engine::EngineMetrics m = engine_.metrics();
+  std::lock_guard<std::mutex> lock(health_mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  if (m.steps != last_steps_ || m.waiting + m.running == 0 || metrics_.in_flight.load() == 0) {
+    last_steps_ = m.steps;
+    last_progress_ = now;
+    return true;
+  }
+  return std::chrono::duration<double>(now - last_progress_).count() < opt_.stall_seconds;
+}
 
 std::string HttpServer::next_id(const char* prefix) {
   return fmt::format("{}-{:x}{:06x}", prefix, static_cast<uint64_t>(created_), counter_.fetch_add(1));
@@ -193,7 +221,10 @@ void HttpServer::setup_routes() {
         }
         if (live->gen->done()) break;
       }
-      if (live->gen->engine_failed()) return send_error(res, 500, "the engine failed while generating this request");
+      if (live->gen->engine_failed()) {
+        on_engine_failure();
+        return send_error(res, 500, "the engine failed while generating this request");
+      }
       const Usage u = live->gen->usage();
       const OJson out = chat ? chat_response(live->meta, live->accum, u, live->job, *model_.tokenizer)
                              : completion_response(live->meta, live->accum, u, live->job, *model_.tokenizer);
@@ -255,7 +286,10 @@ bool HttpServer::stream_step(Live& l, bool chat, httplib::DataSink& sink) {
     return true;
   }
   if (more) return true;
-  if (l.gen->engine_failed()) write(sse(error_json(500, "the engine failed while generating this request")));
+  if (l.gen->engine_failed()) {
+    on_engine_failure();
+    write(sse(error_json(500, "the engine failed while generating this request")));
+  }
   else if (l.job.include_usage) write(sse(usage_chunk(l.meta, l.gen->usage(), chat)));
   write("data: [DONE]\n\n");
   l.finished = true;

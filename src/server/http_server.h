@@ -8,6 +8,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
+#include <chrono>
 
 #include "engine/engine.h"
 #include "server/metrics.h"
@@ -29,6 +31,7 @@ struct ServerOptions {
   int64_t max_in_flight = 256;  // admitted generation requests; more get 429 + Retry-After
   int threads = 160;            // HTTP worker threads (each open stream holds one)
   ParseLimits limits;
+  double stall_seconds = 60;  // engine with work but no finished step for this long: unhealthy
 };
 
 class HttpServer {
@@ -41,9 +44,15 @@ class HttpServer {
   // Serves until shutdown(); returns false when the listener failed.
   bool run();
   // Stops admitting requests (new ones get 503), waits up to `grace_seconds` for in-flight ones,
-  // aborts the rest, then stops the listener. Safe to call from any thread.
+  // aborts the rest, then stops the listener. Blocks; safe to call from any thread.
   void shutdown(double grace_seconds);
-  bool healthy() const { return !draining_.load(); }
+  // shutdown() on a thread of the server's own (joined by the destructor); returns at once.
+  void request_shutdown(double grace_seconds);
+  // Accepting requests, no fatal engine error, and the engine made progress within the last
+  // `stall_seconds` whenever it had work.
+  bool healthy();
+  // An engine step failed (its requests were aborted): the server shuts down and exits non-zero.
+  bool fatal() const { return fatal_.load(); }
   ServerMetrics& metrics() { return metrics_; }
 
  private:
@@ -52,13 +61,19 @@ class HttpServer {
   // One call of an SSE response's content provider: writes what the generation produced since.
   bool stream_step(Live& l, bool chat, httplib::DataSink& sink);
   std::string next_id(const char* prefix);
+  void on_engine_failure();
 
   engine::Engine& engine_;
   const ServedModel& model_;
   ServerOptions opt_;
   std::unique_ptr<httplib::Server> http_;
   ServerMetrics metrics_;
-  std::atomic<bool> draining_{false}, abort_all_{false};
+  std::atomic<bool> draining_{false}, abort_all_{false}, fatal_{false};
+  std::mutex shutdown_mutex_;
+  std::thread shutdown_thread_;
+  std::mutex health_mutex_;
+  int64_t last_steps_ = -1;
+  std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
   std::atomic<uint64_t> counter_{0};
   int64_t created_ = 0;
 };

@@ -27,6 +27,7 @@ struct OutputParserOptions {
   bool skip_special_tokens = true;
   std::vector<std::string> stop_strings;
   bool include_stop_string = false;
+  std::string tool_call_id_prefix = "call_";  // DeepSeek calls: prefix + call number
 };
 
 struct OutputDelta {

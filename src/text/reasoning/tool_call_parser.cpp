@@ -100,7 +100,7 @@ void ToolCallParser::on_marker(int32_t id, std::vector<ToolCallDelta>& out) {
     // V3.1 "NAME<sep>ARGS": the text before the separator is the name, not "function".
     const std::string type = trim(header_);
     if (!type.empty() && type != "function") {
-      current_ = ToolCall{fmt::format("call_{}", started_), type, ""};
+      current_ = ToolCall{fmt::format("{}{}", id_prefix_, started_), type, ""};
       header_ = "\x01v31";  // marks the V3.1 form: arguments follow directly
       open_call_args(out);
     }
@@ -137,7 +137,7 @@ void ToolCallParser::on_text(const std::string& text, std::vector<ToolCallDelta>
         raw_args_ += text;
         const size_t nl = raw_args_.find('\n');
         if (nl == std::string::npos) return;
-        current_ = ToolCall{fmt::format("call_{}", started_), trim(raw_args_.substr(0, nl)), ""};
+        current_ = ToolCall{fmt::format("{}{}", id_prefix_, started_), trim(raw_args_.substr(0, nl)), ""};
         std::string rest = raw_args_.substr(nl + 1);
         open_call_args(out);
         raw_args_ = std::move(rest);

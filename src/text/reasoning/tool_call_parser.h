@@ -48,7 +48,9 @@ struct ToolCallDelta {
 
 class ToolCallParser {
  public:
-  explicit ToolCallParser(ToolCallMarkers markers) : m_(std::move(markers)) {}
+  // `id_prefix`: ids of formats without their own (DeepSeek) are id_prefix + call number.
+  explicit ToolCallParser(ToolCallMarkers markers, std::string id_prefix = "call_")
+      : m_(std::move(markers)), id_prefix_(std::move(id_prefix)) {}
 
   // True while text belongs to the tool section (not to the visible content).
   bool in_section() const { return state_ != State::kOutside; }
@@ -68,6 +70,7 @@ class ToolCallParser {
   std::string visible_args(bool final) const;
 
   ToolCallMarkers m_;
+  std::string id_prefix_;
   State state_ = State::kOutside;
   std::string header_;  // Kimi: the call id; DeepSeek: the type before <｜tool▁sep｜> then the name
   bool after_sep_ = false;

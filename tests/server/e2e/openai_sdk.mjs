@@ -53,12 +53,14 @@ function flatten(resp) {
   return resp.choices.map((c) => ({
     content: c.message.content ?? '',
     reasoning: c.message.reasoning_content ?? '',
-    tools: (c.message.tool_calls ?? []).map((t) => ({ id: t.id, name: t.function.name, arguments: t.function.arguments })),
+    // Ids are per request (DeepSeek calls get request-unique ids), so they are compared by presence.
+    tools: (c.message.tool_calls ?? []).map((t) => ({ id: !!t.id, name: t.function.name, arguments: t.function.arguments })),
     finish: c.finish_reason,
   }));
 }
 function flattenStream(s) {
-  return s.choices.map((c) => ({ content: c.content, reasoning: c.reasoning, tools: [...c.tools.values()], finish: c.finish }));
+  return s.choices.map((c) => ({ content: c.content, reasoning: c.reasoning,
+    tools: [...c.tools.values()].map((t) => ({ id: !!t.id, name: t.name, arguments: t.arguments })), finish: c.finish }));
 }
 async function chatBoth(params) {
   const full = await client.chat.completions.create(params);
