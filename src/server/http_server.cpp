@@ -39,6 +39,7 @@ struct HttpServer::Live {
   ResponseMeta meta;
   std::vector<ChoiceAccum> accum;
   bool started = false, finished = false;
+  std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
   ~Live() {
     gen.reset();
     if (metrics) metrics->in_flight--;
@@ -211,24 +212,50 @@ void HttpServer::setup_routes() {
     }
     const bool chat = ep == Endpoint::kChat;
     if (!live->job.stream) {
-      std::vector<ChoiceEvent> events;
-      while (live->gen->poll(events, std::chrono::milliseconds(100)) || !events.empty()) {
-        for (const auto& ev : events) accumulate(live->accum[static_cast<size_t>(ev.index)], ev);
-        events.clear();
-        if (abort_all_) {
-          live->gen->abort();
-          return send_error(res, 503, "the server shut down before the request finished");
+      // Most requests finish within the first second and get an ordinary response. Longer ones
+      // switch to a chunked body that sends a space (leading JSON whitespace) every second: the
+      // HTTP library reports a vanished client only when a write fails, and a non-streamed
+      // request whose client gave up must be aborted too (pain_points A16).
+      const auto inline_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      if (!run_non_stream(*live, inline_deadline)) {
+        if (abort_all_) return send_error(res, 503, "the server shut down before the request finished");
+        if (live->gen->engine_failed()) {
+          on_engine_failure();
+          return send_error(res, 500, "the engine failed while generating this request");
         }
-        if (live->gen->done()) break;
+        res.set_content(non_stream_body(*live, chat), kJson);
+        return;
       }
-      if (live->gen->engine_failed()) {
-        on_engine_failure();
-        return send_error(res, 500, "the engine failed while generating this request");
-      }
-      const Usage u = live->gen->usage();
-      const OJson out = chat ? chat_response(live->meta, live->accum, u, live->job, *model_.tokenizer)
-                             : completion_response(live->meta, live->accum, u, live->job, *model_.tokenizer);
-      res.set_content(dump(out), kJson);
+      res.set_chunked_content_provider(kJson, [this, live, chat](size_t, httplib::DataSink& sink) {
+        try {
+          if (live->finished) return false;
+          if (run_non_stream(*live, std::chrono::steady_clock::now() + std::chrono::seconds(1))) {
+            if (!sink.write(" ", 1)) {
+              metrics_.count_error(499);
+              live->gen->abort();
+              return false;
+            }
+            return true;
+          }
+          std::string body;
+          if (abort_all_) {
+            body = dump(error_json(503, "the server shut down before the request finished"));
+          } else if (live->gen->engine_failed()) {
+            on_engine_failure();
+            body = dump(error_json(500, "the engine failed while generating this request"));
+          } else {
+            body = non_stream_body(*live, chat);
+          }
+          sink.write(body.data(), body.size());
+        } catch (const std::exception& e) {
+          live->gen->abort();
+          const std::string body = dump(error_json(500, e.what()));
+          sink.write(body.data(), body.size());
+        }
+        live->finished = true;
+        sink.done();
+        return true;
+      });
       return;
     }
     res.set_header("Cache-Control", "no-cache");
@@ -255,8 +282,32 @@ void HttpServer::setup_routes() {
   });
 }
 
+bool HttpServer::run_non_stream(Live& l, std::chrono::steady_clock::time_point until) {
+  std::vector<ChoiceEvent> events;
+  for (;;) {
+    const bool more = l.gen->poll(events, std::chrono::milliseconds(50));
+    for (const auto& ev : events) accumulate(l.accum[static_cast<size_t>(ev.index)], ev);
+    events.clear();
+    if (!more) return false;
+    if (abort_all_) {
+      l.gen->abort();
+      return false;
+    }
+    if (std::chrono::steady_clock::now() >= until) return true;
+  }
+}
+
+std::string HttpServer::non_stream_body(Live& l, bool chat) {
+  const Usage u = l.gen->usage();
+  return dump(chat ? chat_response(l.meta, l.accum, u, l.job, *model_.tokenizer)
+                   : completion_response(l.meta, l.accum, u, l.job, *model_.tokenizer));
+}
+
 bool HttpServer::stream_step(Live& l, bool chat, httplib::DataSink& sink) {
-  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  auto write = [&](const std::string& s) {
+    l.last_write = std::chrono::steady_clock::now();
+    return sink.write(s.data(), s.size());
+  };
   if (l.finished) return false;
   if (!l.started) {
     l.started = true;
@@ -276,6 +327,13 @@ bool HttpServer::stream_step(Live& l, bool chat, httplib::DataSink& sink) {
       l.gen->abort();
       return false;
     }
+  }
+  // Nothing to send for a second (queued, or a long prefill): an SSE comment, which clients
+  // ignore, finds out whether the client is still there.
+  if (more && std::chrono::steady_clock::now() - l.last_write > std::chrono::seconds(1) && !write(": keep-alive\n\n")) {
+    metrics_.count_error(499);
+    l.gen->abort();
+    return false;
   }
   if (more && abort_all_) {
     l.gen->abort();

@@ -60,6 +60,9 @@ class HttpServer {
   void setup_routes();
   // One call of an SSE response's content provider: writes what the generation produced since.
   bool stream_step(Live& l, bool chat, httplib::DataSink& sink);
+  // Polls a non-streamed request until it is done (false) or `until` passed (true).
+  bool run_non_stream(Live& l, std::chrono::steady_clock::time_point until);
+  std::string non_stream_body(Live& l, bool chat);
   std::string next_id(const char* prefix);
   void on_engine_failure();
 

@@ -208,6 +208,43 @@ TEST(ServerHttp, QueueFullGets429WithRetryAfter) {
   EXPECT_EQ(r->status, 200);
 }
 
+TEST(ServerHttp, ClientsThatGiveUpAreAborted) {
+  // One sequence at a time: A (non-streamed, long) runs, B (streamed) waits in the queue. A's
+  // client times out after 1 s, B's client disconnects after the role chunk; both requests must
+  // be aborted long before A's 4000 tokens would have been generated.
+  ServerProcess srv({"--max-num-seqs", "1"});
+  httplib::Client c("127.0.0.1", srv.port());
+  std::thread a([&] {
+    httplib::Client h("127.0.0.1", srv.port());
+    h.set_read_timeout(1, 0);
+    auto r = post_json(h, "/v1/completions", R"({"prompt":"a","max_tokens":4000,"ignore_eos":true})");
+    EXPECT_FALSE(r);  // timed out
+  });
+  for (int k = 0; k < 1000 && metric(c, "tessera_requests_running") < 1; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::thread b([&] {
+    httplib::Client h("127.0.0.1", srv.port());
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.body = R"({"messages":[{"role":"user","content":"b"}],"max_tokens":50,"stream":true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [](const char*, size_t, uint64_t, uint64_t) { return false; };
+    h.send(req);
+  });
+  a.join();
+  b.join();
+  bool idle = false;
+  for (int k = 0; k < 300 && !idle; ++k) {
+    idle = metric(c, "tessera_requests_in_flight") == 0 && metric(c, "tessera_requests_running") == 0;
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(idle);
+  EXPECT_EQ(metric(c, "tessera_requests_aborted_total"), 2);
+  EXPECT_LT(metric(c, "tessera_generation_tokens_total"), 4000);
+  EXPECT_EQ(metric(c, "tessera_kv_pages_used"), 0);
+}
+
 TEST(ServerHttp, SigtermFinishesInFlightAndExitsZero) {
   ServerProcess srv({"--shutdown-grace", "20"});
   std::string body;
