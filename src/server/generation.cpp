@@ -20,6 +20,7 @@ Generation::Generation(engine::Engine& engine, const ServedModel& model, const G
         po.reasoning = model.reasoning;
         po.start = job.reasoning_start;
         if (job.parse_tools) po.tools = model.tools;
+        po.tool_names = job.tool_names;
       }
       po.skip_special_tokens = job.skip_special_tokens;
       po.stop_strings = job.stop;

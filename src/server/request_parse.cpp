@@ -305,6 +305,7 @@ GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const Par
     }
     if (tool_choice != "none" && ri.tools.is_null()) bad_request("tool_choice", "'tool_choice' needs 'tools'");
   }
+  job.tool_names.assign(tool_names.begin(), tool_names.end());
   job.parse_tools = !ri.tools.is_null() && tool_choice != "none" && m.tools.format != text::ToolCallFormat::kNone;
 
   // The thinking switch: chat_template_kwargs.thinking / enable_thinking (either name; both are

@@ -44,6 +44,7 @@ struct GenerationJob {
   text::ReasoningState reasoning_start = text::ReasoningState::kContent;
   bool parse_tools = false;
   bool named_tool_choice = false;
+  std::vector<std::string> tool_names;
 };
 
 GenerationJob parse_chat_request(const nlohmann::ordered_json& body, const ServedModel& model, const ParseLimits& limits);

@@ -131,6 +131,19 @@ TEST(OutputParser, BareIdGetsKimiStyleId) {
   EXPECT_EQ(r.calls[0].id, "functions.lookup:0");
 }
 
+TEST(OutputParser, MangledKimiIdsFindTheirTool) {
+  auto o = kimi_opts(ReasoningState::kContent);
+  o.tool_names = {"exec", "read_file"};
+  OutputParser p(kimi(), o);
+  Result r = run(p, kimi(), "<|tool_calls_section_begin|><|tool_call_begin|>functionsexec5<|tool_call_argument_begin|>{}<|tool_call_end|>"
+                            "<|tool_call_begin|>functions.read_file:6<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "exec");
+  EXPECT_EQ(r.calls[0].id, "functionsexec5");  // ids stay verbatim: the model refers to them later
+  EXPECT_EQ(r.calls[1].name, "read_file");
+  EXPECT_EQ(r.calls[1].id, "functions.read_file:6");
+}
+
 TEST(OutputParser, CutToolCallIsDroppedCompleteOnesKept) {
   OutputParser p(kimi(), kimi_opts(ReasoningState::kContent));
   run(p, kimi(), "<|tool_calls_section_begin|><|tool_call_begin|>functions.a:0<|tool_call_argument_begin|>{\"x\": 1}<|tool_call_end|>"

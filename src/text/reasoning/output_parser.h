@@ -28,6 +28,7 @@ struct OutputParserOptions {
   std::vector<std::string> stop_strings;
   bool include_stop_string = false;
   std::string tool_call_id_prefix = "call_";  // DeepSeek calls: prefix + call number
+  std::vector<std::string> tool_names;        // the request's tools (name recovery)
 };
 
 struct OutputDelta {

@@ -89,6 +89,15 @@ void ToolCallParser::on_marker(int32_t id, std::vector<ToolCallDelta>& out) {
     const size_t colon = hid.rfind(':');
     if (colon != std::string::npos && is_digits(std::string_view(hid).substr(colon + 1))) name = hid.substr(0, colon);
     if (name.rfind("functions.", 0) == 0) name = name.substr(10);
+    auto known = [&](const std::string& n) {
+      return std::find(tool_names_.begin(), tool_names_.end(), n) != tool_names_.end();
+    };
+    if (!tool_names_.empty() && !known(name)) {
+      // "functionsexec5": the separators were lost; strip the prefix and the call number.
+      std::string n = hid.rfind("functions", 0) == 0 ? hid.substr(9) : hid;
+      while (!n.empty() && (std::isdigit(static_cast<unsigned char>(n.back())) || n.back() == ':')) n.pop_back();
+      if (known(n)) name = n;
+    }
     current_ = ToolCall{hid, name, ""};
     if (name == hid) current_.id = fmt::format("functions.{}:{}", name, started_);
     open_call_args(out);

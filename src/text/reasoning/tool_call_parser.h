@@ -49,8 +49,11 @@ struct ToolCallDelta {
 class ToolCallParser {
  public:
   // `id_prefix`: ids of formats without their own (DeepSeek) are id_prefix + call number.
-  explicit ToolCallParser(ToolCallMarkers markers, std::string id_prefix = "call_")
-      : m_(std::move(markers)), id_prefix_(std::move(id_prefix)) {}
+  // `tool_names`: the request's tools; a Kimi id whose name is not among them is matched against
+  // the mangled forms models emit ("functionsexec5" for functions.exec:5).
+  explicit ToolCallParser(ToolCallMarkers markers, std::string id_prefix = "call_",
+                          std::vector<std::string> tool_names = {})
+      : m_(std::move(markers)), id_prefix_(std::move(id_prefix)), tool_names_(std::move(tool_names)) {}
 
   // True while text belongs to the tool section (not to the visible content).
   bool in_section() const { return state_ != State::kOutside; }
@@ -71,6 +74,7 @@ class ToolCallParser {
 
   ToolCallMarkers m_;
   std::string id_prefix_;
+  std::vector<std::string> tool_names_;
   State state_ = State::kOutside;
   std::string header_;  // Kimi: the call id; DeepSeek: the type before <｜tool▁sep｜> then the name
   bool after_sep_ = false;

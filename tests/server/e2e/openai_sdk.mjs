@@ -204,6 +204,18 @@ test('thinking switch: thinking / enable_thinking reach the template; off means 
   assert.ok(off.choices[0].message.content.length > 0);
 });
 
+test('16 concurrent pairs: streamed equals non-streamed (seeded sampling, reasoning and tool calls)', async () => {
+  const jobs = [];
+  for (let i = 0; i < 16; i++) {
+    const p = i % 4 === 3
+      ? { model, messages: [{ role: 'user', content: `w${i}` }], tools, max_tokens: 80, tessera_script: toolScript }
+      : { model, messages: [{ role: 'user', content: `q${i}` }], max_tokens: 10 + i, seed: i, temperature: 0.9,
+          chat_template_kwargs: { thinking: i % 2 === 0 }, thinking_token_budget: 4 };
+    jobs.push(chatBoth(p));
+  }
+  await Promise.all(jobs);
+});
+
 test('completions: text and token-id prompts, streaming equals non-streaming, logprobs, n', async () => {
   const p = { model, prompt: 'Once upon a time', max_tokens: 8, temperature: 0, logprobs: 2 };
   const r = await client.completions.create(p);
