@@ -2,6 +2,7 @@
 // attention runs as multi-query attention over the bf16 latent cache [c_kv | k_pe] with the latent
 // itself as the value, then W_UV maps the result back to per-head values. The same absorbed path
 // serves prefill and decode in this first version.
+#include <algorithm>
 #include <cfloat>
 
 #include "ops/cuda/kernels.h"
@@ -38,38 +39,58 @@ __global__ void absorb_q_kernel(const float* q, int64_t heads, int64_t nope, int
   for (int64_t r = threadIdx.x; r < rope; r += blockDim.x) out[latent + r] = qh[nope + r];
 }
 
-constexpr int kTile = 32;           // cache positions per shared-memory tile (one per lane)
-constexpr int kHeadsPerBlock = 4;   // one warp per head; the tile is shared by the block's heads
+constexpr int kTile = 32;              // cache positions per shared-memory tile (one per lane)
+constexpr int kMaxHeadsPerBlock = 8;   // one warp per head; a tile is loaded once for all of them
 constexpr int kMaxLatentPerLane = 16;  // latent <= 512
 
-// One block per (token, group of heads). Each tile of 32 cache rows is staged in shared memory
-// once for all heads of the block; lane p scores position p; the output accumulates per lane over
-// latent dims lane, lane + 32, ... with an online softmax.
-__global__ void attend_kernel(const float* q_full, int64_t heads, int64_t latent, int64_t rope, const TokenInfo* info,
-                              const int32_t* tables, const __nv_bfloat16* cache, int64_t page, float scale,
-                              float* o_lat) {
+// One block per (split of the context, token, group of heads). Each tile of 32 cache rows is
+// loaded once (16-byte loads, one page lookup per row) and shared by the block's heads; lane p
+// scores position p; the output accumulates per lane over latent dims lane, lane + 32, ... with an
+// online softmax. Each split writes its unnormalised partial (o, max, sum) for the combine kernel.
+__global__ void attend_kernel(const float* q_full, int heads, int heads_per_block, int latent, int rope,
+                              const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int page,
+                              float scale, int chunk, float* o_part, float* ml_part) {
   extern __shared__ float smem[];
-  const int64_t entry = latent + rope;
-  const int64_t row_stride = entry + 1;  // +1 float: lanes reading different rows hit different banks
+  const int entry = latent + rope;
+  const int row_stride = entry + 1;  // +1 float: lanes reading different rows hit different banks
   float* tile = smem;                                   // [kTile, row_stride]
-  float* qs = smem + kTile * row_stride;                // [kHeadsPerBlock, entry]
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t t = blockIdx.x, h = blockIdx.y * kHeadsPerBlock + warp;
-  const bool active = h < heads;
+  float* qs = smem + kTile * row_stride;                // [heads_per_block, entry]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int split = blockIdx.x, t = blockIdx.y, h = blockIdx.z * heads_per_block + warp;
+  const int tokens = gridDim.y;
+  const bool active = warp < heads_per_block && h < heads;
   const TokenInfo ti = info[t];
-  const int64_t visible = ti.pos + 1;
+  const int visible = ti.pos + 1;
+  const int begin = split * chunk, end = min(visible, begin + chunk);
   if (active)
-    for (int64_t i = lane; i < entry; i += 32) qs[warp * entry + i] = q_full[(t * heads + h) * entry + i];
+    for (int i = lane; i < entry; i += 32) qs[warp * entry + i] = q_full[(static_cast<int64_t>(t) * heads + h) * entry + i];
   float acc[kMaxLatentPerLane];
+#pragma unroll
   for (int i = 0; i < kMaxLatentPerLane; ++i) acc[i] = 0.0f;
   float m = -FLT_MAX, l = 0.0f;
-  for (int64_t base = 0; base < visible; base += kTile) {
+  const int vec_per_row = entry / 8;  // 16-byte vectors of 8 bf16 (entry is a multiple of 8)
+  for (int base = begin; base < end; base += kTile) {
     __syncthreads();
-    const int64_t n = min(static_cast<int64_t>(kTile), visible - base);
-    for (int64_t idx = threadIdx.x; idx < n * entry; idx += blockDim.x) {
-      const int64_t p = idx / entry, i = idx % entry, pos = base + p;
-      const int64_t page_id = tables[ti.table_offset + pos / page];
-      tile[p * row_stride + i] = __bfloat162float(cache[(page_id * page + pos % page) * entry + i]);
+    const int n = min(kTile, end - base);
+    for (int p = warp; p < n; p += warps) {
+      const int pos = base + p;
+      const int64_t row = static_cast<int64_t>(tables[ti.table_offset + pos / page]) * page + pos % page;
+      const uint4* src = reinterpret_cast<const uint4*>(cache + row * entry);
+      float* dst = tile + p * row_stride;
+      if (entry % 8 != 0) {
+        for (int i = lane; i < entry; i += 32) dst[i] = __bfloat162float(cache[row * entry + i]);
+        continue;
+      }
+      for (int v = lane; v < vec_per_row; v += 32) {
+        const uint4 raw = src[v];
+        const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float2 f = __bfloat1622float2(pair[k]);
+          dst[v * 8 + 2 * k] = f.x;
+          dst[v * 8 + 2 * k + 1] = f.y;
+        }
+      }
     }
     __syncthreads();
     if (!active) continue;
@@ -77,9 +98,14 @@ __global__ void attend_kernel(const float* q_full, int64_t heads, int64_t latent
     if (lane < n) {
       const float* k = tile + lane * row_stride;
       const float* qh = qs + warp * entry;
-      float s = 0.0f;
-      for (int64_t i = 0; i < entry; ++i) s += qh[i] * k[i];
-      score = s * scale;
+      float s0 = 0.0f, s1 = 0.0f;
+      int i = 0;
+      for (; i + 1 < entry; i += 2) {
+        s0 += qh[i] * k[i];
+        s1 += qh[i + 1] * k[i + 1];
+      }
+      if (i < entry) s0 += qh[i] * k[i];
+      score = (s0 + s1) * scale;
     }
     float tile_max = score;
     for (int o = 16; o > 0; o >>= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
@@ -90,21 +116,48 @@ __global__ void attend_kernel(const float* q_full, int64_t heads, int64_t latent
     const float alpha = __expf(m - m_new);
     l = l * alpha + p_sum;
     m = m_new;
+#pragma unroll
     for (int i = 0; i < kMaxLatentPerLane; ++i) acc[i] *= alpha;
-    for (int64_t j = 0; j < n; ++j) {
-      const float pj = __shfl_sync(0xffffffffu, p, static_cast<int>(j));
-      const float* k = tile + j * row_stride;
-      for (int i = 0; i < kMaxLatentPerLane; ++i) {
-        const int64_t d = lane + 32 * i;
-        if (d < latent) acc[i] += pj * k[d];
-      }
+    for (int j = 0; j < n; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j);
+      const float* k = tile + j * row_stride + lane;
+#pragma unroll
+      for (int i = 0; i < kMaxLatentPerLane; ++i)
+        if (lane + 32 * i < latent) acc[i] += pj * k[32 * i];
     }
   }
   if (!active) return;
-  const float inv = 1.0f / l;
+  const int64_t slot = (static_cast<int64_t>(split) * tokens + t) * heads + h;
+#pragma unroll
   for (int i = 0; i < kMaxLatentPerLane; ++i) {
-    const int64_t d = lane + 32 * i;
-    if (d < latent) o_lat[(t * heads + h) * latent + d] = acc[i] * inv;
+    const int d = lane + 32 * i;
+    if (d < latent) o_part[slot * latent + d] = acc[i];
+  }
+  if (lane == 0) {
+    ml_part[2 * slot] = m;
+    ml_part[2 * slot + 1] = l;
+  }
+}
+
+// Merges the splits' partials: o = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s.
+__global__ void combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
+                               float* o_lat) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  float M = -FLT_MAX;
+  for (int s = 0; s < splits; ++s) M = fmaxf(M, ml_part[2 * ((static_cast<int64_t>(s) * tokens + t) * heads + h)]);
+  float denom = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const int64_t slot = (static_cast<int64_t>(s) * tokens + t) * heads + h;
+    denom += __expf(ml_part[2 * slot] - M) * ml_part[2 * slot + 1];
+  }
+  const float inv = 1.0f / denom;
+  for (int d = threadIdx.x; d < latent; d += blockDim.x) {
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const int64_t slot = (static_cast<int64_t>(s) * tokens + t) * heads + h;
+      v += __expf(ml_part[2 * slot] - M) * o_part[slot * latent + d];
+    }
+    o_lat[(static_cast<int64_t>(t) * heads + h) * latent + d] = v * inv;
   }
 }
 
@@ -138,21 +191,44 @@ void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t 
   absorb_q_kernel<<<grid, 128, nope * sizeof(float), s>>>(q, heads, nope, rope, kv_b, v, latent, q_full);
 }
 
+int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms) {
+  const int64_t heads_per_block = std::min<int64_t>(heads, kMaxHeadsPerBlock);
+  const int64_t head_groups = (heads + heads_per_block - 1) / heads_per_block;
+  // Enough blocks for two per SM when the batch is small, never below 256 positions a split.
+  int64_t splits = std::max<int64_t>(1, (2 * num_sms + tokens * head_groups - 1) / (tokens * head_groups));
+  return std::max<int64_t>(1, std::min<int64_t>(splits, max_visible / 256));
+}
+
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int64_t page,
-                       float scale, float* o_lat, cudaStream_t s) {
+                       int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch, cudaStream_t s) {
   if (tokens == 0) return;
   const int64_t entry = latent + rope;
-  const size_t smem = (kTile * (entry + 1) + kHeadsPerBlock * entry) * sizeof(float);
+  const int heads_per_block = static_cast<int>(std::min<int64_t>(heads, kMaxHeadsPerBlock));
+  const int64_t head_groups = (heads + heads_per_block - 1) / heads_per_block;
+  int64_t chunk = (max_visible + splits - 1) / splits;
+  chunk = (chunk + kTile - 1) / kTile * kTile;
+  float* o_part = scratch;
+  float* ml_part = scratch + splits * tokens * heads * latent;
+  const size_t smem = (kTile * (entry + 1) + heads_per_block * entry) * sizeof(float);
   static bool configured = false;
   if (!configured) {
-    // Up to 576-wide entries need ~85 KB: above the 48 KB default, within every target's limit.
-    cudaFuncSetAttribute(attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
+    // 576-wide entries need ~90 KB: above the 48 KB default, within every target's limit (SM120: 99 KB).
+    cudaFuncSetAttribute(attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
     configured = true;
   }
-  dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
-  attend_kernel<<<grid, 32 * kHeadsPerBlock, smem, s>>>(q_full, heads, latent, rope, info, tables, cache, page, scale,
-                                                        o_lat);
+  dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(head_groups));
+  attend_kernel<<<grid, 32 * heads_per_block, smem, s>>>(q_full, static_cast<int>(heads), heads_per_block,
+                                                         static_cast<int>(latent), static_cast<int>(rope), info, tables,
+                                                         cache, static_cast<int>(page), scale, static_cast<int>(chunk),
+                                                         o_part, ml_part);
+  dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads));
+  combine_kernel<<<cgrid, 128, 0, s>>>(o_part, ml_part, static_cast<int>(splits), static_cast<int>(tokens),
+                                       static_cast<int>(heads), static_cast<int>(latent), o_lat);
+}
+
+int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits) {
+  return max_splits * tokens * heads * (latent + 2);
 }
 
 void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,

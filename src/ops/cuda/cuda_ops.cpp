@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -57,6 +58,7 @@ class CudaOps final : public Ops {
     TESSERA_CHECK(cuda_available(), "no CUDA device is available");
     TESSERA_CUDA_CHECK(cudaSetDevice(0));
     TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt_));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, 0));
     workspace_ = alloc(DType::kU8, {kWorkspaceBytes});
   }
   ~CudaOps() override { cublasLtDestroy(lt_); }
@@ -185,9 +187,11 @@ class CudaOps final : public Ops {
     launch_mla_absorb_q(ptr<float>(q), T, d.heads, d.nope, d.rope, ptr<__nv_bfloat16>(kv_b.weight), d.v, d.latent,
                         ptr<float>(q_full), stream_);
     Tensor o_lat = alloc(DType::kF32, {T, d.heads, d.latent});
+    const int64_t splits = mla_attend_splits(T, d.heads, meta.max_visible, num_sms_);
+    Tensor scratch = alloc(DType::kF32, {mla_attend_scratch_floats(T, d.heads, d.latent, splits)});
     launch_mla_attend(ptr<float>(q_full), T, d.heads, d.latent, d.rope, meta.info.data<TokenInfo>(),
-                      ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, d.scale,
-                      ptr<float>(o_lat), stream_);
+                      ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, meta.max_visible,
+                      splits, d.scale, ptr<float>(o_lat), ptr<float>(scratch), stream_);
     launch_mla_up_v(ptr<float>(o_lat), T, d.heads, d.latent, ptr<__nv_bfloat16>(kv_b.weight), d.nope, d.v,
                     ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -273,10 +277,12 @@ class CudaOps final : public Ops {
   struct StepMeta {
     Tensor info;    // TokenInfo per token
     Tensor tables;  // all block tables, concatenated
+    int64_t max_visible = 0;  // longest context any token of the step attends to
   };
   StepMeta upload_meta(std::span<const AttentionSeq> seqs, int64_t page, int64_t num_pages) {
     std::vector<TokenInfo> info;
     std::vector<int32_t> tables;
+    int64_t max_visible = 0;
     for (const auto& s : seqs) {
       const int32_t offset = static_cast<int32_t>(tables.size());
       TESSERA_CHECK(static_cast<int64_t>(s.block_table.size()) * page >= s.start_pos + s.num_tokens,
@@ -287,11 +293,13 @@ class CudaOps final : public Ops {
         tables.push_back(p);
       }
       for (int64_t i = 0; i < s.num_tokens; ++i) info.push_back({static_cast<int32_t>(s.start_pos + i), offset});
+      max_visible = std::max(max_visible, s.start_pos + s.num_tokens);
     }
     if (tables.empty()) tables.push_back(0);
     StepMeta m;
     m.info = upload_bytes(DType::kU8, {static_cast<int64_t>(info.size() * sizeof(TokenInfo))}, info.data());
     m.tables = upload_bytes(DType::kI32, {static_cast<int64_t>(tables.size())}, tables.data());
+    m.max_visible = max_visible;
     return m;
   }
 
@@ -327,6 +335,7 @@ class CudaOps final : public Ops {
   }
 
   cublasLtHandle_t lt_ = nullptr;
+  int num_sms_ = 1;
   cudaStream_t stream_ = nullptr;  // the legacy default stream: every op is ordered
   Tensor workspace_;
 };

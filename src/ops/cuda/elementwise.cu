@@ -84,7 +84,24 @@ __global__ void scatter_add_rows_kernel(const float* y, int64_t width, const int
   for (int64_t j = threadIdx.x; j < width; j += blockDim.x) dst[j] += w * y[i * width + j];
 }
 
+// Deterministic pseudo-random values in [-scale, scale) from a hash of the index (benchmark data).
+__global__ void fill_random_bf16_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) / static_cast<float>(1ull << 24);
+    p[i] = __float2bfloat16_rn((2.0f * u - 1.0f) * scale);
+  }
+}
+
 }  // namespace
+
+void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t s) {
+  if (n > 0) fill_random_bf16_kernel<<<1024, kThreads, 0, s>>>(p, n, seed, scale);
+}
 
 void launch_embedding(const __nv_bfloat16* table, const int32_t* ids, int64_t tokens, int64_t hidden, float* out,
                       cudaStream_t s) {

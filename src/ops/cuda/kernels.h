@@ -22,6 +22,8 @@ void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, 
 // Interleaved-pair rotation; cos/sin [rows, half].
 void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const float* sin, int64_t half,
                  int64_t col_begin, int64_t col_stride, int64_t count, cudaStream_t s);
+// Deterministic pseudo-random bf16 values in [-scale, scale) (benchmark and test data).
+void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t s);
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s);
 void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s);
 // out[rows[i], :] += weights[i] * y[i, :]
@@ -43,9 +45,13 @@ void launch_kv_cache_write(const float* latent, int64_t tokens, int64_t entry, c
 void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t nope, int64_t rope,
                          const __nv_bfloat16* kv_b, int64_t v, int64_t latent, float* q_full, cudaStream_t s);
 // o_lat[t, h, :] = softmax_s(scale · q_full[t, h] · cache[s]) · cache[s, :latent] over s <= pos(t).
+// The context is split over `splits` blocks (mla_attend_splits) when the batch is small; partials
+// are merged by a second kernel; `scratch` holds them (mla_attend_scratch_floats). latent <= 512.
+int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms);
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int64_t page,
-                       float scale, float* o_lat, cudaStream_t s);
+                       int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch, cudaStream_t s);
+int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
 // out[t, h * v + j] = W_UV[h, j] · o_lat[t, h].
 void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
                      int64_t nope, int64_t v, float* out, cudaStream_t s);

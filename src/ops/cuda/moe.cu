@@ -8,13 +8,14 @@ namespace tessera::ops::cuda {
 
 namespace {
 
-// One block per token, a warp per expert row.
+// Blocks over (token, group of 8 experts), a warp per expert row, so that even one token spreads
+// the router weights over many SMs.
 __global__ void router_logits_kernel(const float* x, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
                                      float* logits) {
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const float* xt = x + t * hidden;
-  for (int64_t e = warp; e < experts; e += warps) {
+  for (int64_t e = blockIdx.y * warps + warp; e < experts; e += static_cast<int64_t>(gridDim.y) * warps) {
     const __nv_bfloat16* we = w + e * hidden;
     float acc = 0.0f;
     for (int64_t i = lane; i < hidden; i += 32) acc += xt[i] * __bfloat162float(we[i]);
@@ -84,7 +85,9 @@ __global__ void router_select_kernel(const float* logits, const float* bias, int
 
 void launch_router_logits(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
                           float* logits, cudaStream_t s) {
-  if (tokens > 0) router_logits_kernel<<<static_cast<unsigned>(tokens), 256, 0, s>>>(x, hidden, w, experts, logits);
+  if (tokens == 0) return;
+  dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((experts + 7) / 8));
+  router_logits_kernel<<<grid, 256, 0, s>>>(x, hidden, w, experts, logits);
 }
 
 void launch_router_select(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k,

@@ -1,0 +1,198 @@
+#include "ops/cuda/kernel_bench.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernels.h"
+
+namespace tessera::ops::cuda {
+
+namespace {
+
+struct DeviceMem {
+  void* p = nullptr;
+  explicit DeviceMem(size_t bytes) { TESSERA_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~DeviceMem() { cudaFree(p); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+// Median time of `iters` calls of fn, after two warm-ups, measured with CUDA events.
+template <class F>
+double time_it(int iters, F&& fn) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  fn();
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(a);
+    fn();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms * 1e-3);
+  }
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Filled on the device: gigabytes of KV cache would take minutes to generate on the host.
+void fill_random_bf16(void* p, size_t n, uint64_t seed) {
+  launch_fill_random_bf16(static_cast<__nv_bfloat16*>(p), static_cast<int64_t>(n), seed, 1.0f, 0);
+  TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void fill_random_f32(void* p, size_t n, uint64_t seed) {
+  std::vector<float> h(n);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  for (auto& v : h) v = nd(rng);
+  TESSERA_CUDA_CHECK(cudaMemcpy(p, h.data(), n * 4, cudaMemcpyHostToDevice));
+}
+
+double gemm_tflops(int64_t m, int64_t n, int64_t k, int iters) {
+  cublasLtHandle_t lt;
+  TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt));
+  DeviceMem a(m * k * 2), b(k * n * 2), c(m * n * 2), ws(64 << 20);
+  fill_random_bf16(a.p, m * k, 1);
+  fill_random_bf16(b.p, k * n, 2);
+  cublasLtMatmulDesc_t op;
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, m, k);
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k);
+  cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, m, n, m);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  size_t wsb = 64 << 20;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &heur, &found));
+  const float alpha = 1, beta = 0;
+  double t = time_it(iters, [&] {
+    cublasLtMatmul(lt, op, &alpha, a.p, la, b.p, lb, &beta, c.p, lc, c.p, lc, &heur.algo, ws.p, wsb, 0);
+  });
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(lt);
+  return 2.0 * m * n * k / t / 1e12;
+}
+
+}  // namespace
+
+std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
+  std::vector<KernelBenchRow> rows;
+  fmt::print("device: {}\n", device_description());
+  // Ceilings, measured now on this GPU.
+  const size_t copy_bytes = size_t{2} << 30;
+  DeviceMem src(copy_bytes), dst(copy_bytes);
+  TESSERA_CUDA_CHECK(cudaMemset(src.p, 1, copy_bytes));
+  const double t_copy = time_it(o.iterations, [&] { cudaMemcpy(dst.p, src.p, copy_bytes, cudaMemcpyDeviceToDevice); });
+  const double bw = 2.0 * copy_bytes / t_copy;  // bytes read + written
+  const double gemm = gemm_tflops(8192, 8192, 8192, o.iterations);
+  fmt::print("ceiling: device copy {:.0f} GB/s (read + write), bf16 GEMM 8192^3 {:.0f} TFLOP/s\n\n", bw / 1e9, gemm);
+  std::fflush(stdout);
+  fmt::print("{:<52} {:>10} {:>10} {:>7} {:>10} {:>7}\n", "kernel", "time us", "GB/s", "of bw", "TFLOP/s", "of mma");
+  auto report = [&](const KernelBenchRow& r) {
+    const double gbs = r.bytes / r.seconds / 1e9, tf = r.flops / r.seconds / 1e12;
+    fmt::print("{:<52} {:>10.1f} {:>10.0f} {:>6.0f}% {:>10.1f} {:>6.0f}%\n", r.name, r.seconds * 1e6, gbs,
+               100 * gbs * 1e9 / bw, tf, 100 * tf / gemm);
+    std::fflush(stdout);
+    rows.push_back(r);
+  };
+  auto wanted = [&](const std::string& name) { return o.filter.empty() || name.find(o.filter) != std::string::npos; };
+
+  // MLA decode (absorbed) at Kimi-K2.5 shapes: latent 512 + rope 64, pages of 64 tokens.
+  const int64_t latent = 512, rope = 64, entry = latent + rope, page = 64;
+  const float scale = 0.14467962580268923f;
+  for (int64_t heads : o.heads)
+    for (int64_t B : o.batches)
+      for (int64_t ctx : o.contexts) {
+        const std::string name = fmt::format("mla_decode h{} b{} ctx{}", heads, B, ctx);
+        if (!wanted(name)) continue;
+        const int64_t pages_per_seq = (ctx + page - 1) / page, pages = B * pages_per_seq;
+        DeviceMem cache(pages * page * entry * 2), q(B * heads * entry * 4), out(B * heads * latent * 4);
+        fill_random_bf16(cache.p, pages * page * entry, 3);
+        fill_random_f32(q.p, B * heads * entry, 4);
+        std::vector<int32_t> table(static_cast<size_t>(pages));
+        std::iota(table.begin(), table.end(), 0);
+        std::shuffle(table.begin(), table.end(), std::mt19937_64(5));
+        std::vector<TokenInfo> info;
+        for (int64_t b = 0; b < B; ++b) info.push_back({static_cast<int32_t>(ctx - 1), static_cast<int32_t>(b * pages_per_seq)});
+        DeviceMem d_table(table.size() * 4), d_info(info.size() * sizeof(TokenInfo));
+        int sms = 1;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+        const int64_t splits = mla_attend_splits(B, heads, ctx, sms);
+        DeviceMem scratch(mla_attend_scratch_floats(B, heads, latent, splits) * 4);
+        cudaMemcpy(d_table.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_info.p, info.data(), info.size() * sizeof(TokenInfo), cudaMemcpyHostToDevice);
+        KernelBenchRow r;
+        r.name = fmt::format("{} (splits {})", name, splits);
+        r.seconds = time_it(o.iterations, [&] {
+          launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
+                            cache.as<__nv_bfloat16>(), page, ctx, splits, scale, out.as<float>(), scratch.as<float>(), 0);
+        });
+        r.bytes = double(B) * ctx * entry * 2 + double(B) * heads * (entry + latent) * 4;
+        r.flops = 2.0 * B * heads * ctx * (entry + latent);
+        report(r);
+      }
+
+  // RMSNorm over a hidden state of 7168 (decode batch 128).
+  if (wanted("rms_norm")) {
+    const int64_t T = 128, H = 7168;
+    DeviceMem x(T * H * 4), w(H * 4), y(T * H * 4);
+    fill_random_f32(x.p, T * H, 6);
+    fill_random_f32(w.p, H, 7);
+    KernelBenchRow r;
+    r.name = "rms_norm t128 h7168 (fp32)";
+    r.seconds = time_it(o.iterations, [&] {
+      launch_rms_norm(x.as<float>(), T, H, 0, w.as<float>(), H, 1e-6f, y.as<float>(), H, 0);
+    });
+    r.bytes = 2.0 * T * H * 4 + H * 4;
+    report(r);
+  }
+  // Router logits: 384 experts x 7168, decode batches 1 and 128.
+  for (int64_t T : {int64_t{1}, int64_t{128}}) {
+    const std::string name = fmt::format("router_logits t{} e384 h7168", T);
+    if (!wanted(name)) continue;
+    const int64_t E = 384, H = 7168;
+    DeviceMem x(T * H * 4), w(E * H * 2), l(T * E * 4);
+    fill_random_f32(x.p, T * H, 8);
+    fill_random_bf16(w.p, E * H, 9);
+    KernelBenchRow r;
+    r.name = name;
+    r.seconds = time_it(o.iterations, [&] {
+      launch_router_logits(x.as<float>(), T, H, w.as<__nv_bfloat16>(), E, l.as<float>(), 0);
+    });
+    r.bytes = double(E) * H * 2 + double(T) * H * 4;
+    r.flops = 2.0 * T * E * H;
+    report(r);
+  }
+  return rows;
+}
+
+}  // namespace tessera::ops::cuda
