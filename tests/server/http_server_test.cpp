@@ -270,6 +270,26 @@ TEST(ServerHttp, SigtermFinishesInFlightAndExitsZero) {
   EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
 }
 
+TEST(ServerHttp, TemplateRaiseExceptionIs400) {
+  const auto dir = make_temp_dir("tessera-serve-template");
+  write_file(dir / "t.jinja",
+             "{% if messages | length > 1 %}{{ raise_exception('only one message is supported') }}{% endif %}"
+             "{{ messages[0]['content'] }}");
+  ServerProcess srv({"--chat-template", (dir / "t.jinja").string()});
+  httplib::Client c("127.0.0.1", srv.port());
+  auto ok = post_json(c, "/v1/chat/completions", chat(""));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  auto bad = post_json(c, "/v1/chat/completions",
+                       chat("", R"([{"role":"user","content":"a"},{"role":"user","content":"b"}])"));
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("only one message is supported"), std::string::npos) << bad->body;
+  auto again = post_json(c, "/v1/chat/completions", chat(""));
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200);
+}
+
 TEST(ServerHttp, ConfigFileWithFlagOverride) {
   const auto dir = make_temp_dir("tessera-serve-config");
   write_file(dir / "serve.toml", "[serve]\nserved_model_name = \"from-config\"\napi-key = \"k1\"\n");

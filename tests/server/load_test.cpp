@@ -70,6 +70,12 @@ TEST(ServerLoad, SixtyFourStreamsWithDisconnects) {
   EXPECT_TRUE(idle) << c.Get("/metrics")->body;
   EXPECT_EQ(metric(c, "tessera_requests_finished_total"), kRequests);
   EXPECT_GE(metric(c, "tessera_requests_aborted_total"), 1);
+  // Latency histograms and token counters saw the traffic.
+  EXPECT_GE(metric(c, "tessera_time_to_first_token_seconds_count"), kRequests - kRequests / 5);
+  EXPECT_GT(metric(c, "tessera_inter_token_latency_seconds_count"), 0);
+  EXPECT_GT(metric(c, "tessera_generation_tokens_total"), 0);
+  EXPECT_GT(metric(c, "tessera_prompt_tokens_total"), 0);
+  EXPECT_GE(metric(c, "tessera_request_errors_total{status=\"499\"}"), 1);
   auto h = c.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
