@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -92,13 +93,23 @@ std::string HttpServer::next_id(const char* prefix) {
 }
 
 int HttpServer::bind() {
+  // cpp-httplib listens with a backlog of 5 (compiled into the Debian library): a burst of
+  // clients connecting at once would overflow it and see resets. Remember the socket and listen
+  // again with the system's maximum, which Linux applies to a listening socket.
+  int fd = -1;
+  http_->set_socket_options([&fd](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    fd = sock;
+  });
   if (opt_.port == 0) {
     const int p = http_->bind_to_any_port(opt_.host);
     if (p <= 0) core::fail("serve: cannot bind {} on any port", opt_.host);
     opt_.port = p;
-    return p;
+  } else if (!http_->bind_to_port(opt_.host, opt_.port)) {
+    core::fail("serve: cannot bind {}:{} (in use?)", opt_.host, opt_.port);
   }
-  if (!http_->bind_to_port(opt_.host, opt_.port)) core::fail("serve: cannot bind {}:{} (in use?)", opt_.host, opt_.port);
+  if (fd >= 0 && ::listen(fd, SOMAXCONN) != 0) spdlog::warn("serve: could not raise the listen backlog");
   return opt_.port;
 }
 
