@@ -36,7 +36,7 @@ void write_text(const fs::path& p, const std::string& s) {
   if (!out) core::fail("{}: cannot write file", p.string());
 }
 
-OJson demo_config() {
+OJson demo_config(int64_t vocab, int64_t bos, int64_t eos) {
   return OJson{{"architectures", {"DeepseekV3ForCausalLM"}},
                {"model_type", "deepseek_v3"},
                {"_comment", "tessera built-in demo model: RANDOM WEIGHTS, output is meaningless"},
@@ -44,12 +44,12 @@ OJson demo_config() {
                {"attention_bias", false},
                {"tie_word_embeddings", false},
                {"norm_topk_prob", true},
-               {"bos_token_id", 0},
-               {"eos_token_id", 1},
+               {"bos_token_id", bos},
+               {"eos_token_id", eos},
                {"topk_method", "noaux_tc"},
                {"scoring_func", "sigmoid"},
                {"moe_layer_freq", 1},
-               {"vocab_size", kVocab},
+               {"vocab_size", vocab},
                {"hidden_size", 64},
                {"intermediate_size", 128},
                {"moe_intermediate_size", 32},
@@ -177,6 +177,12 @@ std::string demo_chat_template(const std::string& v3) {
   return v3.substr(0, pos) + repl + v3.substr(pos + old.size());
 }
 
+void write_random_deepseek_v3(const fs::path& dir, int64_t vocab_size, int64_t bos_id, int64_t eos_id) {
+  const OJson cfg = demo_config(vocab_size, bos_id, eos_id);
+  write_text(dir / "config.json", cfg.dump(2));
+  io::write_safetensors(dir / "model.safetensors", demo_tensors(cfg), {{"format", "pt"}, {"tessera_demo", "random weights"}});
+}
+
 fs::path find_demo_tokenizer(const fs::path& explicit_dir) {
   auto ok = [](const fs::path& d) { return fs::exists(d / "tokenizer.json") && fs::exists(d / "tokenizer_config.json"); };
   if (!explicit_dir.empty()) {
@@ -210,9 +216,7 @@ fs::path ensure_demo_model(const fs::path& cache_dir, const fs::path& tokenizer_
   const fs::path tmp = cache_dir / fmt::format(".{}-{}.tmp{}", kDemoModelName, kDemoVersion, ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  const OJson cfg = demo_config();
-  write_text(tmp / "config.json", cfg.dump(2));
-  io::write_safetensors(tmp / "model.safetensors", demo_tensors(cfg), {{"format", "pt"}, {"tessera_demo", "random weights"}});
+  write_random_deepseek_v3(tmp, kVocab, 0, 1);
   write_text(tmp / "tokenizer.json", patch_tokenizer_json(read_text(tokenizer_dir / "tokenizer.json")));
   const OJson tc = OJson::parse(read_text(tokenizer_dir / "tokenizer_config.json"));
   write_text(tmp / "tokenizer_config.json", tc.dump(2));

@@ -6,6 +6,7 @@
 // to end. Its output is gibberish by design; it is labelled "random weights" wherever it shows.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 
@@ -24,6 +25,10 @@ std::filesystem::path default_demo_cache_dir();
 // Writes the demo checkpoint (config.json, model.safetensors, tokenizer files, chat template) into
 // cache_dir/<versioned name> unless it is already complete; returns that directory.
 std::filesystem::path ensure_demo_model(const std::filesystem::path& cache_dir, const std::filesystem::path& tokenizer_dir);
+
+// config.json + model.safetensors of the demo architecture with `vocab_size` rows and random
+// weights (tests build Kimi-tokenizer variants with it).
+void write_random_deepseek_v3(const std::filesystem::path& dir, int64_t vocab_size, int64_t bos_id, int64_t eos_id);
 
 // The demo's chat template: DeepSeek-V3's with V3.1's generation prompt (<think>\n when
 // `thinking`, </think> otherwise).
