@@ -270,6 +270,30 @@ TEST(ServerHttp, SigtermFinishesInFlightAndExitsZero) {
   EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
 }
 
+TEST(ServerHttp, SigtermPastTheGraceAbortsAndExitsZero) {
+  ServerProcess srv({"--shutdown-grace", "0.3"});
+  std::string body;
+  std::thread client([&] {
+    httplib::Client c("127.0.0.1", srv.port());
+    c.set_read_timeout(60, 0);
+    auto r = post_json(c, "/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3500,"ignore_eos":true,"stream":true})");
+    if (r) body = r->body;
+  });
+  httplib::Client c("127.0.0.1", srv.port());
+  for (int i = 0; i < 500 && metric(c, "tessera_requests_running") < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(srv.terminate(20), 0) << srv.log();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  client.join();
+  bool done = false;
+  auto events = sse_events(body, &done);
+  EXPECT_TRUE(done);  // the stream still ends properly
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(events.back().contains("error")) << events.back().dump();
+}
+
 TEST(ServerHttp, TemplateRaiseExceptionIs400) {
   const auto dir = make_temp_dir("tessera-serve-template");
   write_file(dir / "t.jinja",
