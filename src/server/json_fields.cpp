@@ -1,0 +1,58 @@
+#include "server/json_fields.h"
+
+#include <cmath>
+
+#include "server/api_error.h"
+
+namespace tessera::server {
+
+const OJson* field(const OJson& b, const char* key) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<bool> get_bool(const OJson& b, const char* key) {
+  const OJson* v = field(b, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) bad_request(key, "'{}' must be a boolean", key);
+  return v->get<bool>();
+}
+
+std::optional<int64_t> get_int(const OJson& b, const char* key, int64_t lo, int64_t hi) {
+  const OJson* v = field(b, key);
+  if (!v) return std::nullopt;
+  int64_t x = 0;
+  if (v->is_number_unsigned()) {
+    const uint64_t u = v->get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) bad_request(key, "'{}' must be in [{}, {}], got {}", key, lo, hi, u);
+    x = static_cast<int64_t>(u);
+  } else if (v->is_number_integer()) {
+    x = v->get<int64_t>();
+  } else if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>())) &&
+             std::abs(v->get<double>()) < 9e15) {
+    x = static_cast<int64_t>(v->get<double>());  // 16.0 is an integer to JavaScript clients
+  } else {
+    bad_request(key, "'{}' must be an integer", key);
+  }
+  if (x < lo || x > hi) bad_request(key, "'{}' must be in [{}, {}], got {}", key, lo, hi, x);
+  return x;
+}
+
+std::optional<double> get_num(const OJson& b, const char* key, double lo, double hi) {
+  const OJson* v = field(b, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) bad_request(key, "'{}' must be a number", key);
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) bad_request(key, "'{}' must be in [{}, {}], got {}", key, lo, hi, x);
+  return x;
+}
+
+std::optional<std::string> get_str(const OJson& b, const char* key) {
+  const OJson* v = field(b, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) bad_request(key, "'{}' must be a string", key);
+  return v->get<std::string>();
+}
+
+}  // namespace tessera::server

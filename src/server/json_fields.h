@@ -1,0 +1,22 @@
+// Typed access to optional request fields: absent and null both mean "not given"; a present value
+// of the wrong type or outside its range is an ApiError 400 naming the field.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tessera::server {
+
+using OJson = nlohmann::ordered_json;
+
+const OJson* field(const OJson& b, const char* key);
+std::optional<bool> get_bool(const OJson& b, const char* key);
+// Integers; 16.0 counts as 16 (JavaScript clients send numbers).
+std::optional<int64_t> get_int(const OJson& b, const char* key, int64_t lo, int64_t hi);
+std::optional<double> get_num(const OJson& b, const char* key, double lo, double hi);
+std::optional<std::string> get_str(const OJson& b, const char* key);
+
+}  // namespace tessera::server
