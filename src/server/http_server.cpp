@@ -50,7 +50,7 @@ struct HttpServer::Live {
 HttpServer::HttpServer(engine::Engine& engine, const ServedModel& model, ServerOptions options)
     : engine_(engine), model_(model), opt_(std::move(options)), http_(std::make_unique<httplib::Server>()),
       created_(now_unix()) {
-  const int threads = opt_.threads;
+  const int threads = opt_.threads > 0 ? opt_.threads : static_cast<int>(opt_.max_in_flight) + 32;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(opt_.max_body_bytes);
   http_->set_read_timeout(30, 0);

@@ -29,7 +29,9 @@ struct ServerOptions {
   std::string api_key;
   size_t max_body_bytes = 8u << 20;
   int64_t max_in_flight = 256;  // admitted generation requests; more get 429 + Retry-After
-  int threads = 160;            // HTTP worker threads (each open stream holds one)
+  // HTTP worker threads; each open request holds one. 0: max_in_flight + 32, so /health and
+  // /metrics are answered even when every admission slot is taken.
+  int threads = 0;
   ParseLimits limits;
   double stall_seconds = 60;  // engine with work but no finished step for this long: unhealthy
 };

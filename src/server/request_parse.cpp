@@ -185,7 +185,9 @@ GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const Par
   std::optional<int64_t> budget = get_int(b, "thinking_token_budget", 0, INT64_MAX / 4);
   if (auto eff = get_str(b, "reasoning_effort")) {
     auto eb = reasoning_effort_budget(*eff);
-    if (*eff == "none" && !thinking) thinking = false;
+    // An effort other than none asks for reasoning: it turns thinking on unless the request
+    // switched it off explicitly.
+    if (!thinking) thinking = *eff != "none";
     if (!budget) budget = eb;
   }
   job.thinking = thinking.value_or(m.default_thinking);

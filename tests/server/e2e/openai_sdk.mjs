@@ -202,6 +202,12 @@ test('thinking switch: thinking / enable_thinking reach the template; off means 
   assert.equal(off.usage.completion_tokens_details.reasoning_tokens, 0);
   assert.equal(off.choices[0].message.reasoning_content, null);
   assert.ok(off.choices[0].message.content.length > 0);
+  // reasoning_effort alone turns thinking on (with its budget, capped at 3/4 of max_tokens).
+  const effort = await client.chat.completions.create({ model, messages: msgs, max_tokens: 8, reasoning_effort: 'low' });
+  assert.equal(effort.usage.prompt_tokens, on.usage.prompt_tokens);
+  assert.ok(effort.usage.completion_tokens_details.reasoning_tokens > 0);
+  assert.ok(effort.usage.completion_tokens_details.reasoning_tokens <= 7);
+  assert.ok(effort.choices[0].message.content.length > 0);
 });
 
 test('16 concurrent pairs: streamed equals non-streamed (seeded sampling, reasoning and tool calls)', async () => {
