@@ -23,6 +23,13 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
   if (status == 429 || status == 503) res.set_header("Retry-After", "1");
 }
 
+// Compares in time independent of where the strings differ (API keys).
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
 std::string sse(const OJson& j) { return "data: " + dump(j) + "\n\n"; }
 
 int64_t now_unix() {
@@ -163,7 +170,7 @@ void HttpServer::setup_routes() {
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (opt_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
-    if (auth != "Bearer " + opt_.api_key) {
+    if (!same_secret(auth, "Bearer " + opt_.api_key)) {
       send_error(res, 401, "a valid API key is required: send 'Authorization: Bearer <key>'");
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -172,7 +179,8 @@ void HttpServer::setup_routes() {
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (healthy()) res.set_content("{\"status\":\"ok\"}", kJson);
-    else send_error(res, 503, "the server is shutting down");
+    else send_error(res, 503, fatal_ ? "the engine failed" : draining_ ? "the server is shutting down"
+                                                                     : "the engine has made no progress");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(engine_.metrics(), healthy()), "text/plain; version=0.0.4");

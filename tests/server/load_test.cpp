@@ -59,7 +59,23 @@ TEST(ServerLoad, SixtyFourStreamsWithDisconnects) {
       }
     });
   }
+  // /health and /metrics keep answering quickly while every stream is busy.
+  std::atomic<bool> running{true};
+  std::atomic<int> health_ok{0}, health_bad{0};
+  std::thread prober([&] {
+    httplib::Client h("127.0.0.1", srv.port());
+    h.set_read_timeout(2, 0);
+    while (running) {
+      auto r = h.Get("/health");
+      (r && r->status == 200 ? health_ok : health_bad)++;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
   for (auto& t : workers) t.join();
+  running = false;
+  prober.join();
+  EXPECT_GT(health_ok.load(), 0);
+  EXPECT_EQ(health_bad.load(), 0);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(completed + disconnected, kRequests);
   EXPECT_EQ(failed.load(), 0) << srv.log().substr(0, 6000);
