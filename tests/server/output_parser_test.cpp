@@ -6,6 +6,7 @@
 
 #include "support/test_support.h"
 #include "text/reasoning/output_parser.h"
+#include "text/template/chat_template.h"
 
 namespace tessera::text {
 namespace {
@@ -64,6 +65,20 @@ TEST(ReasoningState, StartsFromThePromptTail) {
   EXPECT_EQ(initial_reasoning_state(ids("<think>a</think> b"), m, false), ReasoningState::kContent);
   // An earlier turn's closed reasoning does not count as open.
   EXPECT_EQ(initial_reasoning_state(ids("<think>old</think>answer<|im_end|>user"), m, true), ReasoningState::kExpectThink);
+}
+
+// Kimi-K2.5 puts <think> (thinking on) or <think></think> (off) at the end of the prompt; a
+// history turn's closed reasoning must not matter.
+TEST(ReasoningState, KimiK25PromptTail) {
+  const ChatTemplate tpl(test::read_file(test::fixtures_dir() / "chat_templates" / "kimi-k25-reconstructed.jinja"));
+  ChatRenderInput in;
+  in.messages = nlohmann::ordered_json::parse(
+      R"([{"role":"user","content":"a"},{"role":"assistant","reasoning_content":"r","content":"b"},{"role":"user","content":"c"}])");
+  const auto m = find_reasoning_markers(kimi());
+  in.kwargs = {{"thinking", true}};
+  EXPECT_EQ(initial_reasoning_state(kimi().encode(tpl.render(in)), m, true), ReasoningState::kReasoning);
+  in.kwargs = {{"thinking", false}};
+  EXPECT_EQ(initial_reasoning_state(kimi().encode(tpl.render(in)), m, false), ReasoningState::kContent);
 }
 
 TEST(OutputParser, ReasoningThenContent) {
