@@ -250,6 +250,14 @@ test('cached prompt tokens are reported', async () => {
   assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0, JSON.stringify(again.usage));
 });
 
+test('a non-streamed request longer than a second (whitespace heartbeat) parses normally', async () => {
+  const t0 = Date.now();
+  const r = await client.completions.create({ model, prompt: 'long', max_tokens: 1500, ignore_eos: true, temperature: 0 });
+  assert.equal(r.usage.completion_tokens, 1500);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  console.log(`     (took ${Date.now() - t0} ms)`);
+});
+
 test('errors map to the SDK exceptions', async () => {
   await assert.rejects(client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 0 }),
                        (e) => e instanceof OpenAI.BadRequestError && e.status === 400);
