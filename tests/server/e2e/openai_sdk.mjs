@@ -175,6 +175,21 @@ test('reasoning: reasoning_content and reasoning, content separate', async () =>
   assert.ok(r.usage.completion_tokens_details.reasoning_tokens < r.usage.completion_tokens);
 });
 
+test('multi-byte UTF-8 split across tokens never shows U+FFFD; include_reasoning false hides reasoning', async () => {
+  const text = '你好，世界 🙂🚀 café Ωμέγα';
+  const r = await chatBoth({ model, messages: [{ role: 'user', content: 'u' }], max_tokens: 60, chat_template_kwargs: { thinking: true },
+                             tessera_script: '想一想 🤔</think>' + text + EOS });
+  assert.equal(r.choices[0].message.reasoning_content, '想一想 🤔');
+  assert.equal(r.choices[0].message.content, text);
+  const stream = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'u' }], max_tokens: 60, stream: true,
+                                                        tessera_script: text + EOS });
+  for await (const ch of stream) for (const c of ch.choices) assert.ok(!(c.delta.content ?? '').includes('\uFFFD'));
+  const hidden = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'u' }], max_tokens: 60, include_reasoning: false,
+                                                        chat_template_kwargs: { thinking: true }, tessera_script: 'secret</think>shown' + EOS });
+  assert.equal(hidden.choices[0].message.reasoning_content, null);
+  assert.equal(hidden.choices[0].message.content, 'shown');
+});
+
 test('reasoning without budget can eat max_tokens; with a budget the answer keeps room', async () => {
   const base = { model, messages: [{ role: 'user', content: 'think hard' }], max_tokens: 40, temperature: 0, chat_template_kwargs: { thinking: true } };
   const eaten = await chatBoth(base);
