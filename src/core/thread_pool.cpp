@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -12,6 +13,17 @@
 namespace tessera::core {
 
 namespace {
+
+// Each parallel_for is a Job with its own counters, so a worker still finishing one job can never
+// take or count a chunk of the next (sharing counters across jobs let a late worker run a chunk
+// twice and miscount completion, which could hang the caller).
+struct Job {
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  int64_t n = 0, chunks = 0;
+  std::atomic<int64_t> next{0};
+  int64_t done = 0;  // guarded by Pool::mu_
+  std::exception_ptr error;
+};
 
 class Pool {
  public:
@@ -30,60 +42,59 @@ class Pool {
 
   void run(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
     int64_t chunks = std::min<int64_t>(size() * 4, std::max<int64_t>(1, n / std::max<int64_t>(1, grain)));
-    if (chunks <= 1 || workers_.empty()) {
+    // One job at a time; nested or concurrent parallel_for calls run inline.
+    if (chunks <= 1 || workers_.empty() || in_job_.exchange(true)) {
       fn(0, n);
       return;
     }
-    // One job at a time; nested parallel_for calls run inline.
-    if (in_job_.exchange(true)) {
-      fn(0, n);
-      return;
+    auto job = std::make_shared<Job>();
+    job->fn = &fn;
+    job->n = n;
+    job->chunks = chunks;
+    {
+      std::lock_guard lock(mu_);
+      job_ = job;
+      ++generation_;
     }
-    std::unique_lock lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    chunks_ = chunks;
-    next_ = 0;
-    done_ = 0;
-    error_ = nullptr;
-    ++generation_;
-    lock.unlock();
     cv_.notify_all();
-    drain();
-    lock.lock();
-    done_cv_.wait(lock, [&] { return done_ == chunks_; });
-    fn_ = nullptr;
-    auto err = error_;
+    drain(*job);
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return job->done == job->chunks; });
+    job_.reset();
     lock.unlock();
     in_job_ = false;
-    if (err) std::rethrow_exception(err);
+    if (job->error) std::rethrow_exception(job->error);
   }
 
  private:
-  void drain() {
+  void drain(Job& job) {
     for (;;) {
-      int64_t c = next_.fetch_add(1);
-      if (c >= chunks_) return;
-      int64_t b = n_ * c / chunks_, e = n_ * (c + 1) / chunks_;
+      const int64_t c = job.next.fetch_add(1);
+      if (c >= job.chunks) return;
+      const int64_t b = job.n * c / job.chunks, e = job.n * (c + 1) / job.chunks;
+      std::exception_ptr err;
       try {
-        if (b < e) (*fn_)(b, e);
+        if (b < e) (*job.fn)(b, e);
       } catch (...) {
-        std::lock_guard lock(mu_);
-        if (!error_) error_ = std::current_exception();
+        err = std::current_exception();
       }
       std::lock_guard lock(mu_);
-      if (++done_ == chunks_) done_cv_.notify_all();
+      if (err && !job.error) job.error = err;
+      if (++job.done == job.chunks) done_cv_.notify_all();
     }
   }
   void work() {
     uint64_t seen = 0;
     for (;;) {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || (generation_ != seen && fn_ != nullptr); });
-      if (stop_) return;
-      seen = generation_;
-      lock.unlock();
-      drain();
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || (generation_ != seen && job_ != nullptr); });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      drain(*job);
     }
   }
 
@@ -92,11 +103,7 @@ class Pool {
   std::condition_variable cv_, done_cv_;
   bool stop_ = false;
   uint64_t generation_ = 0;
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0, chunks_ = 0;
-  std::atomic<int64_t> next_{0};
-  int64_t done_ = 0;
-  std::exception_ptr error_;
+  std::shared_ptr<Job> job_;
   std::atomic<bool> in_job_{false};
 };
 

@@ -30,6 +30,17 @@ TEST(ThreadPool, PropagatesExceptionsAndStaysUsable) {
   EXPECT_EQ(sum.load(), 4950);
 }
 
+TEST(ThreadPool, ManyBackToBackJobsEachCountedOnce) {
+  // Regression: workers late from one job must not take or count chunks of the next.
+  for (int job = 0; job < 20000; ++job) {
+    std::atomic<int64_t> sum{0};
+    parallel_for(64, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i;
+    });
+    ASSERT_EQ(sum.load(), 64 * 63 / 2) << "job " << job;
+  }
+}
+
 TEST(ThreadPool, NestedCallsRunInline) {
   std::atomic<int64_t> count{0};
   parallel_for(8, [&](int64_t b, int64_t e) {
