@@ -3,6 +3,7 @@
 // no worse than the floor's). Skips itself without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -25,7 +26,11 @@ TEST_P(CudaGoldenTest, LogitsWithinTheBf16NoiseFloor) {
   model::LoadOptions o;
   o.device = "cuda";
   model::LoadedModel m = model::load_model(dir, o);
+  model::LoadedModel cpu = model::load_model(dir);
+  auto cpu_model = [&]() -> model::LoadedModel& { return cpu; };
   const int64_t V = m.config.vocab_size;
+  double worst_decode_rms = 0, max_floor_rms = 0, min_floor_top1 = 1;
+  int decode_agree = 0, decode_positions = 0;
   for (const auto& p : meta["prompts"]) {
     const int i = p["index"];
     SCOPED_TRACE("prompt " + std::to_string(i));
@@ -44,7 +49,36 @@ TEST_P(CudaGoldenTest, LogitsWithinTheBf16NoiseFloor) {
                 GetParam().c_str(), i, prompt.size(), err, floor_rms, top1, floor_top1);
     EXPECT_LE(err, 1.5 * floor_rms);
     EXPECT_GE(top1, floor_top1 - 1e-9);
+
+    // Decode: the reference continuation fed one token at a time (the tensor-core decode path),
+    // against the CPU fp32 reference on the same tokens, judged against the same floor.
+    auto gt = golden->tensor("greedy." + std::to_string(i));
+    std::vector<int32_t> cont(gt.data<int32_t>(), gt.data<int32_t>() + gt.numel());
+    std::vector<float> gpu_dec, cpu_dec;
+    model::SequenceRunner g_run(m, static_cast<int64_t>(prompt.size() + cont.size()));
+    model::SequenceRunner c_run(cpu_model(), static_cast<int64_t>(prompt.size() + cont.size()));
+    (void)g_run.append(prompt, false);
+    (void)c_run.append(prompt, false);
+    int dec_agree = 0;
+    for (int32_t tok : cont) {
+      auto a = g_run.append({tok}, false), b = c_run.append({tok}, false);
+      dec_agree += test::argmax_row(a.data(), V) == test::argmax_row(b.data(), V);
+      gpu_dec.insert(gpu_dec.end(), a.begin(), a.end());
+      cpu_dec.insert(cpu_dec.end(), b.begin(), b.end());
+    }
+    const double dec_err = test::rel_rms(gpu_dec, cpu_dec);
+    std::printf("    decode of %zu tokens: rel_rms %.4g, top-1 %.3f\n", cont.size(), dec_err,
+                double(dec_agree) / cont.size());
+    // 16 positions per prompt are too few for a per-prompt floor (one flip is 6%): the decode path
+    // is judged per model, against the widest and the lowest floors of its prompts.
+    worst_decode_rms = std::max(worst_decode_rms, dec_err);
+    decode_agree += dec_agree;
+    decode_positions += static_cast<int>(cont.size());
+    max_floor_rms = std::max(max_floor_rms, floor_rms);
+    min_floor_top1 = std::min(min_floor_top1, floor_top1);
   }
+  EXPECT_LE(worst_decode_rms, 1.5 * max_floor_rms) << "decode logits";
+  EXPECT_GE(double(decode_agree) / decode_positions, min_floor_top1 - 1e-9) << "decode top-1 agreement";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGoldenTest,

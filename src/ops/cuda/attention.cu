@@ -201,27 +201,33 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
 
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int64_t page,
-                       int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch, cudaStream_t s) {
+                       int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch,
+                       MlaKernel kernel, cudaStream_t s) {
   if (tokens == 0) return;
   const int64_t entry = latent + rope;
-  const int heads_per_block = static_cast<int>(std::min<int64_t>(heads, kMaxHeadsPerBlock));
-  const int64_t head_groups = (heads + heads_per_block - 1) / heads_per_block;
   int64_t chunk = (max_visible + splits - 1) / splits;
   chunk = (chunk + kTile - 1) / kTile * kTile;
   float* o_part = scratch;
   float* ml_part = scratch + splits * tokens * heads * latent;
-  const size_t smem = (kTile * (entry + 1) + heads_per_block * entry) * sizeof(float);
-  static bool configured = false;
-  if (!configured) {
-    // 576-wide entries need ~90 KB: above the 48 KB default, within every target's limit (SM120: 99 KB).
-    cudaFuncSetAttribute(attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
-    configured = true;
+  if (kernel == MlaKernel::kTensorCore) {
+    launch_mla_attend_mma_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, chunk, scale,
+                                   o_part, ml_part, s);
+  } else {
+    const int heads_per_block = static_cast<int>(std::min<int64_t>(heads, kMaxHeadsPerBlock));
+    const int64_t head_groups = (heads + heads_per_block - 1) / heads_per_block;
+    const size_t smem = (kTile * (entry + 1) + heads_per_block * entry) * sizeof(float);
+    static bool configured = false;
+    if (!configured) {
+      // 576-wide entries need ~90 KB: above the 48 KB default, within every target's limit (SM120: 99 KB).
+      cudaFuncSetAttribute(attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
+      configured = true;
+    }
+    dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(head_groups));
+    attend_kernel<<<grid, 32 * heads_per_block, smem, s>>>(q_full, static_cast<int>(heads), heads_per_block,
+                                                           static_cast<int>(latent), static_cast<int>(rope), info,
+                                                           tables, cache, static_cast<int>(page), scale,
+                                                           static_cast<int>(chunk), o_part, ml_part);
   }
-  dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(head_groups));
-  attend_kernel<<<grid, 32 * heads_per_block, smem, s>>>(q_full, static_cast<int>(heads), heads_per_block,
-                                                         static_cast<int>(latent), static_cast<int>(rope), info, tables,
-                                                         cache, static_cast<int>(page), scale, static_cast<int>(chunk),
-                                                         o_part, ml_part);
   dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads));
   combine_kernel<<<cgrid, 128, 0, s>>>(o_part, ml_part, static_cast<int>(splits), static_cast<int>(tokens),
                                        static_cast<int>(heads), static_cast<int>(latent), o_lat);

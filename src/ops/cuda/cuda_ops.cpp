@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -54,7 +55,11 @@ const T* ptr(const Tensor& t) {
 
 class CudaOps final : public Ops {
  public:
-  CudaOps() {
+  explicit CudaOps(std::string mla_kernel) : mla_kernel_choice_(std::move(mla_kernel)) {
+    if (mla_kernel_choice_ == "auto")
+      if (const char* v = std::getenv("TESSERA_MLA_KERNEL")) mla_kernel_choice_ = v;
+    TESSERA_CHECK(mla_kernel_choice_ == "auto" || mla_kernel_choice_ == "mma" || mla_kernel_choice_ == "cuda-core",
+                  "MLA kernel '{}': expected auto, mma or cuda-core", mla_kernel_choice_);
     TESSERA_CHECK(cuda_available(), "no CUDA device is available");
     TESSERA_CUDA_CHECK(cudaSetDevice(0));
     TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt_));
@@ -191,7 +196,7 @@ class CudaOps final : public Ops {
     Tensor scratch = alloc(DType::kF32, {mla_attend_scratch_floats(T, d.heads, d.latent, splits)});
     launch_mla_attend(ptr<float>(q_full), T, d.heads, d.latent, d.rope, meta.info.data<TokenInfo>(),
                       ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, meta.max_visible,
-                      splits, d.scale, ptr<float>(o_lat), ptr<float>(scratch), stream_);
+                      splits, d.scale, ptr<float>(o_lat), ptr<float>(scratch), mla_kernel(d, seqs), stream_);
     launch_mla_up_v(ptr<float>(o_lat), T, d.heads, d.latent, ptr<__nv_bfloat16>(kv_b.weight), d.nope, d.v,
                     ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -279,6 +284,20 @@ class CudaOps final : public Ops {
     Tensor tables;  // all block tables, concatenated
     int64_t max_visible = 0;  // longest context any token of the step attends to
   };
+  // Decode steps (one new token per sequence) run on tensor cores where the shape allows; steps
+  // with prefill chunks keep the fp32 CUDA-core kernel until the decompressed-K/V prefill kernel
+  // lands (its bf16 q/p rounding costs top-1 agreement on long prompts). A forced choice wins.
+  MlaKernel mla_kernel(const MlaDims& d, std::span<const AttentionSeq> seqs) const {
+    const bool supported = mla_attend_mma_supported(d.latent, d.rope);
+    TESSERA_CHECK(supported || mla_kernel_choice_ != "mma",
+                  "MLA kernel 'mma' was forced but latent {} + rope {} is not a supported shape", d.latent, d.rope);
+    if (mla_kernel_choice_ == "mma") return MlaKernel::kTensorCore;
+    if (mla_kernel_choice_ == "cuda-core" || !supported) return MlaKernel::kCudaCore;
+    const bool decode_only =
+        std::all_of(seqs.begin(), seqs.end(), [](const AttentionSeq& s) { return s.num_tokens <= 1; });
+    return decode_only ? MlaKernel::kTensorCore : MlaKernel::kCudaCore;
+  }
+
   StepMeta upload_meta(std::span<const AttentionSeq> seqs, int64_t page, int64_t num_pages) {
     std::vector<TokenInfo> info;
     std::vector<int32_t> tables;
@@ -334,6 +353,7 @@ class CudaOps final : public Ops {
     cublasLtMatmulDescDestroy(op);
   }
 
+  std::string mla_kernel_choice_;
   cublasLtHandle_t lt_ = nullptr;
   int num_sms_ = 1;
   cudaStream_t stream_ = nullptr;  // the legacy default stream: every op is ordered
@@ -342,6 +362,6 @@ class CudaOps final : public Ops {
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cuda_ops() { return std::make_unique<CudaOps>(); }
+std::unique_ptr<Ops> make_cuda_ops(const std::string& mla_kernel) { return std::make_unique<CudaOps>(mla_kernel); }
 
 }  // namespace tessera::ops::cuda

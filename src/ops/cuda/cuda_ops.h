@@ -16,6 +16,8 @@ bool cuda_available();
 std::string device_description();
 
 // Creates the backend on device 0; throws core::Error when there is no usable GPU.
-std::unique_ptr<Ops> make_cuda_ops();
+// `mla_kernel`: "auto" (tensor cores where the shape allows), "mma" or "cuda-core"; "auto" also
+// honours the TESSERA_MLA_KERNEL environment variable.
+std::unique_ptr<Ops> make_cuda_ops(const std::string& mla_kernel = "auto");
 
 }  // namespace tessera::ops::cuda

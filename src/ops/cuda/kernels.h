@@ -47,10 +47,20 @@ void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t 
 // o_lat[t, h, :] = softmax_s(scale · q_full[t, h] · cache[s]) · cache[s, :latent] over s <= pos(t).
 // The context is split over `splits` blocks (mla_attend_splits) when the batch is small; partials
 // are merged by a second kernel; `scratch` holds them (mla_attend_scratch_floats). latent <= 512.
+// Two implementations: CUDA cores in fp32 (any shape), or tensor cores (mma.sync bf16, 16 heads a
+// block; needs mla_attend_mma_supported).
+enum class MlaKernel { kCudaCore, kTensorCore };
+bool mla_attend_mma_supported(int64_t latent, int64_t rope);
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms);
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int64_t page,
-                       int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch, cudaStream_t s);
+                       int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch,
+                       MlaKernel kernel, cudaStream_t s);
+// attention_mma.cu: writes the per-split partials that launch_mla_attend then combines.
+void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
+                                    const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
+                                    int64_t page, int64_t splits, int64_t chunk, float scale, float* o_part,
+                                    float* ml_part, cudaStream_t s);
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
 // out[t, h * v + j] = W_UV[h, j] · o_lat[t, h].
 void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
