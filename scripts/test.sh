@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Builds tessera and runs the whole test suite through ctest:
-#   1. the CPU build (release) and its tests;
+#   1. the release build and its tests: the CUDA backend is compiled for every default architecture
+#      when nvcc is found (GPU tests skip themselves without a GPU), else the CPU-only build;
 #   2. unless TESSERA_QUICK=1: the same tests under AddressSanitizer + UBSan (preset asan), and the
 #      libFuzzer targets for a bounded time (scripts/fuzz.sh, TESSERA_FUZZ_SECONDS each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-cmake --preset cpu >/dev/null
-cmake --build --preset cpu -j "$jobs"
-ctest --preset cpu -j "$jobs"
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$jobs"
+ctest --preset release -j "$jobs"
 if [ "${TESSERA_QUICK:-0}" != 1 ]; then
   echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
   cmake --preset asan >/dev/null
