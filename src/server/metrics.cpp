@@ -63,7 +63,7 @@ std::string ServerMetrics::render(const engine::EngineMetrics& e, bool healthy) 
           static_cast<double>(cached_prompt_tokens.load()));
   counter("tessera_generation_tokens_total", "generated tokens (reasoning included)", static_cast<double>(generation_tokens.load()));
   counter("tessera_reasoning_tokens_total", "generated tokens inside reasoning", static_cast<double>(reasoning_tokens.load()));
-  counter("tessera_requests_finished_total", "generation requests answered", static_cast<double>(requests_finished.load()));
+  counter("tessera_requests_finished_total", "generation requests that ended (completed or aborted)", static_cast<double>(requests_finished.load()));
   counter("tessera_requests_aborted_total", "generation requests aborted (client gone, shutdown)",
           static_cast<double>(requests_aborted.load()));
   out += "# HELP tessera_request_errors_total error responses by HTTP status\n# TYPE tessera_request_errors_total counter\n";
