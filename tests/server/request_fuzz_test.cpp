@@ -1,0 +1,97 @@
+// Every field of a chat / completion request replaced by values of every JSON type (and edge
+// numbers): request parsing must answer with an ApiError (a 4xx) or a job, never another exception
+// (which would be a 500) or a crash. Deterministic and bounded (a few thousand bodies).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "server/api_error.h"
+#include "server/demo_model.h"
+#include "server/request_parse.h"
+#include "server_process.h"
+#include "support/test_support.h"
+
+namespace tessera::server {
+namespace {
+
+using OJson = nlohmann::ordered_json;
+
+const ServedModel& demo() {
+  static ServedModel m = [] {
+    ServedModelOptions o;
+    o.model_dir = ensure_demo_model(test::server_test_demo_dir(), test::fixtures_dir() / "tokenizers" / "deepseek-v3");
+    o.served_name = kDemoModelName;
+    o.vocab_size = 129280;
+    o.max_model_len = 512;
+    return load_served_model(o);
+  }();
+  return m;
+}
+
+std::vector<OJson> odd_values() {
+  return {nullptr, true, false, 0, -1, 1, 3, 1000000, INT64_MAX, INT64_MIN, UINT64_MAX, 0.5, -0.5, 1e308, -1e308,
+          "", "x", "none", "auto", "<｜tool▁calls▁begin｜>", OJson::array(), OJson::array({1, 2}),
+          OJson::array({"a"}), OJson::array({OJson::object()}), OJson::object(), OJson{{"type", "text"}},
+          OJson{{"type", "function"}, {"function", {{"name", "f"}}}}, OJson{{"include_usage", "yes"}}};
+}
+
+void expect_only_api_errors(const OJson& base, bool chat) {
+  ParseLimits lim;
+  lim.allow_test_script = true;
+  std::vector<std::string> keys;
+  for (auto it = base.begin(); it != base.end(); ++it) keys.push_back(it.key());
+  for (const char* k : {"n", "stop", "logprobs", "top_logprobs", "tools", "tool_choice", "stream", "stream_options",
+                        "chat_template_kwargs", "thinking_token_budget", "reasoning_effort", "seed", "temperature",
+                        "top_p", "top_k", "min_p", "stop_token_ids", "response_format", "logit_bias", "tessera_script",
+                        "thinking", "min_tokens", "best_of", "echo", "suffix", "add_special_tokens"})
+    keys.push_back(k);
+  int bodies = 0;
+  for (const auto& key : keys) {
+    for (const auto& v : odd_values()) {
+      OJson b = base;
+      b[key] = v;
+      ++bodies;
+      try {
+        if (chat) parse_chat_request(b, demo(), lim);
+        else parse_completion_request(b, demo(), lim);
+      } catch (const ApiError& e) {
+        EXPECT_GE(e.status(), 400);
+        EXPECT_LT(e.status(), 500);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << key << " = " << v.dump() << ": " << e.what();
+      }
+    }
+  }
+  EXPECT_GT(bodies, 500);
+}
+
+TEST(RequestFuzz, ChatFieldsOfEveryType) {
+  expect_only_api_errors(OJson::parse(R"({"model":"tessera-demo-dsv3-random-weights","messages":[{"role":"user","content":"hi"}],"max_tokens":4})"), true);
+}
+
+TEST(RequestFuzz, CompletionFieldsOfEveryType) {
+  expect_only_api_errors(OJson::parse(R"({"prompt":"hi","max_tokens":4})"), false);
+}
+
+TEST(RequestFuzz, MessageShapes) {
+  ParseLimits lim;
+  std::mt19937 rng(7);
+  const auto vals = odd_values();
+  for (int i = 0; i < 2000; ++i) {
+    OJson msg = OJson::object();
+    for (const char* k : {"role", "content", "tool_calls", "tool_call_id", "reasoning_content", "reasoning", "name"})
+      if (rng() % 2) msg[k] = vals[rng() % vals.size()];
+    if (rng() % 2) msg["role"] = std::vector<std::string>{"user", "assistant", "tool", "system"}[rng() % 4];
+    OJson b = {{"messages", OJson::array({msg})}, {"max_tokens", 2}};
+    try {
+      parse_chat_request(b, demo(), lim);
+    } catch (const ApiError& e) {
+      EXPECT_LT(e.status(), 500);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << b.dump() << ": " << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::server
