@@ -141,7 +141,8 @@ CommandRegistration reg{
        sub.add_option("--http-threads", a->server.threads,
                       "HTTP worker threads, each open request holds one (0: --max-in-flight + 32)")
            ->capture_default_str()->check(CLI::NonNegativeNumber);
-       sub.add_option("--max-n", a->server.limits.max_n, "largest n (choices per request)")->capture_default_str();
+       sub.add_option("--max-n", a->server.limits.max_n, "largest n (choices per request)")->capture_default_str()
+           ->check(CLI::PositiveNumber);
        sub.add_option("--shutdown-grace", a->shutdown_grace, "seconds in-flight requests get to finish on SIGTERM")
            ->capture_default_str();
        sub.add_option("--demo-dir", a->demo_dir, "where the demo model is generated (default ~/.cache/tessera)");

@@ -1,0 +1,83 @@
+// Writing responses of admitted requests: the non-streamed body and SSE streams, both built from
+// the same generation events (see response_json.h).
+#include <httplib.h>
+
+#include "server/http_live.h"
+#include "server/http_server.h"
+
+namespace tessera::server {
+
+bool HttpServer::run_non_stream(Live& l, std::chrono::steady_clock::time_point until) {
+  std::vector<ChoiceEvent> events;
+  for (;;) {
+    const bool more = l.gen->poll(events, std::chrono::milliseconds(50));
+    for (const auto& ev : events) accumulate(l.accum[static_cast<size_t>(ev.index)], ev);
+    events.clear();
+    if (!more) return false;
+    if (abort_all_) {
+      l.gen->abort();
+      return false;
+    }
+    if (std::chrono::steady_clock::now() >= until) return true;
+  }
+}
+
+std::string HttpServer::non_stream_body(Live& l, bool chat) {
+  const Usage u = l.gen->usage();
+  return dump(chat ? chat_response(l.meta, l.accum, u, l.job, *model_.tokenizer)
+                   : completion_response(l.meta, l.accum, u, l.job, *model_.tokenizer));
+}
+
+bool HttpServer::stream_step(Live& l, bool chat, httplib::DataSink& sink) {
+  auto write = [&](const std::string& s) {
+    l.last_write = std::chrono::steady_clock::now();
+    return sink.write(s.data(), s.size());
+  };
+  if (l.finished) return false;
+  if (!l.started) {
+    l.started = true;
+    if (chat)
+      for (int64_t i = 0; i < l.gen->num_choices(); ++i)
+        if (!write(sse(chat_role_chunk(l.meta, i)))) return l.gen->abort(), false;
+  }
+  std::vector<ChoiceEvent> events;
+  const bool more = l.gen->poll(events, std::chrono::milliseconds(50));
+  for (auto& ev : events) {
+    if (ev.finish_reason && *ev.finish_reason == "abort") ev.finish_reason.reset();
+    ChoiceAccum& acc = l.accum[static_cast<size_t>(ev.index)];
+    const OJson j = chat ? chat_chunk(l.meta, ev, l.job, *model_.tokenizer)
+                         : completion_chunk(l.meta, ev, acc, l.job, *model_.tokenizer);
+    if (!j.is_null() && !write(sse(j))) {
+      metrics_.count_error(499);  // client closed the stream
+      l.gen->abort();
+      return false;
+    }
+  }
+  // Nothing to send for a second (queued, or a long prefill): an SSE comment, which clients
+  // ignore, finds out whether the client is still there.
+  if (more && std::chrono::steady_clock::now() - l.last_write > std::chrono::seconds(1) && !write(": keep-alive\n\n")) {
+    metrics_.count_error(499);
+    l.gen->abort();
+    return false;
+  }
+  if (more && abort_all_) {
+    l.gen->abort();
+    write(sse(error_json(503, "the server shut down before the request finished")));
+    write("data: [DONE]\n\n");
+    l.finished = true;
+    sink.done();
+    return true;
+  }
+  if (more) return true;
+  if (l.gen->engine_failed()) {
+    on_engine_failure();
+    write(sse(error_json(500, "the engine failed while generating this request")));
+  }
+  else if (l.job.include_usage) write(sse(usage_chunk(l.meta, l.gen->usage(), chat)));
+  write("data: [DONE]\n\n");
+  l.finished = true;
+  sink.done();
+  return true;
+}
+
+}  // namespace tessera::server
