@@ -169,6 +169,9 @@ GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const Par
   if (const OJson* kw = field(b, "chat_template_kwargs")) {
     if (!kw->is_object()) bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     ri.kwargs = *kw;
+    // The conversation itself is not a template kwarg: a client cannot swap it in behind validation.
+    for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+      ri.kwargs.erase(reserved);
     for (const char* k : {"thinking", "enable_thinking"}) {
       if (const OJson* t = field(*kw, k)) {
         if (!t->is_boolean()) bad_request(std::string("chat_template_kwargs.") + k, "chat_template_kwargs.{} must be a boolean", k);
