@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "cli/model_options.h"
+#include "core/format.h"
 #include "model/deepseek_v3.h"
 
 namespace tessera::cli {
@@ -16,13 +17,7 @@ struct InspectArgs {
   bool json = false;
 };
 
-std::string human_bytes(uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  return fmt::format("{:.2f} {}", v, units[u]);
-}
+using core::human_bytes;
 
 int run(const InspectArgs& a) {
   model::LoadedModel m = model::load_model(a.model.model_dir, a.model.load_options());

@@ -119,6 +119,21 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
   return inv;
 }
 
+uint64_t ModelConfig::parameter_count() const {
+  const uint64_t H = hidden_size, N = num_attention_heads, dq = qk_head_dim(), Lq = q_lora_rank, Lkv = kv_lora_rank,
+                 dr = qk_rope_head_dim, dn = qk_nope_head_dim, dv = v_head_dim, E = n_routed_experts,
+                 Ie = moe_intermediate_size;
+  uint64_t attn = (Lq > 0 ? H * Lq + Lq + Lq * N * dq : H * N * dq) + H * (Lkv + dr) + Lkv + Lkv * N * (dn + dv) +
+                  N * dv * H;
+  uint64_t n = static_cast<uint64_t>(vocab_size) * H * (tie_word_embeddings ? 1 : 2) + H;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) {
+    n += 2 * H + attn;
+    n += is_moe_layer(l) ? E * H + E + E * 3 * H * Ie + static_cast<uint64_t>(n_shared_experts) * 3 * H * Ie
+                         : 3 * H * static_cast<uint64_t>(intermediate_size);
+  }
+  return n;
+}
+
 ModelConfig parse_model_config(const json& root, const std::string& where) {
   if (!root.is_object()) fail("{}: must be a JSON object", where);
   ModelConfig c;

@@ -76,6 +76,8 @@ struct ModelConfig {
   double rope_attention_factor() const;
   // Inverse frequencies, computed in fp32 the way transformers does (spec §2.5).
   std::vector<float> rope_inv_freq() const;
+  // Parameters of the language model as the config describes it (no checkpoint needed).
+  uint64_t parameter_count() const;
 };
 
 // Parses `config_json` (the whole config.json). `where` names the file for messages.

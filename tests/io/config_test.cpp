@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/model_config.h"
 #include "io/quant_config.h"
+#include "model/model.h"
 #include "support/test_support.h"
 
 namespace tessera {
@@ -143,5 +144,17 @@ TEST(KvCacheDtype, UnsupportedExplicitChoiceIsAnErrorNamingTheFlag) {
                core::Error);
 }
 
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+TEST(ModelConfig, ParameterCountFromTheConfigMatchesTheCheckpoint) {
+  // Counted from the config alone (what `tessera plan` uses) against the weights actually loaded.
+  for (const char* name : {"dsv3-tiny", "dsv3-tiny-fp8", "kimi-k2-tiny", "kimi-k25-tiny-nvfp4"}) {
+    auto m = model::load_model(test::fixtures_dir() / "models" / name);
+    EXPECT_EQ(m.config.parameter_count(), m.model->parameter_count()) << name;
+  }
+}
 }  // namespace
 }  // namespace tessera

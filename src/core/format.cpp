@@ -1,0 +1,18 @@
+#include "core/format.h"
+
+#include <fmt/format.h>
+
+namespace tessera::core {
+
+std::string human_bytes(uint64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", v, units[u]);
+}
+
+}  // namespace tessera::core

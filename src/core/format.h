@@ -1,0 +1,12 @@
+// Human-readable formatting shared by the commands that report sizes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::core {
+
+// 1536 -> "1.50 KiB"; binary units up to TiB.
+std::string human_bytes(uint64_t bytes);
+
+}  // namespace tessera::core

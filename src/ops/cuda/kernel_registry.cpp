@@ -1,0 +1,125 @@
+#include "ops/cuda/kernel_registry.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+
+#ifndef TESSERA_CUDA_ARCHS
+#define TESSERA_CUDA_ARCHS "unknown"
+#endif
+
+namespace tessera::ops::cuda {
+
+DeviceCaps query_device_caps() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    core::fail("no CUDA device is available (cudaGetDeviceCount found none)");
+  }
+  cudaDeviceProp p{};
+  TESSERA_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+  DeviceCaps c;
+  c.name = p.name;
+  c.sm = p.major * 10 + p.minor;
+  c.num_sms = p.multiProcessorCount;
+  c.smem_per_block_optin = static_cast<int64_t>(p.sharedMemPerBlockOptin);
+  size_t free_b = 0, total_b = 0;
+  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  c.free_bytes = free_b;
+  c.total_bytes = total_b;
+  return c;
+}
+
+std::string compiled_architectures() { return TESSERA_CUDA_ARCHS; }
+
+std::string architecture_problem(int sm) {
+  // "XY-real": machine code, runs on the same major at minor >= Y; "XYa-real": arch-specific
+  // features, runs on XY only; "XY-virtual": PTX, JIT-compiled for any device >= XY.
+  std::stringstream ss(compiled_architectures());
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const int arch = std::atoi(item.c_str());
+    if (arch <= 0) continue;
+    const bool is_virtual = item.find("virtual") != std::string::npos;
+    const bool arch_specific = item.find('a') != std::string::npos && item.find('a') < item.find('-');
+    if (is_virtual ? sm >= arch : arch_specific ? sm == arch : (sm / 10 == arch / 10 && sm >= arch)) return "";
+  }
+  return fmt::format("this build has no kernels for sm_{} (it carries {}); rebuild with "
+                     "-DCMAKE_CUDA_ARCHITECTURES={}-real",
+                     sm, compiled_architectures(), sm);
+}
+
+int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope) {
+  const int64_t stride = latent + rope + 8;
+  return (16 * stride + 32 * stride + 16 * 40) * 2 + 4 * 16 * 4;
+}
+
+int64_t mla_cuda_core_smem_bytes(int64_t heads, int64_t latent, int64_t rope) {
+  const int64_t entry = latent + rope;
+  return (32 * (entry + 1) + std::min<int64_t>(heads, 8) * entry) * 4;
+}
+
+std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& mla, int64_t experts,
+                                       const std::string& forced_mla) {
+  std::vector<KernelChoice> out;
+  const std::string arch = architecture_problem(caps.sm);
+  auto add = [&](std::string op, std::string kernel, std::string reason) {
+    out.push_back({std::move(op), std::move(kernel), arch.empty() ? std::move(reason) : arch, arch.empty()});
+  };
+  add("embedding", "embedding_kernel", "bf16 table, any architecture");
+  add("rms_norm", "rms_norm_kernel", "fp32, any architecture");
+  add("linear", "cuBLASLt bf16 GEMM, fp32 accumulate", "every dense projection and expert (weights bf16 on the device)");
+  add("rope", "rope_kernel", "interleaved pairs, fp32");
+
+  const int64_t mma_smem = mla_mma_smem_bytes(mla.latent, mla.rope);
+  const int64_t core_smem = mla_cuda_core_smem_bytes(mla.heads, mla.latent, mla.rope);
+  const bool mma_shape = mla_attend_mma_supported(mla.latent, mla.rope);
+  const bool mma_fits = mma_smem <= caps.smem_per_block_optin;
+  const bool core_fits = core_smem <= caps.smem_per_block_optin && mla.latent <= 512;
+  std::string decode_reason;
+  std::string decode_kernel;
+  bool decode_ok = true;
+  if (forced_mla == "cuda-core" || !mma_shape || !mma_fits || caps.sm < 80) {
+    decode_kernel = "attend_kernel (fp32, CUDA cores)";
+    decode_reason = forced_mla == "cuda-core" ? "forced by --mla-kernel/TESSERA_MLA_KERNEL"
+                    : !mma_shape ? fmt::format("latent {} + rope {} is not a tensor-core shape", mla.latent, mla.rope)
+                    : !mma_fits  ? fmt::format("tensor-core kernel needs {} KB of shared memory, the GPU allows {} KB",
+                                               mma_smem / 1024, caps.smem_per_block_optin / 1024)
+                                 : "tensor cores need sm_80+";
+    decode_ok = core_fits;
+    if (forced_mla == "mma") {
+      decode_ok = false;
+      decode_reason = "--mla-kernel mma was forced but " + decode_reason;
+    }
+  } else {
+    decode_kernel = "attend_mma_kernel (mma.sync m16n8k16 bf16, 16 heads a block)";
+    decode_reason = fmt::format("sm_{} >= 80, latent {} + rope {}, {} KB shared memory of {} KB", caps.sm, mla.latent,
+                                mla.rope, mma_smem / 1024, caps.smem_per_block_optin / 1024);
+  }
+  if (!core_fits && decode_kernel.find("fp32") != std::string::npos)
+    decode_reason += fmt::format("; fp32 kernel needs {} KB of shared memory, the GPU allows {} KB", core_smem / 1024,
+                                 caps.smem_per_block_optin / 1024);
+  out.push_back({"mla decode", decode_kernel, arch.empty() ? decode_reason : arch, arch.empty() && decode_ok});
+  out.push_back({"mla prefill", "attend_kernel (fp32, CUDA cores) in the absorbed form",
+                 arch.empty() ? (core_fits ? fmt::format("{} KB shared memory of {} KB; split over the context",
+                                                         core_smem / 1024, caps.smem_per_block_optin / 1024)
+                                           : fmt::format("needs {} KB of shared memory, the GPU allows {} KB",
+                                                         core_smem / 1024, caps.smem_per_block_optin / 1024))
+                              : arch,
+                 arch.empty() && core_fits});
+  const bool router_ok = experts <= 1024;
+  out.push_back({"moe router", "router_logits_kernel + router_select_kernel",
+                 arch.empty() ? (router_ok ? "fp32 logits over bf16 weights, group-limited top-k on the device"
+                                           : fmt::format("{} experts exceed the 1024 the selection kernel holds", experts))
+                              : arch,
+                 arch.empty() && router_ok});
+  add("moe experts", "per-expert cuBLASLt GEMMs + gather/scatter", "routing read back to the host each layer");
+  return out;
+}
+
+}  // namespace tessera::ops::cuda

@@ -1,0 +1,49 @@
+// Which CUDA kernel runs each op on this GPU, and why — decided from the device's capabilities and
+// the model's shapes before any weight is read (`tessera plan`), and by the backend at run time.
+// No CUDA headers here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::ops::cuda {
+
+struct DeviceCaps {
+  std::string name;
+  int sm = 0;                   // compute capability, e.g. 90
+  int num_sms = 0;
+  int64_t smem_per_block_optin = 0;
+  uint64_t total_bytes = 0, free_bytes = 0;
+};
+
+// Device 0; throws core::Error when there is no usable GPU.
+DeviceCaps query_device_caps();
+
+// The CUDA architectures this binary carries machine code (or PTX) for, as CMake spelled them
+// (e.g. "80-real;90a-real;100-real;120-real;120-virtual").
+std::string compiled_architectures();
+// Empty when this binary can run on `sm`; otherwise the reason and the rebuild flag to use.
+std::string architecture_problem(int sm);
+
+struct MlaShape {
+  int64_t heads = 0, latent = 0, rope = 0;
+};
+
+struct KernelChoice {
+  std::string op;
+  std::string kernel;
+  std::string reason;
+  bool available = true;  // false: no kernel for this GPU/shape (the plan fails before loading)
+};
+
+// Kernel of each op for a model with these shapes on `caps`; `forced_mla` is "auto", "mma" or
+// "cuda-core" (--mla-kernel / TESSERA_MLA_KERNEL).
+std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& mla, int64_t experts,
+                                       const std::string& forced_mla);
+
+// Shared memory (bytes) the MLA kernels need for an entry of latent + rope.
+int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope);
+int64_t mla_cuda_core_smem_bytes(int64_t heads, int64_t latent, int64_t rope);
+
+}  // namespace tessera::ops::cuda

@@ -1,0 +1,37 @@
+// tessera plan: resolved before loading weights, refuses what cannot fit, and names the flag.
+#include <gtest/gtest.h>
+
+#include "support/test_support.h"
+
+namespace tessera {
+namespace {
+
+std::string tessera(const std::string& args, int* rc) {
+  std::string out;
+  *rc = test::run_command(test::tessera_binary().string() + " --log-level warn " + args, &out);
+  return out;
+}
+
+TEST(Plan, CpuPlanReportsKvDtypeCapacityAndContext) {
+  int rc = 0;
+  const auto dir = (test::fixtures_dir() / "models" / "kimi-k25-tiny-nvfp4").string();
+  std::string out = tessera("plan --model " + dir + " --kv-cache-bytes 1MiB", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  // 3 layers x (32 + 16) x 4 bytes = 576 bytes per token; 1 MiB holds 1820 tokens = 28 pages of 64.
+  EXPECT_NE(out.find("576 bytes per token"), std::string::npos) << out;
+  EXPECT_NE(out.find("28 pages of 64 = 1792 tokens"), std::string::npos) << out;
+  EXPECT_NE(out.find("kv_cache_scheme"), std::string::npos) << out;  // why the KV dtype is what it is
+  EXPECT_NE(out.find("max context  1024"), std::string::npos) << out;
+}
+
+TEST(Plan, ContextThatCannotFitIsRefusedWithTheNumbers) {
+  int rc = 0;
+  const auto dir = (test::fixtures_dir() / "models" / "dsv3-tiny").string();
+  std::string out = tessera("plan --model " + dir + " --kv-cache-bytes 1MiB --max-model-len 4096", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("4096"), std::string::npos) << out;
+  EXPECT_NE(out.find("NOT runnable"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tessera
