@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds tessera and runs the main job. For now: greedy generation on a fixture checkpoint
-# (random weights, so the ids are meaningless; the point is the whole load-and-forward path).
+# Builds tessera and runs the main job: the OpenAI-compatible server. Without arguments it serves
+# the built-in demo model (a DeepSeek-V3-architecture checkpoint with RANDOM weights, generated on
+# first use, with the real DeepSeek-V3 tokenizer and chat template) on 127.0.0.1:8000.
+# Extra arguments go to `tessera serve`, e.g. `scripts/run.sh --model /models/Kimi-K2.5 --port 8080`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake --preset cpu >/dev/null
-cmake --build --preset cpu -j "$(nproc)"
-model="${1:-../shared/fixtures/models/kimi-k25-tiny-nvfp4}"
-./build/cpu/tessera generate --model "$model" --prompt-ids 1,2,3,4,5 --max-tokens 16
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$(nproc)"
+exec ./build/release/tessera serve "$@"
