@@ -82,13 +82,8 @@ TEST_P(CudaGoldenTest, LogitsWithinTheBf16NoiseFloor) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGoldenTest,
-                         ::testing::Values("dsv3-tiny", "dsv3-tiny-fp8", "kimi-k2-tiny", "kimi-k25-tiny-nvfp4"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (auto& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         ::testing::ValuesIn(test::kFixtureModels),
+                         [](const auto& info) { return test::fixture_test_name(info.param); });
 
 }  // namespace
 }  // namespace tessera

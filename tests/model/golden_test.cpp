@@ -66,13 +66,8 @@ TEST_P(GoldenTest, LogitsAndGreedyMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest,
-                         ::testing::Values("dsv3-tiny", "dsv3-tiny-fp8", "kimi-k2-tiny", "kimi-k25-tiny-nvfp4"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (auto& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         ::testing::ValuesIn(test::kFixtureModels),
+                         [](const auto& info) { return test::fixture_test_name(info.param); });
 
 }  // namespace
 }  // namespace tessera

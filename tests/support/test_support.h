@@ -16,6 +16,14 @@ std::filesystem::path tessera_binary();
 // Runs a shell command, returns its exit status and fills `output` with stdout+stderr.
 int run_command(const std::string& command, std::string* output);
 std::string read_file(const std::filesystem::path& p);
+
+// The fixture checkpoints in shared/fixtures/models, and a gtest-safe name for each.
+inline const std::string kFixtureModels[] = {"dsv3-tiny", "dsv3-tiny-fp8", "kimi-k2-tiny", "kimi-k25-tiny-nvfp4"};
+inline std::string fixture_test_name(std::string name) {
+  for (auto& ch : name)
+    if (ch == '-') ch = '_';
+  return name;
+}
 void write_file(const std::filesystem::path& p, const std::string& content);
 
 }  // namespace tessera::test

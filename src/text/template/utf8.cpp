@@ -1,5 +1,7 @@
 #include "text/template/utf8.h"
 
+#include "core/utf8.h"
+
 #include <algorithm>
 
 namespace tessera::text::tpl {
@@ -43,20 +45,8 @@ uint32_t utf8_next(std::string_view s, size_t& pos) {
 void utf8_append(std::string& out, uint32_t cp) {
   if (cp >= 0xDC80 && cp <= 0xDCFF) {  // an invalid byte carried through by utf8_next
     out.push_back(static_cast<char>(cp - 0xDC00));
-  } else if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    core::append_utf8(out, cp);
   }
 }
 
