@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/file.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "text/template/chat_template.h"
@@ -28,13 +29,7 @@ struct RenderChatOptions {
   bool json = false;
 };
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) core::fail("{}: cannot open file", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_all(const std::string& path) { return core::read_file(path); }
 
 OJson parse_json(const std::string& text, const std::string& where) {
   try {

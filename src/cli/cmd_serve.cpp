@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/file.h"
 #include "cli/command.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
@@ -35,11 +36,13 @@ struct ServeArgs {
 
 // Config-file values for options not given on the command line.
 void apply_config(CLI::App& sub, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) core::fail("--config {}: cannot open file", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  for (const auto& [key, value] : server::parse_serve_config(ss.str(), path)) {
+  std::string text;
+  try {
+    text = core::read_file(path);
+  } catch (const core::Error& e) {
+    core::fail("--config {}", e.what());
+  }
+  for (const auto& [key, value] : server::parse_serve_config(text, path)) {
     if (key == "config") core::fail("{}: 'config' cannot be set in a config file", path);
     CLI::Option* opt = nullptr;
     try {

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/file.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "text/tokenizer/tokenizer.h"
@@ -19,13 +20,7 @@ struct TokenizeOptions {
   bool json = false, no_special = false, add_special = false;
 };
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) core::fail("{}: cannot open file", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_all(const std::string& path) { return core::read_file(path); }
 
 void print_ids(const std::vector<int32_t>& ids, bool json) {
   std::string out = json ? "[" : "";

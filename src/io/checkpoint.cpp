@@ -1,3 +1,4 @@
+#include "core/file.h"
 #include "io/checkpoint.h"
 
 #include <fstream>
@@ -18,10 +19,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const fs::path& dir) {
   ckpt->dir_ = dir;
   const fs::path index_path = dir / "model.safetensors.index.json";
   if (fs::exists(index_path)) {
-    std::ifstream in(index_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+    auto j = nlohmann::json::parse(core::read_file(index_path), nullptr, false);
     if (j.is_discarded()) fail("{}: not valid JSON", index_path.string());
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       fail("{}: missing the 'weight_map' object", index_path.string());

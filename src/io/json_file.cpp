@@ -1,3 +1,4 @@
+#include "core/file.h"
 #include "io/json_file.h"
 
 #include <fstream>
@@ -10,12 +11,9 @@ namespace tessera::io {
 using core::fail;
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open", path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = core::read_file(path);
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail("{}: not valid JSON: {}", path.string(), e.what());
   }

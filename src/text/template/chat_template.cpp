@@ -1,3 +1,4 @@
+#include "core/file.h"
 #include "text/template/chat_template.h"
 
 #include <algorithm>
@@ -9,13 +10,7 @@
 namespace tessera::text {
 namespace {
 
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) core::fail("cannot read {}", p.string());
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_text(const std::filesystem::path& p) { return core::read_file(p); }
 
 nlohmann::ordered_json read_json(const std::filesystem::path& p) {
   try {

@@ -96,19 +96,7 @@ class HfTokenizer : public Tokenizer {
       core::fail("{}: unexpected content: {}", file, e.what());
     }
     const TokenizerConfig cfg = read_tokenizer_config(dir / "tokenizer_config.json", /*required=*/false);
-    auto lookup = [&](const std::optional<std::string>& tok, const char* field) -> std::optional<int32_t> {
-      if (!tok) return std::nullopt;
-      auto id = token_to_id(*tok);
-      if (!id)
-        core::fail("{}: {} '{}' is not a token of {}", (dir / "tokenizer_config.json").string(), field, *tok, file);
-      return id;
-    };
-    if (cfg.bos_token) bos_token_ = *cfg.bos_token;
-    if (cfg.eos_token) eos_token_ = *cfg.eos_token;
-    bos_id_ = lookup(cfg.bos_token, "bos_token");
-    eos_id_ = lookup(cfg.eos_token, "eos_token");
-    add_bos_ = cfg.add_bos_token;
-    add_eos_ = cfg.add_eos_token;
+    apply_special_token_config(cfg, dir / "tokenizer_config.json");
   }
 
   void load_json(const nlohmann::json& j, const std::string& file) {

@@ -1,3 +1,4 @@
+#include "core/file.h"
 #include "text/tokenizer/load_util.h"
 
 #include <fstream>
@@ -7,16 +8,7 @@
 
 namespace tessera::text {
 
-std::string read_file_or_fail(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) core::fail("{}: file not found", path.string());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) core::fail("{}: cannot open file", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) core::fail("{}: read error", path.string());
-  return ss.str();
-}
+std::string read_file_or_fail(const std::filesystem::path& path) { return core::read_file(path); }
 
 nlohmann::json parse_json_file(const std::filesystem::path& path) {
   const std::string text = read_file_or_fail(path);

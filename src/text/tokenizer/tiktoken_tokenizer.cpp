@@ -202,18 +202,7 @@ class TiktokenTokenizer : public Tokenizer {
       special_ids_[t.content] = t.id;
       specials_.add(t);
     }
-    auto lookup = [&](const std::optional<std::string>& tok, const char* field) -> std::optional<int32_t> {
-      if (!tok) return std::nullopt;
-      auto id = token_to_id(*tok);
-      if (!id) core::fail("{}: {} '{}' is not a token", cfg_path.string(), field, *tok);
-      return id;
-    };
-    if (cfg.bos_token) bos_token_ = *cfg.bos_token;
-    if (cfg.eos_token) eos_token_ = *cfg.eos_token;
-    bos_id_ = lookup(cfg.bos_token, "bos_token");
-    eos_id_ = lookup(cfg.eos_token, "eos_token");
-    add_bos_ = cfg.add_bos_token;
-    add_eos_ = cfg.add_eos_token;
+    apply_special_token_config(cfg, cfg_path);
   }
 
   Regex regex_;

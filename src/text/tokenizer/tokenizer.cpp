@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "text/tokenizer/hf_tokenizer.h"
+#include "text/tokenizer/load_util.h"
 #include "text/tokenizer/tiktoken_tokenizer.h"
 #include "text/tokenizer/utf8.h"
 
@@ -15,6 +16,21 @@ void Tokenizer::set_token(int32_t id, std::string bytes, bool special) {
   }
   bytes_[id] = std::move(bytes);
   flags_[id] = static_cast<uint8_t>(kExists | (special ? kSpecial : 0));
+}
+
+void Tokenizer::apply_special_token_config(const TokenizerConfig& cfg, const std::filesystem::path& config_path) {
+  auto lookup = [&](const std::optional<std::string>& tok, const char* field) -> std::optional<int32_t> {
+    if (!tok) return std::nullopt;
+    auto id = token_to_id(*tok);
+    if (!id) core::fail("{}: {} '{}' is not a token of this vocabulary", config_path.string(), field, *tok);
+    return id;
+  };
+  if (cfg.bos_token) bos_token_ = *cfg.bos_token;
+  if (cfg.eos_token) eos_token_ = *cfg.eos_token;
+  bos_id_ = lookup(cfg.bos_token, "bos_token");
+  eos_id_ = lookup(cfg.eos_token, "eos_token");
+  add_bos_ = cfg.add_bos_token;
+  add_eos_ = cfg.add_eos_token;
 }
 
 void Tokenizer::unknown_id(int32_t id) const {

@@ -27,6 +27,8 @@ struct EncodeOptions {
   bool parse_special = true;
 };
 
+struct TokenizerConfig;  // load_util.h
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -61,6 +63,9 @@ class Tokenizer {
   // Called by loaders: registers the decode bytes and flags of an id.
   void set_token(int32_t id, std::string bytes, bool special);
   [[noreturn]] void unknown_id(int32_t id) const;
+  // Takes BOS/EOS strings and add_bos/add_eos from tokenizer_config.json (at `config_path`); a
+  // BOS/EOS string that is not a token of this vocabulary is an error naming the file and field.
+  void apply_special_token_config(const TokenizerConfig& cfg, const std::filesystem::path& config_path);
   std::vector<std::string> bytes_;
   std::vector<uint8_t> flags_;
   std::optional<int32_t> bos_id_, eos_id_;
