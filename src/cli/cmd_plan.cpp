@@ -26,7 +26,6 @@ struct PlanArgs {
   ModelOptions model;
   EngineOptions engine;
   double gpu_memory_utilization = 0.9;
-  std::string mla_kernel = "auto";
 };
 
 std::string gib(uint64_t b) { return core::human_bytes(b); }
@@ -34,7 +33,7 @@ std::string gib(uint64_t b) { return core::human_bytes(b); }
 // Peak activation memory of one step of `tokens` tokens on the CUDA backend (fp32 activations,
 // bf16 copies of GEMM inputs, attention partials), plus the cuBLASLt workspace. An estimate: the
 // terms are the tensors the forward allocates, not a measurement.
-uint64_t cuda_workspace_bytes(const io::ModelConfig& c, int64_t tokens, int64_t max_seqs) {
+[[maybe_unused]] uint64_t cuda_workspace_bytes(const io::ModelConfig& c, int64_t tokens, int64_t max_seqs) {
   const uint64_t T = tokens, H = c.hidden_size, N = c.num_attention_heads, E = c.kv_cache_entry_dim();
   const uint64_t inter = std::max<uint64_t>(c.intermediate_size, c.n_shared_experts * c.moe_intermediate_size);
   const uint64_t f32 = 4 * T * (3 * H + N * c.qk_head_dim() + N * E + 2 * N * c.kv_lora_rank + N * c.v_head_dim + E +
@@ -50,7 +49,7 @@ int run(const PlanArgs& a) {
   const io::ModelConfig cfg = io::parse_model_config(config_json, (dir / "config.json").string());
   const io::QuantConfig quant = io::load_quant_config(dir, config_json);
   auto ckpt = io::Checkpoint::open(dir);  // headers only: validates every shard, reads no weight
-  std::unique_ptr<ops::Ops> backend = model::make_backend(a.model.device);
+  std::unique_ptr<ops::Ops> backend = model::make_backend(a.model.device, a.model.kernels);
   const io::KvCacheDtypeResolution kv = io::resolve_kv_cache_dtype(
       a.model.kv_cache_dtype, quant, backend->supported_kv_dtypes(), backend->default_kv_dtype(), backend->name());
   const uint64_t params = cfg.parameter_count();
@@ -99,7 +98,7 @@ int run(const PlanArgs& a) {
     fmt::print("kernels\n");
     for (const auto& k : ops::cuda::plan_kernels(
              caps, {cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim}, cfg.n_routed_experts,
-             a.mla_kernel)) {
+             cfg.hidden_size, cfg.moe_intermediate_size, ops::cuda::kernel_overrides_from(a.model.kernels))) {
       fmt::print("  {:<12} {:<3} {} — {}\n", k.op, k.available ? "ok" : "NO", k.kernel, k.reason);
       ok &= k.available;
     }
@@ -128,7 +127,6 @@ CommandRegistration reg{{"plan", "what will run and how much fits, before loadin
                                           "fraction of free GPU memory tessera may use")
                                ->capture_default_str()
                                ->check(CLI::Range(0.01, 1.0));
-                           app.add_option("--mla-kernel", a->mla_kernel, "auto, mma or cuda-core")->capture_default_str();
                            return [a] { return run(*a); };
                          }}};
 

@@ -12,6 +12,9 @@ void ModelOptions::add_to(CLI::App& app) {
   app.add_option("--kv-cache-dtype", kv_cache_dtype,
                  "KV cache element type: auto (checkpoint hint if supported, else backend default), fp32, bf16, fp8")
       ->capture_default_str();
+  app.add_option("--kernels", kernels,
+                 "force CUDA kernels: op=kernel[,op=kernel] with mla=auto|mma|cuda-core, moe=auto|grouped|per-expert "
+                 "(default: the registry's choice, or TESSERA_KERNELS)");
   app.add_option("--latent-norm-eps", latent_norm_eps,
                  "epsilon of the q_a/kv_a latent RMSNorms (default: 1e-6, as the transformers reference)");
 }
@@ -20,6 +23,7 @@ model::LoadOptions ModelOptions::load_options() const {
   model::LoadOptions o;
   o.device = device;
   o.kv_cache_dtype = kv_cache_dtype;
+  o.kernels = kernels;
   if (latent_norm_eps >= 0) o.latent_norm_eps = latent_norm_eps;
   return o;
 }

@@ -15,6 +15,7 @@ struct ModelOptions {
   std::string model_dir;
   std::string device = "cpu";
   std::string kv_cache_dtype = "auto";
+  std::string kernels;
   double latent_norm_eps = -1;  // < 0: the reference default
 
   void add_to(CLI::App& app);

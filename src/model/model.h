@@ -33,6 +33,7 @@ class Model {
 struct LoadOptions {
   std::string device = "cpu";           // --device: cpu (the fp32 reference) or cuda
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype
+  std::string kernels;                  // --kernels: forced CUDA kernels, "op=kernel,..."
   std::optional<double> latent_norm_eps;  // override of the q_a/kv_a RMSNorm epsilon
 };
 
@@ -49,8 +50,9 @@ struct LoadedModel {
   }
 };
 
-// The ops backend for --device (cpu or cuda); throws naming the flag when unavailable.
-std::unique_ptr<ops::Ops> make_backend(const std::string& device);
+// The ops backend for --device (cpu or cuda) with --kernels overrides (CUDA only); throws naming
+// the flag when unavailable.
+std::unique_ptr<ops::Ops> make_backend(const std::string& device, const std::string& kernels = "");
 
 // Reads config.json (+ hf_quant_config.json), resolves the KV dtype, opens and validates the
 // checkpoint and builds the model for its architecture on the CPU backend.

@@ -1,6 +1,7 @@
 // Every CUDA op against its CPU reference op on random inputs (bf16-representable, so that the only
 // differences left are summation order), over shapes that include ragged batches, cached
 // prefixes, empty experts and very uneven routing. Skips itself without a GPU.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "model/golden_util.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_registry.h"
 
 namespace tessera {
 namespace {
@@ -175,7 +177,7 @@ TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
     // The fp32 CUDA-core kernel differs from the CPU only in summation order; the tensor-core
     // kernel also rounds the (absorbed, scaled) query and the probabilities to bf16 (~2^-9 each).
     for (const auto& [kernel, tol] : {std::pair<std::string, double>{"cuda-core", 1e-4}, {"mma", 1e-2}}) {
-      auto backend = ops::cuda::make_cuda_ops(kernel);
+      auto backend = ops::cuda::make_cuda_ops("mla=" + kernel);
       ops::KvLayerView kv{cache_g, page};
       Tensor og = backend->empty({T, heads * v});
       backend->mla_attention(gpu({T, heads * (nope + rope)}, qv), kv, kv_b_g, dims, step, og);
@@ -237,12 +239,90 @@ TEST_F(CudaOpsTest, MoeRoutingAndExpertsWithUnevenRouting) {
       w[t * k2 + 1] = 0.3f;
     }
     Tensor idc2 = cpu_.from_host_i32({T, k2}, ids.data()), idg2 = gpu_->from_host_i32({T, k2}, ids.data());
-    Tensor oc = cpu_.empty({T, H}), og = gpu_->empty({T, H});
+    Tensor oc = cpu_.empty({T, H});
     cpu_.moe_experts(cpu({T, H}, xv), ec, idc2, cpu({T, k2}, w), oc);
-    gpu_->moe_experts(gpu({T, H}, xv), eg, idg2, gpu({T, k2}, w), og);
     // The GPU rounds each GEMM input to bf16, including the intermediate silu(gate)*up activations,
     // which the CPU keeps in fp32: ~2^-9 relative per element.
-    expect_close(oc, og, 5e-3, "moe_experts");
+    for (const char* kernel : {"moe=grouped", "moe=per-expert"}) {
+      auto backend = ops::cuda::make_cuda_ops(kernel);
+      Tensor og = backend->empty({T, H});
+      backend->moe_experts(gpu({T, H}, xv), eg, idg2, gpu({T, k2}, w), og);
+      expect_close(oc, og, 5e-3, std::string("moe_experts ") + kernel + " T=" + std::to_string(T));
+    }
+  }
+}
+
+// Random top-k routing over many experts, several 16-token tiles per expert, widths that leave a
+// partial block of rows, and a shape the grouped kernels refuse.
+TEST_F(CudaOpsTest, MoeExpertsGroupedKernelsOverShapes) {
+  struct Case {
+    int64_t T, E, K, H, I;
+  };
+  for (const Case c : {Case{1, 40, 8, 512, 96}, Case{16, 40, 8, 512, 96}, Case{300, 12, 4, 256, 64},
+                       Case{128, 64, 8, 1024, 256}}) {
+    std::vector<HostWeight> keep;
+    std::vector<ops::ExpertWeights> ec, eg;
+    for (int64_t e = 0; e < c.E; ++e) {
+      keep.push_back(bf16_weight(c.I, c.H));
+      keep.push_back(bf16_weight(c.I, c.H));
+      keep.push_back(bf16_weight(c.H, c.I));
+    }
+    for (int64_t e = 0; e < c.E; ++e) {
+      ec.push_back({keep[3 * e].w, keep[3 * e + 1].w, keep[3 * e + 2].w});
+      eg.push_back({gpu_->upload_linear(keep[3 * e].w), gpu_->upload_linear(keep[3 * e + 1].w),
+                    gpu_->upload_linear(keep[3 * e + 2].w)});
+    }
+    std::vector<int32_t> ids;
+    std::vector<float> w;
+    std::uniform_real_distribution<float> u(0.05f, 1.0f);
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::vector<int32_t> all(static_cast<size_t>(c.E));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng_);
+      for (int64_t k = 0; k < c.K; ++k) {
+        ids.push_back(all[static_cast<size_t>(k)]);
+        w.push_back(u(rng_));
+      }
+    }
+    auto xv = random(c.T * c.H);
+    Tensor oc = cpu_.empty({c.T, c.H});
+    cpu_.moe_experts(cpu({c.T, c.H}, xv), ec, cpu_.from_host_i32({c.T, c.K}, ids.data()), cpu({c.T, c.K}, w), oc);
+    for (const char* kernel : {"moe=grouped", "moe=per-expert", ""}) {
+      auto backend = ops::cuda::make_cuda_ops(kernel);
+      Tensor og = backend->empty({c.T, c.H});
+      backend->moe_experts(gpu({c.T, c.H}, xv), eg, backend->from_host_i32({c.T, c.K}, ids.data()),
+                           gpu({c.T, c.K}, w), og);
+      expect_close(oc, og, 5e-3, fmt::format("moe_experts {} T={} E={} H={} I={}", kernel, c.T, c.E, c.H, c.I));
+    }
+  }
+  // moe_intermediate 48 is not a multiple of 32: forcing the grouped kernels is refused by name.
+  HostWeight g = bf16_weight(48, 128), u = bf16_weight(48, 128), d = bf16_weight(128, 48);
+  std::vector<ops::ExpertWeights> eg{{gpu_->upload_linear(g.w), gpu_->upload_linear(u.w), gpu_->upload_linear(d.w)}};
+  const int32_t id = 0;
+  const float wt = 1.0f;
+  auto backend = ops::cuda::make_cuda_ops("moe=grouped");
+  Tensor og = backend->empty({1, 128});
+  try {
+    backend->moe_experts(gpu({1, 128}, random(128)), eg, backend->from_host_i32({1, 1}, &id), gpu({1, 1}, {wt}), og);
+    ADD_FAILURE() << "forcing the grouped kernels on moe_intermediate 48 was accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("moe_intermediate 48"), std::string::npos) << e.what();
+  }
+}
+
+TEST(KernelOverrides, ParsesAndRefusesByName) {
+  auto o = ops::cuda::parse_kernel_overrides("mla=mma, moe=grouped");
+  EXPECT_EQ(o.mla, "mma");
+  EXPECT_EQ(o.moe, "grouped");
+  EXPECT_EQ(ops::cuda::parse_kernel_overrides("").mla, "auto");
+  for (const auto& [spec, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"mla", "expected op=kernel"}, {"attn=mma", "unknown op 'attn'"}, {"moe=fast", "kernel 'fast' for op 'moe'"}}) {
+    try {
+      (void)ops::cuda::parse_kernel_overrides(spec);
+      ADD_FAILURE() << spec << " was accepted";
+    } catch (const core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/device_pool.h"
+#include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels.h"
 
 namespace tessera::ops::cuda {
@@ -55,18 +58,22 @@ const T* ptr(const Tensor& t) {
 
 class CudaOps final : public Ops {
  public:
-  explicit CudaOps(std::string mla_kernel) : mla_kernel_choice_(std::move(mla_kernel)) {
-    if (mla_kernel_choice_ == "auto")
-      if (const char* v = std::getenv("TESSERA_MLA_KERNEL")) mla_kernel_choice_ = v;
-    TESSERA_CHECK(mla_kernel_choice_ == "auto" || mla_kernel_choice_ == "mma" || mla_kernel_choice_ == "cuda-core",
-                  "MLA kernel '{}': expected auto, mma or cuda-core", mla_kernel_choice_);
+  explicit CudaOps(const std::string& kernels) : forced_(kernel_overrides_from(kernels)) {
     TESSERA_CHECK(cuda_available(), "no CUDA device is available");
     TESSERA_CUDA_CHECK(cudaSetDevice(0));
     TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt_));
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, 0));
     workspace_ = alloc(DType::kU8, {kWorkspaceBytes});
   }
-  ~CudaOps() override { cublasLtDestroy(lt_); }
+  ~CudaOps() override {
+    for (auto& [key, p] : gemm_plans_) {
+      cublasLtMatrixLayoutDestroy(p.la);
+      cublasLtMatrixLayoutDestroy(p.lb);
+      cublasLtMatrixLayoutDestroy(p.lc);
+      cublasLtMatmulDescDestroy(p.op);
+    }
+    cublasLtDestroy(lt_);
+  }
 
   std::string name() const override { return "cuda"; }
 
@@ -98,7 +105,11 @@ class CudaOps final : public Ops {
     return t;
   }
 
+  // Tensors already on the device in the backend's format (synthetic models) are kept as they are.
+  static bool on_device(const Tensor& t, DType dtype) { return t.device() == core::Device::kCuda && t.dtype() == dtype; }
+
   LinearWeight upload_linear(const LinearWeight& w) override {
+    if (w.format == LinearWeight::Format::kDense && on_device(w.weight, DType::kBF16)) return w;
     // Dequantize row by row on the host (exact), round to bf16, upload.
     std::vector<float> row(static_cast<size_t>(w.in));
     std::vector<__nv_bfloat16> host(static_cast<size_t>(w.out * w.in));
@@ -115,11 +126,13 @@ class CudaOps final : public Ops {
     return d;
   }
   Tensor upload_vector(const Tensor& t) override {
+    if (on_device(t, DType::kF32)) return t;
     std::vector<float> v(static_cast<size_t>(t.numel()));
     core::convert_to_f32(t.dtype(), t.raw(), v.data(), v.size());
     return upload_bytes(DType::kF32, t.shape(), v.data());
   }
   Tensor upload_table(const Tensor& t) override {
+    if (on_device(t, DType::kBF16)) return t;
     std::vector<float> v(static_cast<size_t>(t.numel()));
     core::convert_to_f32(t.dtype(), t.raw(), v.data(), v.size());
     std::vector<__nv_bfloat16> b(v.size());
@@ -214,10 +227,44 @@ class CudaOps final : public Ops {
     TESSERA_CUDA_CHECK_LAUNCH();
   }
 
-  // First version: routing read back to the host, then per expert a gather, three cuBLASLt GEMMs
-  // and a weighted scatter-add. (Grouped GEMMs over permuted tokens come next.)
+  // Decode-sized steps: pairs sorted by expert on the device and grouped kernels that read each
+  // routed expert once (moe_grouped.cu), no host round trip. Larger steps (prefill) are
+  // compute-bound: per-expert cuBLASLt GEMMs, for which the routing is read back to size them.
   void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts, const Tensor& ids,
                    const Tensor& weights, Tensor& out) override {
+    const int64_t T = x.dim(0), H = x.dim(1), K = ids.dim(1), E = static_cast<int64_t>(experts.size());
+    if (E == 0 || T == 0) {
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_));
+      return;
+    }
+    const int64_t inter = experts[0].gate.out;
+    const bool uniform = std::all_of(experts.begin(), experts.end(), [&](const ExpertWeights& e) {
+      return e.gate.out == inter && e.up.out == inter && e.down.in == inter && e.gate.in == H && e.down.out == H;
+    });
+    const bool grouped = forced_.moe != "per-expert" && uniform && moe_grouped_supported(H, inter, E) &&
+                         (forced_.moe == "grouped" || T <= kGroupedMoeMaxTokens);
+    TESSERA_CHECK(grouped || forced_.moe != "grouped",
+                  "MoE kernel 'grouped' was forced but hidden {} / moe_intermediate {} / {} experts is not a "
+                  "supported shape", H, inter, E);
+    if (!grouped) return moe_experts_per_expert(x, experts, ids, weights, out);
+    const ExpertTable& table = expert_table(experts);
+    Tensor xb = alloc(DType::kBF16, {T, H});
+    launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), stream_);
+    const int64_t P = T * K;
+    Tensor meta = alloc(DType::kI32, {2 * E + 2 + P});
+    Tensor act = alloc(DType::kBF16, {P, inter});
+    Tensor y = alloc(DType::kF32, {P, H});
+    int32_t* m = ptr<int32_t>(meta);
+    MoeGroupedScratch scratch{m, m + E + 1, m + 2 * E + 1, m + 2 * E + 2, ptr<__nv_bfloat16>(act), ptr<float>(y)};
+    launch_moe_grouped(ptr<__nv_bfloat16>(xb), T, H, ptr<int32_t>(ids), ptr<float>(weights), K, E, table.gate,
+                       table.up, table.down, inter, scratch, ptr<float>(out), stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+
+  // Routing read back to the host, then per expert a gather, three cuBLASLt GEMMs and a weighted
+  // scatter-add.
+  void moe_experts_per_expert(const Tensor& x, const std::vector<ExpertWeights>& experts, const Tensor& ids,
+                              const Tensor& weights, Tensor& out) {
     const int64_t T = x.dim(0), H = x.dim(1), K = ids.dim(1);
     std::vector<int32_t> h_ids(static_cast<size_t>(T * K));
     std::vector<float> h_w(static_cast<size_t>(T * K));
@@ -279,6 +326,35 @@ class CudaOps final : public Ops {
  private:
   static constexpr int64_t kWorkspaceBytes = 32 << 20;
 
+  // Device arrays of the experts' weight pointers, built once per expert list (a model layer's
+  // list lives as long as the model).
+  struct ExpertTable {
+    Tensor storage;
+    const __nv_bfloat16* const* gate = nullptr;
+    const __nv_bfloat16* const* up = nullptr;
+    const __nv_bfloat16* const* down = nullptr;
+  };
+  const ExpertTable& expert_table(const std::vector<ExpertWeights>& experts) {
+    auto it = expert_tables_.find(experts.data());
+    if (it != expert_tables_.end() && it->second.first == experts.size()) return it->second.second;
+    const size_t E = experts.size();
+    std::vector<const __nv_bfloat16*> host(3 * E);
+    for (size_t e = 0; e < E; ++e) {
+      host[e] = ptr<__nv_bfloat16>(experts[e].gate.weight);
+      host[E + e] = ptr<__nv_bfloat16>(experts[e].up.weight);
+      host[2 * E + e] = ptr<__nv_bfloat16>(experts[e].down.weight);
+    }
+    ExpertTable t;
+    t.storage = upload_bytes(DType::kU8, {static_cast<int64_t>(host.size() * sizeof(void*))}, host.data());
+    auto* base = static_cast<const __nv_bfloat16* const*>(t.storage.raw());
+    t.gate = base;
+    t.up = base + E;
+    t.down = base + 2 * E;
+    auto& slot = expert_tables_[experts.data()];
+    slot = {E, std::move(t)};
+    return slot.second;
+  }
+
   struct StepMeta {
     Tensor info;    // TokenInfo per token
     Tensor tables;  // all block tables, concatenated
@@ -289,10 +365,10 @@ class CudaOps final : public Ops {
   // lands (its bf16 q/p rounding costs top-1 agreement on long prompts). A forced choice wins.
   MlaKernel mla_kernel(const MlaDims& d, std::span<const AttentionSeq> seqs) const {
     const bool supported = mla_attend_mma_supported(d.latent, d.rope);
-    TESSERA_CHECK(supported || mla_kernel_choice_ != "mma",
+    TESSERA_CHECK(supported || forced_.mla != "mma",
                   "MLA kernel 'mma' was forced but latent {} + rope {} is not a supported shape", d.latent, d.rope);
-    if (mla_kernel_choice_ == "mma") return MlaKernel::kTensorCore;
-    if (mla_kernel_choice_ == "cuda-core" || !supported) return MlaKernel::kCudaCore;
+    if (forced_.mla == "mma") return MlaKernel::kTensorCore;
+    if (forced_.mla == "cuda-core" || !supported) return MlaKernel::kCudaCore;
     const bool decode_only =
         std::all_of(seqs.begin(), seqs.end(), [](const AttentionSeq& s) { return s.num_tokens <= 1; });
     return decode_only ? MlaKernel::kTensorCore : MlaKernel::kCudaCore;
@@ -323,17 +399,25 @@ class CudaOps final : public Ops {
   }
 
   // Row-major out[n, m] = in[n, k] · W[m, k]ᵀ: in column-major terms outᵀ (m x n) = W (m x k, stored
-  // as kxm, transposed) · inᵀ (k x n).
-  void gemm_bf16(const __nv_bfloat16* w, const __nv_bfloat16* in, float* out, int64_t m, int64_t n, int64_t k) {
-    cublasLtMatmulDesc_t op;
-    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // as kxm, transposed) · inᵀ (k x n). The descriptors and the heuristic's algorithm are cached per
+  // shape: asking cuBLASLt costs tens of microseconds, more than a decode-sized GEMM takes.
+  struct GemmPlan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  const GemmPlan& gemm_plan(int64_t m, int64_t n, int64_t k) {
+    auto key = std::make_tuple(m, n, k);
+    auto it = gemm_plans_.find(key);
+    if (it != gemm_plans_.end()) return it->second;
+    GemmPlan p;
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    cublasLtMatrixLayout_t la, lb, lc;
-    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, m, k));
-    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k));
-    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, m));
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, k, m, k));
+    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, k, n, k));
+    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, m, n, m));
     cublasLtMatmulPreference_t pref;
     TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = kWorkspaceBytes;
@@ -341,19 +425,23 @@ class CudaOps final : public Ops {
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t heur{};
     int found = 0;
-    TESSERA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, op, la, lb, lc, lc, pref, 1, &heur, &found));
-    TESSERA_CHECK(found > 0, "cuBLASLt has no bf16 GEMM algorithm for m={} n={} k={}", m, n, k);
-    const float alpha = 1.0f, beta = 0.0f;
-    TESSERA_CUBLAS_CHECK(cublasLtMatmul(lt_, op, &alpha, w, la, in, lb, &beta, out, lc, out, lc, &heur.algo,
-                                        workspace_.raw(), kWorkspaceBytes, stream_));
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.la, p.lb, p.lc, p.lc, pref, 1, &heur, &found));
     cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(op);
+    TESSERA_CHECK(found > 0, "cuBLASLt has no bf16 GEMM algorithm for m={} n={} k={}", m, n, k);
+    p.algo = heur.algo;
+    return gemm_plans_.emplace(key, p).first->second;
   }
 
-  std::string mla_kernel_choice_;
+  void gemm_bf16(const __nv_bfloat16* w, const __nv_bfloat16* in, float* out, int64_t m, int64_t n, int64_t k) {
+    const GemmPlan& p = gemm_plan(m, n, k);
+    const float alpha = 1.0f, beta = 0.0f;
+    TESSERA_CUBLAS_CHECK(cublasLtMatmul(lt_, p.op, &alpha, w, p.la, in, p.lb, &beta, out, p.lc, out, p.lc, &p.algo,
+                                        workspace_.raw(), kWorkspaceBytes, stream_));
+  }
+
+  std::map<std::tuple<int64_t, int64_t, int64_t>, GemmPlan> gemm_plans_;
+  KernelOverrides forced_;
+  std::map<const ExpertWeights*, std::pair<size_t, ExpertTable>> expert_tables_;
   cublasLtHandle_t lt_ = nullptr;
   int num_sms_ = 1;
   cudaStream_t stream_ = nullptr;  // the legacy default stream: every op is ordered
@@ -362,6 +450,15 @@ class CudaOps final : public Ops {
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cuda_ops(const std::string& mla_kernel) { return std::make_unique<CudaOps>(mla_kernel); }
+std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels) { return std::make_unique<CudaOps>(kernels); }
+
+Tensor random_bf16_tensor(core::Shape shape, float scale, uint64_t seed) {
+  const int64_t n = core::shape_numel(shape);
+  auto owner = pool().allocate(static_cast<size_t>(n) * 2);
+  Tensor t = Tensor::adopt(DType::kBF16, std::move(shape), owner.get(), core::Device::kCuda, owner);
+  launch_fill_random_bf16(t.data<__nv_bfloat16>(), n, seed, scale, nullptr);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  return t;
+}
 
 }  // namespace tessera::ops::cuda

@@ -16,8 +16,11 @@ bool cuda_available();
 std::string device_description();
 
 // Creates the backend on device 0; throws core::Error when there is no usable GPU.
-// `mla_kernel`: "auto" (tensor cores where the shape allows), "mma" or "cuda-core"; "auto" also
-// honours the TESSERA_MLA_KERNEL environment variable.
-std::unique_ptr<Ops> make_cuda_ops(const std::string& mla_kernel = "auto");
+// `kernels`: forced kernels, "op=kernel[,op=kernel...]" (see kernel_registry.h); "" = the
+// registry's choice, or the TESSERA_KERNELS environment variable when set.
+std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels = "");
+
+// A bf16 device tensor of deterministic pseudo-random values in [-scale, scale) (synthetic models).
+core::Tensor random_bf16_tensor(core::Shape shape, float scale, uint64_t seed);
 
 }  // namespace tessera::ops::cuda

@@ -104,15 +104,20 @@ double gemm_tflops(int64_t m, int64_t n, int64_t k, int iters) {
 
 }  // namespace
 
+double measure_copy_bandwidth(size_t bytes, int iterations) {
+  DeviceMem src(bytes), dst(bytes);
+  TESSERA_CUDA_CHECK(cudaMemset(src.p, 1, bytes));
+  const double t = time_it(iterations, [&] { cudaMemcpy(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice); });
+  return 2.0 * static_cast<double>(bytes) / t;
+}
+
+void synchronize_device() { TESSERA_CUDA_CHECK(cudaDeviceSynchronize()); }
+
 std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
   std::vector<KernelBenchRow> rows;
   fmt::print("device: {}\n", device_description());
   // Ceilings, measured now on this GPU.
-  const size_t copy_bytes = size_t{2} << 30;
-  DeviceMem src(copy_bytes), dst(copy_bytes);
-  TESSERA_CUDA_CHECK(cudaMemset(src.p, 1, copy_bytes));
-  const double t_copy = time_it(o.iterations, [&] { cudaMemcpy(dst.p, src.p, copy_bytes, cudaMemcpyDeviceToDevice); });
-  const double bw = 2.0 * copy_bytes / t_copy;  // bytes read + written
+  const double bw = measure_copy_bandwidth(size_t{2} << 30, o.iterations);
   const double gemm = gemm_tflops(8192, 8192, 8192, o.iterations);
   fmt::print("ceiling: device copy {:.0f} GB/s (read + write), bf16 GEMM 8192^3 {:.0f} TFLOP/s\n\n", bw / 1e9, gemm);
   std::fflush(stdout);

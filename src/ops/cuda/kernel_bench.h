@@ -24,6 +24,12 @@ struct KernelBenchRow {
   double flops = 0;    // per call
 };
 
+// Device-to-device copy bandwidth (bytes read + written per second), median of `iterations`
+// copies of `bytes`: the memory ceiling every bandwidth number is compared with.
+double measure_copy_bandwidth(size_t bytes, int iterations);
+// Waits for all work on the device (benchmarks time whole steps with the host clock).
+void synchronize_device();
+
 // Prints a table and returns the rows (for docs/PERFORMANCE.md).
 std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& options);
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
 #include "ops/cuda/cuda_check.h"
@@ -64,8 +65,43 @@ int64_t mla_cuda_core_smem_bytes(int64_t heads, int64_t latent, int64_t rope) {
   return (32 * (entry + 1) + std::min<int64_t>(heads, 8) * entry) * 4;
 }
 
-std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& mla, int64_t experts,
-                                       const std::string& forced_mla) {
+KernelOverrides parse_kernel_overrides(const std::string& spec) {
+  KernelOverrides o;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(std::remove(item.begin(), item.end(), ' '), item.end());
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) core::fail("--kernels '{}': expected op=kernel, got '{}'", spec, item);
+    const std::string op = item.substr(0, eq), kernel = item.substr(eq + 1);
+    auto pick = [&](std::string& slot, std::initializer_list<const char*> allowed) {
+      for (const char* a : allowed)
+        if (kernel == a) return void(slot = kernel);
+      std::string list;
+      for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      core::fail("--kernels '{}': kernel '{}' for op '{}' is not one of {}", spec, kernel, op, list);
+    };
+    if (op == "mla") {
+      pick(o.mla, {"auto", "mma", "cuda-core"});
+    } else if (op == "moe") {
+      pick(o.moe, {"auto", "grouped", "per-expert"});
+    } else {
+      core::fail("--kernels '{}': unknown op '{}' (ops with a choice: mla, moe)", spec, op);
+    }
+  }
+  return o;
+}
+
+KernelOverrides kernel_overrides_from(const std::string& flag_value) {
+  if (!flag_value.empty()) return parse_kernel_overrides(flag_value);
+  const char* env = std::getenv("TESSERA_KERNELS");
+  return parse_kernel_overrides(env ? env : "");
+}
+
+std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& mla, int64_t experts, int64_t hidden,
+                                       int64_t moe_inter, const KernelOverrides& forced) {
+  const std::string& forced_mla = forced.mla;
   std::vector<KernelChoice> out;
   const std::string arch = architecture_problem(caps.sm);
   auto add = [&](std::string op, std::string kernel, std::string reason) {
@@ -86,7 +122,7 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
   bool decode_ok = true;
   if (forced_mla == "cuda-core" || !mma_shape || !mma_fits || caps.sm < 80) {
     decode_kernel = "attend_kernel (fp32, CUDA cores)";
-    decode_reason = forced_mla == "cuda-core" ? "forced by --mla-kernel/TESSERA_MLA_KERNEL"
+    decode_reason = forced_mla == "cuda-core" ? "forced by --kernels mla=cuda-core"
                     : !mma_shape ? fmt::format("latent {} + rope {} is not a tensor-core shape", mla.latent, mla.rope)
                     : !mma_fits  ? fmt::format("tensor-core kernel needs {} KB of shared memory, the GPU allows {} KB",
                                                mma_smem / 1024, caps.smem_per_block_optin / 1024)
@@ -94,7 +130,7 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
     decode_ok = core_fits;
     if (forced_mla == "mma") {
       decode_ok = false;
-      decode_reason = "--mla-kernel mma was forced but " + decode_reason;
+      decode_reason = "--kernels mla=mma was forced but " + decode_reason;
     }
   } else {
     decode_kernel = "attend_mma_kernel (mma.sync m16n8k16 bf16, 16 heads a block)";
@@ -118,7 +154,25 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
                                            : fmt::format("{} experts exceed the 1024 the selection kernel holds", experts))
                               : arch,
                  arch.empty() && router_ok});
-  add("moe experts", "per-expert cuBLASLt GEMMs + gather/scatter", "routing read back to the host each layer");
+  const bool grouped_ok = moe_grouped_supported(hidden, moe_inter, experts);
+  if (forced.moe == "per-expert") {
+    add("moe experts", "per-expert cuBLASLt GEMMs + gather/scatter", "forced by --kernels moe=per-expert");
+  } else if (!grouped_ok) {
+    out.push_back({"moe experts", "per-expert cuBLASLt GEMMs + gather/scatter",
+                   arch.empty() ? fmt::format("{}hidden {} / moe_intermediate {} are not multiples of 32 or {} "
+                                              "experts exceed 1024, so the grouped kernels do not apply",
+                                              forced.moe == "grouped" ? "--kernels moe=grouped was forced but " : "",
+                                              hidden, moe_inter, experts)
+                                : arch,
+                   arch.empty() && forced.moe != "grouped"});
+  } else if (forced.moe == "grouped") {
+    add("moe experts", "grouped mma.sync kernels over expert-sorted tokens", "forced by --kernels moe=grouped");
+  } else {
+    add("moe experts",
+        fmt::format("grouped mma.sync kernels (steps <= {} tokens), per-expert cuBLASLt GEMMs (larger)",
+                    kGroupedMoeMaxTokens),
+        "decode reads each routed expert once with no host round trip; prefill is compute-bound");
+  }
   return out;
 }
 

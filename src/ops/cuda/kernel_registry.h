@@ -37,10 +37,23 @@ struct KernelChoice {
   bool available = true;  // false: no kernel for this GPU/shape (the plan fails before loading)
 };
 
-// Kernel of each op for a model with these shapes on `caps`; `forced_mla` is "auto", "mma" or
-// "cuda-core" (--mla-kernel / TESSERA_MLA_KERNEL).
+// Kernels forced or disabled by the user (--kernels / TESSERA_KERNELS), "auto" = the registry's
+// choice. mla: auto | mma | cuda-core (decode steps); moe: auto | grouped | per-expert.
+struct KernelOverrides {
+  std::string mla = "auto";
+  std::string moe = "auto";
+};
+// Parses "op=kernel[,op=kernel...]" ("" = all auto); throws core::Error naming the entry at fault.
+KernelOverrides parse_kernel_overrides(const std::string& spec);
+// The spec from --kernels when given, else from the TESSERA_KERNELS environment variable.
+KernelOverrides kernel_overrides_from(const std::string& flag_value);
+
+// Decode steps up to this many tokens run the routed experts with the grouped kernels.
+constexpr int64_t kGroupedMoeMaxTokens = 256;
+
+// Kernel of each op for a model with these shapes on `caps`, honouring `forced`.
 std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& mla, int64_t experts,
-                                       const std::string& forced_mla);
+                                       int64_t hidden, int64_t moe_inter, const KernelOverrides& forced);
 
 // Shared memory (bytes) the MLA kernels need for an entry of latent + rope.
 int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope);

@@ -75,4 +75,25 @@ void launch_router_select(const float* logits, const float* bias, int64_t tokens
                           int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
                           float* weights, cudaStream_t s);
 
+// --- moe_grouped.cu ---
+// Device buffers of one grouped-experts call: offsets [experts + 1], active [experts],
+// num_active [1], sorted [pairs] (I32); act [pairs, inter] bf16; y [pairs, hidden] fp32.
+struct MoeGroupedScratch {
+  int32_t* offsets;
+  int32_t* active;
+  int32_t* num_active;
+  int32_t* sorted;
+  __nv_bfloat16* act;
+  float* y;
+};
+// Shapes the grouped kernels take (16-byte loads over 32-wide K chunks; one block sorts the pairs).
+bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts);
+// out[t] = Σ_k weights[t, k] · Expert_{ids[t, k]}(x[t]) with no host round trip: x [tokens, hidden]
+// bf16; gate_w/up_w [experts] → [inter, hidden], down_w [experts] → [hidden, inter] (device arrays
+// of device pointers, bf16).
+void launch_moe_grouped(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, const int32_t* ids,
+                        const float* weights, int64_t top_k, int64_t experts, const __nv_bfloat16* const* gate_w,
+                        const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
+                        const MoeGroupedScratch& scratch, float* out, cudaStream_t s);
+
 }  // namespace tessera::ops::cuda

@@ -1,0 +1,204 @@
+// tessera bench decode --synthetic kimi-k2.5: decode steps of a random-weight model with a real
+// model's layer shapes, timed per layer against the bytes a step must read (the weights of the
+// experts actually routed to + attention weights + KV), divided by the bandwidth measured in the
+// same run.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/format.h"
+#include "model/deepseek_v3.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "model/synthetic.h"
+#ifdef TESSERA_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_bench.h"
+#include "ops/cuda/kernel_registry.h"
+#endif
+
+namespace tessera::cli {
+namespace {
+
+struct DecodeArgs {
+  std::string preset;
+  int64_t layers = 0;  // 0: as many as fit
+  std::vector<int64_t> batches = {1};
+  int64_t context = 8192;
+  int steps = 10;
+  std::string device = "cuda";
+  std::string kernels;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Host-memory bf16 tensors for the CPU backend (tests and small presets).
+core::Tensor host_random_bf16(core::Shape shape, float scale, uint64_t seed) {
+  const int64_t n = core::shape_numel(shape);
+  auto data = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  for (auto& v : *data) v = core::f32_to_bf16(u(rng));
+  return core::Tensor::adopt(core::DType::kBF16, std::move(shape), data->data(), core::Device::kCpu, data);
+}
+
+double host_copy_bandwidth() {
+  const size_t bytes = size_t{256} << 20;
+  std::vector<char> a(bytes, 1), b(bytes);
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return 2.0 * static_cast<double>(bytes) / median(t);
+}
+
+#ifdef TESSERA_HAVE_CUDA
+// Layers that fit in `free_bytes`, leaving room for the embedding, lm_head, KV and activations.
+int64_t layers_that_fit(const std::string& preset, uint64_t free_bytes, int64_t max_batch, int64_t context) {
+  const auto one = model::synthetic_config(preset, 1), two = model::synthetic_config(preset, 2);
+  const double per_layer = 2.0 * static_cast<double>(two.parameter_count() - one.parameter_count());
+  const double fixed = 2.0 * static_cast<double>(one.parameter_count()) - per_layer;
+  const double kv_layer = 2.0 * static_cast<double>(one.kv_cache_entry_dim()) * static_cast<double>(max_batch) *
+                          static_cast<double>(context + 64);
+  const double margin = 4.0 * (1 << 30) + 0.04 * static_cast<double>(free_bytes);
+  const int64_t n =
+      static_cast<int64_t>((static_cast<double>(free_bytes) - fixed - margin) / (per_layer + kv_layer));
+  if (n < 1)
+    core::fail("--synthetic {}: one layer ({}) plus the embedding and lm_head ({}) does not fit in {} of free memory",
+               preset, core::human_bytes(static_cast<uint64_t>(per_layer)), core::human_bytes(static_cast<uint64_t>(fixed)),
+               core::human_bytes(free_bytes));
+  return n;
+}
+#endif
+
+int run(const DecodeArgs& a) {
+  TESSERA_CHECK(a.context >= 1, "--context {}: at least one cached token", a.context);
+  TESSERA_CHECK(a.steps >= 1, "--steps {}: at least one timed step", a.steps);
+  for (int64_t b : a.batches) TESSERA_CHECK(b >= 1, "--batch {}: at least one sequence", b);
+  const int64_t max_batch = *std::max_element(a.batches.begin(), a.batches.end());
+  (void)model::synthetic_config(a.preset, 1);  // validates the preset name first
+
+  std::unique_ptr<ops::Ops> backend = model::make_backend(a.device, a.kernels);
+  model::RandomBf16 random;
+  double bandwidth = 0;
+  int64_t layers = a.layers;
+  uint64_t seed = 1;
+  if (a.device == "cuda") {
+#ifdef TESSERA_HAVE_CUDA
+    fmt::print("device       {}\n", ops::cuda::device_description());
+    bandwidth = ops::cuda::measure_copy_bandwidth(size_t{2} << 30, 10);
+    if (layers == 0)
+      layers = layers_that_fit(a.preset, ops::cuda::query_device_caps().free_bytes, max_batch, a.context);
+    random = [&seed](core::Shape s, float scale) { return ops::cuda::random_bf16_tensor(std::move(s), scale, seed++); };
+#endif
+  } else {
+    fmt::print("device       cpu (fp32 reference backend)\n");
+    bandwidth = host_copy_bandwidth();
+    if (layers == 0) layers = 1;
+    random = [&seed](core::Shape s, float scale) { return host_random_bf16(std::move(s), scale, seed++); };
+  }
+  const io::ModelConfig cfg = model::synthetic_config(a.preset, layers);
+  fmt::print("ceiling      copy bandwidth {:.0f} GB/s (read + write, measured now)\n", bandwidth / 1e9);
+
+  model::ModelWeights weights = model::synthetic_weights(cfg, *backend, random);
+  model::DeepseekV3Model m(cfg, std::move(weights), std::move(backend));
+  ops::Ops& o = m.ops();
+  const int64_t max_tokens = a.context + 2 + a.steps + 1;
+  const int64_t pages_per_seq = model::pages_for_tokens(max_tokens);
+  const io::KvCacheDtype kv_dtype = o.default_kv_dtype();
+  model::KvCache cache(o, layers, max_batch * pages_per_seq, cfg.kv_cache_entry_dim(), kv_dtype);
+  fmt::print("model        synthetic {} with {} MoE layers of the real shapes (hidden {}, {} experts, {} active + {} "
+             "shared, {} heads), random bf16 weights: {}\n",
+             a.preset, layers, cfg.hidden_size, cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.n_shared_experts,
+             cfg.num_attention_heads, core::human_bytes(m.weight_bytes()));
+  fmt::print("kv cache     {} pages of {} ({}), context {} per sequence\n\n", cache.num_pages(), cache.page_size(),
+             io::kv_cache_dtype_name(kv_dtype), a.context);
+
+  fmt::print("{:>6} {:>10} {:>10} {:>11} {:>11} {:>8} {:>9} {:>12}\n", "batch", "step ms", "head ms", "layer us",
+             "floor us", "of floor", "experts", "tokens/s");
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(cfg.vocab_size - 1));
+  const auto& w = m.weights();
+  for (int64_t batch : a.batches) {
+    std::vector<double> step_s, head_s;
+    for (int s = 0; s < 2 + a.steps; ++s) {
+      model::StepBatch step;
+      for (int64_t i = 0; i < batch; ++i) {
+        model::SequenceStep seq;
+        seq.start_pos = a.context + s;
+        seq.num_tokens = 1;
+        for (int64_t p = 0; p < model::pages_for_tokens(seq.start_pos + 1); ++p)
+          seq.block_table.push_back(static_cast<int32_t>(i * pages_per_seq + p));
+        step.seqs.push_back(std::move(seq));
+        step.token_ids.push_back(token(rng));
+      }
+      const auto t0 = Clock::now();
+      core::Tensor logits = m.forward(step, cache);
+      (void)o.to_host_f32(logits);  // the engine reads the logits: part of the step
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      // The part of the step that is not a layer: final norm + lm_head + logits to the host.
+      core::Tensor x = o.empty({batch, cfg.hidden_size}), normed = o.empty({batch, cfg.hidden_size});
+      core::Tensor head_logits = o.empty({batch, cfg.vocab_size});
+      (void)o.to_host_f32(x);
+      const auto t1 = Clock::now();
+      o.rms_norm(x, w.final_norm, static_cast<float>(cfg.rms_norm_eps), normed);
+      o.linear(normed, w.lm_head, head_logits);
+      (void)o.to_host_f32(head_logits);
+      const double dh = std::chrono::duration<double>(Clock::now() - t1).count();
+      if (s >= 2) {
+        step_s.push_back(dt);
+        head_s.push_back(dh);
+      }
+    }
+    const double step = median(step_s), head = median(head_s);
+    const double layer = std::max(0.0, step - head) / static_cast<double>(layers);
+    const model::DecodeLayerBytes bytes = model::decode_layer_bytes(
+        cfg, batch, a.context, static_cast<double>(model::KvCache::bytes_per_token(1, 1, kv_dtype)));
+    const double floor = bytes.total() / bandwidth;  // the copy moves read + write bytes at this rate
+    fmt::print("{:>6} {:>10.3f} {:>10.3f} {:>11.1f} {:>11.1f} {:>7.0f}% {:>9.1f} {:>12.1f}\n", batch, step * 1e3,
+               head * 1e3, layer * 1e6, floor * 1e6, 100.0 * floor / layer, bytes.expected_experts,
+               static_cast<double>(batch) / step);
+    std::fflush(stdout);
+  }
+  fmt::print("\nfloor = bytes a layer must read / copy bandwidth: attention weights, router, shared expert, "
+             "the expected distinct routed experts E(1-(1-k/E)^batch) and the KV of every sequence; "
+             "layer = (step - head) / layers, where head = final norm + lm_head + logits to the host, timed "
+             "alone; tokens/s = batch / step for this {}-layer model.\n",
+             layers);
+  return 0;
+}
+
+CommandRegistration reg{
+    {"decode",
+     "decode steps of a random-weight model with a real model's layer shapes, per layer against the bytes-moved floor",
+     [](CLI::App& app) {
+       auto a = std::make_shared<DecodeArgs>();
+       app.add_option("--synthetic", a->preset, "layer shapes of: kimi-k2.5, deepseek-v3, tiny")->required();
+       app.add_option("--layers", a->layers, "MoE layers to build (default: as many as fit on the GPU)");
+       app.add_option("--batch", a->batches, "concurrent sequences, one new token each (several: 1,16,128)")
+           ->delimiter(',')
+           ->capture_default_str();
+       app.add_option("--context", a->context, "tokens already cached per sequence")->capture_default_str();
+       app.add_option("--steps", a->steps, "timed decode steps per batch size (median reported)")
+           ->capture_default_str();
+       app.add_option("--device", a->device, "cuda, or cpu (the fp32 reference; small presets)")
+           ->capture_default_str();
+       app.add_option("--kernels", a->kernels, "force CUDA kernels, as for serve");
+       return [a] { return run(*a); };
+     },
+     "bench"}};
+
+}  // namespace
+}  // namespace tessera::cli

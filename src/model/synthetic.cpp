@@ -1,0 +1,183 @@
+#include "model/synthetic.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace tessera::model {
+
+namespace {
+
+io::ModelConfig kimi_k25() {
+  // shared/reference/deepseek_v3_spec.md §8 (Kimi-K2-0905 / K2.5 text).
+  io::ModelConfig c;
+  c.architecture = "DeepseekV3ForCausalLM";
+  c.model_type = "kimi_k2";
+  c.vocab_size = 163840;
+  c.hidden_size = 7168;
+  c.intermediate_size = 18432;
+  c.moe_intermediate_size = 2048;
+  c.num_attention_heads = 64;
+  c.q_lora_rank = 1536;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  c.n_routed_experts = 384;
+  c.n_shared_experts = 1;
+  c.num_experts_per_tok = 8;
+  c.n_group = 1;
+  c.topk_group = 1;
+  c.routed_scaling_factor = 2.827;
+  c.rms_norm_eps = 1e-5;
+  c.max_position_embeddings = 262144;
+  c.rope.type = io::RopeConfig::Type::kYarn;
+  c.rope.theta = 50000;
+  c.rope.factor = 64;
+  c.rope.original_max_position_embeddings = 4096;
+  c.rope.beta_fast = 1;
+  c.rope.beta_slow = 1;
+  c.rope.mscale = 1;
+  c.rope.mscale_all_dim = 1;
+  return c;
+}
+
+io::ModelConfig deepseek_v3() {
+  io::ModelConfig c = kimi_k25();
+  c.model_type = "deepseek_v3";
+  c.vocab_size = 129280;
+  c.num_attention_heads = 128;
+  c.n_routed_experts = 256;
+  c.n_group = 8;
+  c.topk_group = 4;
+  c.routed_scaling_factor = 2.5;
+  c.rms_norm_eps = 1e-6;
+  c.max_position_embeddings = 163840;
+  c.rope.theta = 10000;
+  c.rope.factor = 40;
+  c.rope.beta_fast = 32;
+  return c;
+}
+
+io::ModelConfig tiny() {
+  // The shapes of the dsv3-tiny fixture.
+  io::ModelConfig c = deepseek_v3();
+  c.vocab_size = 1024;
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.moe_intermediate_size = 128;
+  c.num_attention_heads = 4;
+  c.q_lora_rank = 96;
+  c.kv_lora_rank = 64;
+  c.qk_nope_head_dim = 32;
+  c.qk_rope_head_dim = 16;
+  c.v_head_dim = 32;
+  c.n_routed_experts = 16;
+  c.num_experts_per_tok = 4;
+  c.n_group = 4;
+  c.topk_group = 2;
+  c.max_position_embeddings = 4096;
+  c.rope.factor = 8;
+  c.rope.original_max_position_embeddings = 512;
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> synthetic_presets() { return {"kimi-k2.5", "deepseek-v3", "tiny"}; }
+
+io::ModelConfig synthetic_config(const std::string& preset, int64_t layers) {
+  io::ModelConfig c;
+  if (preset == "kimi-k2.5") {
+    c = kimi_k25();
+  } else if (preset == "deepseek-v3") {
+    c = deepseek_v3();
+  } else if (preset == "tiny") {
+    c = tiny();
+  } else {
+    core::fail("--synthetic '{}': expected one of kimi-k2.5, deepseek-v3, tiny", preset);
+  }
+  TESSERA_CHECK(layers >= 1, "--layers {}: at least one layer", layers);
+  c.num_hidden_layers = layers;
+  c.first_k_dense_replace = 0;
+  c.norm_topk_prob = true;
+  c.latent_norm_eps = 1e-6;
+  return c;
+}
+
+ModelWeights synthetic_weights(const io::ModelConfig& c, ops::Ops& ops, const RandomBf16& random_bf16) {
+  auto linear = [&](const std::string& name, int64_t out, int64_t in) {
+    ops::LinearWeight w;
+    w.format = ops::LinearWeight::Format::kDense;
+    w.name = name;
+    w.out = out;
+    w.in = in;
+    w.weight = random_bf16({out, in}, 1.0f / std::sqrt(static_cast<float>(in)));
+    return w;
+  };
+  auto vector = [&](int64_t n, float value) {
+    std::vector<float> v(static_cast<size_t>(n), value);
+    return ops.from_host_f32({n}, v.data());
+  };
+  auto mlp = [&](const std::string& name, int64_t inter) {
+    return ops::ExpertWeights{linear(name + ".gate_proj", inter, c.hidden_size),
+                              linear(name + ".up_proj", inter, c.hidden_size),
+                              linear(name + ".down_proj", c.hidden_size, inter)};
+  };
+  const int64_t H = c.hidden_size, N = c.num_attention_heads;
+  ModelWeights w;
+  w.embed = random_bf16({c.vocab_size, H}, 1.0f);
+  w.final_norm = vector(H, 1.0f);
+  w.lm_head = linear("lm_head", c.vocab_size, H);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    LayerWeights L;
+    L.input_norm = vector(H, 1.0f);
+    L.post_attention_norm = vector(H, 1.0f);
+    auto& A = L.attn;
+    if (c.q_lora_rank > 0) {
+      A.q_a = linear(p + ".self_attn.q_a_proj", c.q_lora_rank, H);
+      A.q_a_norm = vector(c.q_lora_rank, 1.0f);
+      A.q_b = linear(p + ".self_attn.q_b_proj", N * c.qk_head_dim(), c.q_lora_rank);
+    } else {
+      A.q = linear(p + ".self_attn.q_proj", N * c.qk_head_dim(), H);
+    }
+    A.kv_a = linear(p + ".self_attn.kv_a_proj_with_mqa", c.kv_cache_entry_dim(), H);
+    A.kv_a_norm = vector(c.kv_lora_rank, 1.0f);
+    A.kv_b = linear(p + ".self_attn.kv_b_proj", N * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
+    A.o = linear(p + ".self_attn.o_proj", H, N * c.v_head_dim);
+    L.is_moe = c.is_moe_layer(l);
+    if (!L.is_moe) {
+      L.dense_mlp = mlp(p + ".mlp", c.intermediate_size);
+    } else {
+      L.moe.router = linear(p + ".mlp.gate", c.n_routed_experts, H);
+      L.moe.correction_bias = vector(c.n_routed_experts, 0.0f);
+      for (int64_t e = 0; e < c.n_routed_experts; ++e)
+        L.moe.experts.push_back(mlp(p + ".mlp.experts." + std::to_string(e), c.moe_intermediate_size));
+      if (c.n_shared_experts > 0)
+        L.moe.shared = mlp(p + ".mlp.shared_experts", c.n_shared_experts * c.moe_intermediate_size);
+    }
+    w.layers.push_back(std::move(L));
+  }
+  return w;
+}
+
+DecodeLayerBytes decode_layer_bytes(const io::ModelConfig& c, int64_t batch, int64_t context,
+                                    double kv_bytes_per_element) {
+  const double H = static_cast<double>(c.hidden_size), N = static_cast<double>(c.num_attention_heads), bf16 = 2;
+  DecodeLayerBytes b;
+  const double q = c.q_lora_rank > 0 ? c.q_lora_rank * H + N * c.qk_head_dim() * c.q_lora_rank : N * c.qk_head_dim() * H;
+  b.attention_weights = bf16 * (q + c.kv_cache_entry_dim() * H +
+                                N * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank + H * N * c.v_head_dim);
+  b.router = bf16 * c.n_routed_experts * H;
+  const double expert = bf16 * 3.0 * H * static_cast<double>(c.moe_intermediate_size);
+  b.shared_expert = expert * static_cast<double>(c.n_shared_experts);
+  const double E = static_cast<double>(c.n_routed_experts), k = static_cast<double>(c.num_experts_per_tok);
+  b.expected_experts = E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
+  b.routed_experts = expert * b.expected_experts;
+  b.kv = kv_bytes_per_element * static_cast<double>(c.kv_cache_entry_dim()) * static_cast<double>(batch) *
+         static_cast<double>(context + 1);
+  return b;
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,248 @@
+// Routed experts on the device without a host round trip (decode-sized steps): the (token, slot)
+// pairs are sorted by expert, then two grouped kernels read each routed expert's weights once for
+// all of its tokens:
+//   gate_up: act[m] = silu(x[t] · Wg[e]ᵀ) * (x[t] · Wu[e]ᵀ)   for every sorted pair m of expert e
+//   down:    y[pair] = act[m] · Wd[e]ᵀ
+// and a combine adds Σ_k w[t, k] · y[t, k] in slot order (deterministic whatever order the sort
+// produced). Decode is bound by reading expert weights, so the GEMM kernels stream the weight rows
+// straight from global memory with 16-byte loads into mma.sync B fragments (no shared memory, no
+// block barriers), 16 tokens per MMA tile. Inside each 32-wide K chunk a lane holds 8 consecutive K
+// values; the MMA's logical K slots are permuted the same way for A and B, which a dot product
+// allows.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "ops/cuda/kernels.h"
+
+namespace tessera::ops::cuda {
+
+namespace {
+
+constexpr int kMaxExperts = 1024;
+constexpr int kWarpsPerBlock = 8;
+constexpr int kRowsPerWarp = 8;     // MMA N
+constexpr int kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
+constexpr int kUnroll = 4;          // 32-wide K chunks loaded ahead (memory-level parallelism)
+
+__device__ inline void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Read-only, not kept in L1: weights are streamed once.
+__device__ inline uint4 load_stream(const __nv_bfloat16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ inline uint4 load_or_zero(const __nv_bfloat16* p) {
+  return p ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+}
+
+// Two MMAs over one 32-wide K chunk: lane (g, c) holds K values [8c, 8c + 8) of A rows g and
+// g + 8 (alo, ahi) and of weight row g (w).
+__device__ inline void mma_chunk(float (&acc)[4], const uint4& alo, const uint4& ahi, const uint4& w) {
+  mma_bf16(acc, alo.x, ahi.x, alo.y, ahi.y, w.x, w.y);
+  mma_bf16(acc, alo.z, ahi.z, alo.w, ahi.w, w.z, w.w);
+}
+
+// Block-wide exclusive scan of one value per thread (blockDim.x == 1024).
+__device__ int block_exclusive_scan(int v, int* warp_sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int s = warp_sums[lane];
+    for (int o = 1; o < 32; o <<= 1) {
+      const int n = __shfl_up_sync(0xffffffffu, s, o);
+      if (lane >= o) s += n;
+    }
+    warp_sums[lane] = s;  // inclusive sums of the warps
+  }
+  __syncthreads();
+  return incl - v + (warp > 0 ? warp_sums[warp - 1] : 0);
+}
+
+// One block of 1024 threads: counts per expert, offsets, the list of experts with work, and the
+// pairs sorted by expert. Pairs with an id outside [0, experts) are dropped (the router cannot
+// produce them).
+__global__ void __launch_bounds__(1024)
+    permute_kernel(const int32_t* ids, int pairs, int experts, int32_t* offsets, int32_t* active, int32_t* num_active,
+                   int32_t* sorted) {
+  __shared__ int counts[kMaxExperts], fill[kMaxExperts], warp_sums[32], n_active;
+  const int e = threadIdx.x;
+  counts[e] = 0;
+  fill[e] = 0;
+  if (e == 0) n_active = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int id = ids[i];
+    if (id >= 0 && id < experts) atomicAdd(&counts[id], 1);
+  }
+  __syncthreads();
+  const int count = counts[e];
+  const int offset = block_exclusive_scan(count, warp_sums);
+  __syncthreads();
+  counts[e] = offset;  // reused as the start of expert e
+  if (e < experts) {
+    offsets[e] = offset;
+    if (count > 0) active[atomicAdd(&n_active, 1)] = e;
+  }
+  if (e == experts - 1) offsets[experts] = offset + count;
+  __syncthreads();
+  if (e == 0) *num_active = n_active;
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int id = ids[i];
+    if (id >= 0 && id < experts) sorted[counts[id] + atomicAdd(&fill[id], 1)] = i;
+  }
+}
+
+// act[m, n] for the sorted pairs m of expert active[blockIdx.y], rows n of this warp.
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    gate_up_kernel(const __nv_bfloat16* __restrict__ x, int hidden, int top_k, const int32_t* __restrict__ sorted,
+                   const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
+                   const int32_t* __restrict__ num_active, const __nv_bfloat16* const* __restrict__ gate_w,
+                   const __nv_bfloat16* const* __restrict__ up_w, int inter, __nv_bfloat16* __restrict__ act) {
+  if (static_cast<int>(blockIdx.y) >= *num_active) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int n0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
+  if (n0 >= inter) return;
+  const int e = active[blockIdx.y];
+  const int begin = offsets[e], end = offsets[e + 1];
+  const __nv_bfloat16* wg = gate_w[e] + static_cast<int64_t>(n0 + g) * hidden + 8 * c;
+  const __nv_bfloat16* wu = up_w[e] + static_cast<int64_t>(n0 + g) * hidden + 8 * c;
+  for (int m0 = begin; m0 < end; m0 += 16) {
+    const int m_lo = m0 + g, m_hi = m0 + g + 8;
+    const __nv_bfloat16* xlo = m_lo < end ? x + static_cast<int64_t>(sorted[m_lo] / top_k) * hidden + 8 * c : nullptr;
+    const __nv_bfloat16* xhi = m_hi < end ? x + static_cast<int64_t>(sorted[m_hi] / top_k) * hidden + 8 * c : nullptr;
+    float accg[4] = {0, 0, 0, 0}, accu[4] = {0, 0, 0, 0};
+    int k0 = 0;
+    for (; k0 + 32 * kUnroll <= hidden; k0 += 32 * kUnroll) {
+      uint4 bg[kUnroll], bu[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        bg[u] = load_stream(wg + k0 + 32 * u);
+        bu[u] = load_stream(wu + k0 + 32 * u);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint4 alo = load_or_zero(xlo ? xlo + k0 + 32 * u : nullptr);
+        const uint4 ahi = load_or_zero(xhi ? xhi + k0 + 32 * u : nullptr);
+        mma_chunk(accg, alo, ahi, bg[u]);
+        mma_chunk(accu, alo, ahi, bu[u]);
+      }
+    }
+    for (; k0 < hidden; k0 += 32) {
+      const uint4 bg1 = load_stream(wg + k0), bu1 = load_stream(wu + k0);
+      const uint4 alo = load_or_zero(xlo ? xlo + k0 : nullptr);
+      const uint4 ahi = load_or_zero(xhi ? xhi + k0 : nullptr);
+      mma_chunk(accg, alo, ahi, bg1);
+      mma_chunk(accu, alo, ahi, bu1);
+    }
+    // C fragment: rows (tokens) g and g + 8, columns (weight rows) n0 + 2c, n0 + 2c + 1.
+    auto silu_mul = [](float gv, float uv) { return gv / (1.0f + __expf(-gv)) * uv; };
+    if (m_lo < end)
+      *reinterpret_cast<__nv_bfloat162*>(act + static_cast<int64_t>(m_lo) * inter + n0 + 2 * c) =
+          __floats2bfloat162_rn(silu_mul(accg[0], accu[0]), silu_mul(accg[1], accu[1]));
+    if (m_hi < end)
+      *reinterpret_cast<__nv_bfloat162*>(act + static_cast<int64_t>(m_hi) * inter + n0 + 2 * c) =
+          __floats2bfloat162_rn(silu_mul(accg[2], accu[2]), silu_mul(accg[3], accu[3]));
+  }
+}
+
+// y[sorted[m], n] = act[m] · Wd[e][n] for the sorted pairs m of expert active[blockIdx.y].
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    down_kernel(const __nv_bfloat16* __restrict__ act, int inter, const int32_t* __restrict__ sorted,
+                const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
+                const int32_t* __restrict__ num_active, const __nv_bfloat16* const* __restrict__ down_w, int hidden,
+                float* __restrict__ y) {
+  if (static_cast<int>(blockIdx.y) >= *num_active) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int n0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
+  if (n0 >= hidden) return;
+  const int e = active[blockIdx.y];
+  const int begin = offsets[e], end = offsets[e + 1];
+  const __nv_bfloat16* wd = down_w[e] + static_cast<int64_t>(n0 + g) * inter + 8 * c;
+  for (int m0 = begin; m0 < end; m0 += 16) {
+    const int m_lo = m0 + g, m_hi = m0 + g + 8;
+    const __nv_bfloat16* alo_p = m_lo < end ? act + static_cast<int64_t>(m_lo) * inter + 8 * c : nullptr;
+    const __nv_bfloat16* ahi_p = m_hi < end ? act + static_cast<int64_t>(m_hi) * inter + 8 * c : nullptr;
+    float acc[4] = {0, 0, 0, 0};
+    int k0 = 0;
+    for (; k0 + 32 * kUnroll <= inter; k0 += 32 * kUnroll) {
+      uint4 b[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wd + k0 + 32 * u);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        mma_chunk(acc, load_or_zero(alo_p ? alo_p + k0 + 32 * u : nullptr),
+                  load_or_zero(ahi_p ? ahi_p + k0 + 32 * u : nullptr), b[u]);
+    }
+    for (; k0 < inter; k0 += 32)
+      mma_chunk(acc, load_or_zero(alo_p ? alo_p + k0 : nullptr), load_or_zero(ahi_p ? ahi_p + k0 : nullptr),
+                load_stream(wd + k0));
+    if (m_lo < end)
+      *reinterpret_cast<float2*>(y + static_cast<int64_t>(sorted[m_lo]) * hidden + n0 + 2 * c) = make_float2(acc[0], acc[1]);
+    if (m_hi < end)
+      *reinterpret_cast<float2*>(y + static_cast<int64_t>(sorted[m_hi]) * hidden + n0 + 2 * c) = make_float2(acc[2], acc[3]);
+  }
+}
+
+// out[t, n] = Σ_k w[t, k] · y[t·K + k, n], slots in order; pairs with an invalid id add nothing.
+__global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ ids,
+                               const float* __restrict__ w, int top_k, int experts, int hidden, float* __restrict__ out) {
+  const int t = blockIdx.y;
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= hidden) return;
+  float acc = 0.0f;
+  for (int k = 0; k < top_k; ++k) {
+    const int pair = t * top_k + k;
+    const int id = ids[pair];
+    if (id >= 0 && id < experts) acc += w[pair] * y[static_cast<int64_t>(pair) * hidden + n];
+  }
+  out[static_cast<int64_t>(t) * hidden + n] = acc;
+}
+
+}  // namespace
+
+bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts) {
+  return experts <= kMaxExperts && hidden % 32 == 0 && inter % 32 == 0;
+}
+
+void launch_moe_grouped(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, const int32_t* ids,
+                        const float* weights, int64_t top_k, int64_t experts, const __nv_bfloat16* const* gate_w,
+                        const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
+                        const MoeGroupedScratch& s, float* out, cudaStream_t stream) {
+  const int pairs = static_cast<int>(tokens * top_k);
+  if (pairs == 0) return;
+  permute_kernel<<<1, 1024, 0, stream>>>(ids, pairs, static_cast<int>(experts), s.offsets, s.active, s.num_active,
+                                         s.sorted);
+  // At most min(experts, pairs) experts have work; blocks past *num_active return at once.
+  const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
+  dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
+  gate_up_kernel<<<gu_grid, kWarpsPerBlock * 32, 0, stream>>>(x, static_cast<int>(hidden), static_cast<int>(top_k),
+                                                               s.sorted, s.offsets, s.active, s.num_active, gate_w,
+                                                               up_w, static_cast<int>(inter), s.act);
+  dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
+  down_kernel<<<d_grid, kWarpsPerBlock * 32, 0, stream>>>(s.act, static_cast<int>(inter), s.sorted, s.offsets,
+                                                           s.active, s.num_active, down_w, static_cast<int>(hidden),
+                                                           s.y);
+  dim3 c_grid(static_cast<unsigned>((hidden + 255) / 256), static_cast<unsigned>(tokens));
+  combine_kernel<<<c_grid, 256, 0, stream>>>(s.y, ids, weights, static_cast<int>(top_k), static_cast<int>(experts),
+                                             static_cast<int>(hidden), out);
+}
+
+}  // namespace tessera::ops::cuda

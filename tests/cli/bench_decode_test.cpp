@@ -1,0 +1,59 @@
+// tessera bench decode --synthetic: builds a random-weight model of a preset's shapes, runs decode
+// steps and reports per-layer time against the bytes floor; refuses bad flags by name.
+#include <gtest/gtest.h>
+
+#include "model/synthetic.h"
+#include "support/test_support.h"
+
+namespace tessera {
+namespace {
+
+std::string tessera(const std::string& args, int* rc) {
+  std::string out;
+  *rc = test::run_command(test::tessera_binary().string() + " --log-level warn " + args, &out);
+  return out;
+}
+
+TEST(BenchDecode, TinyPresetOnTheCpuReportsEveryBatch) {
+  int rc = 0;
+  std::string out =
+      tessera("bench decode --synthetic tiny --device cpu --layers 2 --batch 1,3 --context 70 --steps 2", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("2 MoE layers"), std::string::npos) << out;
+  EXPECT_NE(out.find("copy bandwidth"), std::string::npos) << out;
+  for (const char* col : {"layer us", "floor us", "of floor", "tokens/s"})
+    EXPECT_NE(out.find(col), std::string::npos) << col << " missing in:\n" << out;
+  // One row per batch size: batch 1 touches exactly top-k = 4 experts.
+  EXPECT_NE(out.find("     1 "), std::string::npos) << out;
+  EXPECT_NE(out.find("     3 "), std::string::npos) << out;
+  EXPECT_NE(out.find(" 4.0 "), std::string::npos) << out;
+}
+
+TEST(BenchDecode, BadFlagsAreRefusedByName) {
+  int rc = 0;
+  std::string out = tessera("bench decode --synthetic kimi-k3 --device cpu", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--synthetic 'kimi-k3'"), std::string::npos) << out;
+  out = tessera("bench decode --synthetic tiny --device cpu --batch 0", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--batch 0"), std::string::npos) << out;
+}
+
+TEST(BenchDecode, BytesFloorOfAKimiLayer) {
+  const auto cfg = model::synthetic_config("kimi-k2.5", 1);
+  // Batch 1: exactly the 8 routed experts, each gate + up + down of 7168 x 2048 bf16.
+  auto b = model::decode_layer_bytes(cfg, 1, 0, 2);
+  EXPECT_NEAR(b.expected_experts, 8.0, 1e-9);
+  EXPECT_NEAR(b.routed_experts, 8.0 * 3 * 7168 * 2048 * 2, 1.0);
+  EXPECT_DOUBLE_EQ(b.shared_expert, 3.0 * 7168 * 2048 * 2);
+  EXPECT_DOUBLE_EQ(b.router, 384.0 * 7168 * 2);
+  EXPECT_DOUBLE_EQ(b.kv, 576.0 * 2);  // the new token's entry
+  // 8192 sequences: nearly every expert is touched, never more than all 384.
+  b = model::decode_layer_bytes(cfg, 8192, 1000, 1);
+  EXPECT_GT(b.expected_experts, 383.9);
+  EXPECT_LE(b.expected_experts, 384.0);
+  EXPECT_DOUBLE_EQ(b.kv, 576.0 * 8192 * 1001);
+}
+
+}  // namespace
+}  // namespace tessera
