@@ -1,0 +1,68 @@
+// MLA prefill on the GPU over decompressed K/V (spec §4.3), for the CUDA backend's mla_attention.
+//
+// Sequences of a step with more than one new token (prefill chunks, with or without a cached
+// prefix) run here: their whole context's latents are gathered from the paged cache, decompressed
+// per head through kv_b (cuBLASLt), and attended causally with tensor cores at head dims
+// qk = nope + rope, v (mla_prefill.cu). The step's decode tokens are compacted and handed back to
+// the caller's absorbed path, then put back in place.
+//
+// Precision (TESSERA_MLA_PREFILL_PRECISION): "split" (default) carries q, K, V and P as bf16 hi + lo
+// pairs, three MMAs a product, ~2^-16 relative (within ~1e-5 of fp32 attention); "bf16" rounds
+// them to bf16 as bf16 transformers does (~3e-3 relative), about three times less tensor-core
+// work. Split is the default because the fixture models are chaotic: emulating the bf16 variant's
+// rounding on the CPU reference breaks the golden bf16-floor criterion on some prompts (a flip, not
+// drift), while ~16-bit operands leave every prompt where it was.
+//
+// Memory: a pass holds at most `pass_rows` context positions (latents and K/V, bf16); longer
+// contexts, or several sequences that do not fit together, take several passes, and the softmax
+// state carries from one to the next (output rows in `out`, (max, sum) in a [T, heads, 2] buffer).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <span>
+
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+namespace tessera::ops::cuda {
+
+// What the path borrows from the backend.
+struct MlaPrefillEnv {
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;  // cuBLASLt workspace
+  size_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;
+  // Device scratch; kept alive by the returned tensor until the call returns (the stream orders
+  // reuse after that).
+  std::function<core::Tensor(core::DType, core::Shape)> alloc;
+};
+
+// Runs the step's decode sequences (one new token each) through the absorbed path: q [Td, ...],
+// out [Td, ...], seqs re-based on the compacted rows.
+using MlaDecodeFn = std::function<void(const core::Tensor& q, std::span<const AttentionSeq> seqs, core::Tensor& out)>;
+
+// True when the step has a prefill chunk and the kernel supports these dims (qk <= 192, v <= 128,
+// nope, rope, v and latent multiples of 8); otherwise the caller keeps its absorbed path for all.
+bool mla_prefill_applies(const MlaDims& d, std::span<const AttentionSeq> seqs);
+
+// The precision TESSERA_MLA_PREFILL_PRECISION asks for: true = split (default), false = bf16;
+// throws on any other value.
+bool mla_prefill_split_precision();
+
+// Context positions a pass holds at most: TESSERA_MLA_PREFILL_PASS_ROWS when set (tests force
+// several passes with it), else as many as fit 256 MiB of K/V (128 heads x (128 + 128): 4096 in
+// bf16, 1024 in split precision, which keeps fp32 K/V and its hi and lo parts).
+int64_t mla_prefill_pass_rows(const MlaDims& d, bool split);
+
+// mla_attention for a step that mla_prefill_applies to. q [T, heads * (nope + rope)] fp32, cache
+// pages bf16 [pages, page, latent + rope] (already holding the new tokens), kv_b bf16 [heads *
+// (nope + v), latent] on the device, out [T, heads * v]. Throws core::Error naming the argument
+// at fault.
+void run_mla_prefill_step(const MlaPrefillEnv& env, const core::Tensor& q, const KvLayerView& cache,
+                          const LinearWeight& kv_b, const MlaDims& d, std::span<const AttentionSeq> seqs,
+                          core::Tensor& out, const MlaDecodeFn& decode);
+
+}  // namespace tessera::ops::cuda
