@@ -17,6 +17,7 @@
 #include "ops/cuda/device_pool.h"
 #include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/mla_prefill.h"
 
 namespace tessera::ops::cuda {
 
@@ -199,6 +200,18 @@ class CudaOps final : public Ops {
   void mla_attention(const Tensor& q, const KvLayerView& cache, const LinearWeight& kv_b, const MlaDims& d,
                      std::span<const AttentionSeq> seqs, Tensor& out) override {
     TESSERA_CHECK(d.latent <= 512, "cuda mla_attention: kv_lora_rank {} > 512 is not supported", d.latent);
+    // --- MLA prefill over decompressed K/V (mla_prefill.h): sequences with more than one new token
+    // run there unless mla=cuda-core (the fp32 reference) is forced; the step's decode tokens come
+    // back here, compacted, as a decode-only step.
+    if (forced_.mla != "cuda-core" && mla_prefill_applies(d, seqs)) {
+      const MlaPrefillEnv env{lt_, workspace_.raw(), kWorkspaceBytes, stream_,
+                              [this](DType t, core::Shape s) { return alloc(t, std::move(s)); }};
+      return run_mla_prefill_step(env, q, cache, kv_b, d, seqs, out,
+                                  [&](const Tensor& qd, std::span<const AttentionSeq> sd, Tensor& od) {
+                                    mla_attention(qd, cache, kv_b, d, sd, od);
+                                  });
+    }
+    // --- end MLA prefill
     const int64_t T = q.dim(0);
     StepMeta meta = upload_meta(seqs, cache.page_size, cache.pages.dim(0));
     Tensor q_full = alloc(DType::kF32, {T, d.heads, d.latent + d.rope});
