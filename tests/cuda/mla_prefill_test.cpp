@@ -272,29 +272,30 @@ TEST_F(MlaPrefillTest, BadPrecisionSettingIsNamed) {
 TEST_F(MlaPrefillTest, CausalMaskIsExact) {
   for (const char* rows : {"100000", "96"}) {
     ScopedEnv env("TESSERA_MLA_PREFILL_PASS_ROWS", rows);
-    for (const Dims& d : {kDims[0], kDims[2]}) {
-     for (const Precision& p : kPrecisions) {
+    for (const Precision& p : kPrecisions) {
       ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
-      build(d, 64, {{0, 150}, {300, 90}, {20, 1}}, 3.0f);
-      const auto before = run_gpu();
-      const int64_t change[2] = {101, 341};  // absolute positions, mid-tile
-      rewrite(0, change[0]);
-      rewrite(1, change[1]);
-      const auto after = run_gpu();
-      const int64_t w = d.heads * d.v;
-      for (size_t i = 0; i < 2; ++i) {
-        for (int64_t t = 0; t < step_[i].num_tokens; ++t) {
-          const int64_t row = step_[i].token_begin + t, pos = step_[i].start_pos + t;
-          const bool same = std::equal(before.begin() + row * w, before.begin() + (row + 1) * w, after.begin() + row * w);
-          if (pos < change[i])
-            ASSERT_TRUE(same) << name(d) << ": query at position " << pos << " saw a later key (pass rows " << rows
-                              << ", " << p.name << ")";
-          else
-            ASSERT_FALSE(same) << name(d) << ": query at position " << pos << " ignored key " << change[i] << " ("
-                               << p.name << ")";
+      for (const Dims& d : {kDims[0], kDims[2]}) {
+        build(d, 64, {{0, 150}, {300, 90}, {20, 1}}, 3.0f);
+        const auto before = run_gpu();
+        const int64_t change[2] = {101, 341};  // absolute positions, mid-tile
+        rewrite(0, change[0]);
+        rewrite(1, change[1]);
+        const auto after = run_gpu();
+        const int64_t w = d.heads * d.v;
+        for (size_t i = 0; i < 2; ++i) {
+          for (int64_t t = 0; t < step_[i].num_tokens; ++t) {
+            const int64_t row = step_[i].token_begin + t, pos = step_[i].start_pos + t;
+            const bool same =
+                std::equal(before.begin() + row * w, before.begin() + (row + 1) * w, after.begin() + row * w);
+            if (pos < change[i])
+              ASSERT_TRUE(same) << name(d) << ": query at position " << pos << " saw a later key (pass rows "
+                                << rows << ", " << p.name << ")";
+            else
+              ASSERT_FALSE(same) << name(d) << ": query at position " << pos << " ignored key " << change[i]
+                                 << " (" << p.name << ")";
+          }
         }
       }
-     }
     }
   }
 }
