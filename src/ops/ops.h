@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "io/quant_config.h"
 #include "ops/linear_weight.h"
+#include "ops/sampling_rule.h"
 
 namespace tessera::ops {
 
@@ -116,6 +117,23 @@ class Ops {
   // Copies rows `rows` of x into out [rows.size(), cols] (used to pick the positions whose logits
   // are wanted).
   virtual void gather_rows(const core::Tensor& x, std::span<const int64_t> rows, core::Tensor& out) = 0;
+  // Draws one token per row of logits [rows.size(), vocab] (F32) into ids_out (I32, rows.size()
+  // values) and, when logprob_out is given (F32, rows.size() values), its log-probability under
+  // the distribution it was drawn from. Per row, with s = logit · (1/temperature) in fp32:
+  //  - temperature 0: greedy, the first (lowest id) argmax; logprob = log-softmax at temperature 1;
+  //  - else: order tokens by (s descending, id ascending); keep the first top_k (if on), then of
+  //    those the shortest prefix whose mass reaches top_p of the top-k set's mass (if on);
+  //    renormalise; return the kept token, in id-ascending order, whose cumulative mass first
+  //    exceeds uniform · kept mass. logprob = log of its renormalised probability.
+  // This is vLLM's order (top-k, then top-p on the renormalised top-k set) and the engine
+  // sampler's draw, so a row gives the host sampler's token for the same uniform. Masses are the
+  // fixed-point integers of sampling_rule.h, so every backend returns the same ids bit for bit;
+  // the kept set is a prefix of the order, so a GPU finds it by radix selection, without a sort.
+  // A row whose logits are all -inf (or NaN) gives token 0 with logprob -inf. Throws core::Error
+  // naming the parameter at fault (see sample_args.h).
+  virtual void sample(const core::Tensor& logits, std::span<const SampleRow> rows, core::Tensor& ids_out,
+                      core::Tensor* logprob_out) = 0;
+
   // Copies a device tensor to host fp32 / int32.
   virtual std::vector<float> to_host_f32(const core::Tensor& x) = 0;
   virtual std::vector<int32_t> to_host_i32(const core::Tensor& x) = 0;

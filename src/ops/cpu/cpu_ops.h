@@ -33,6 +33,8 @@ class CpuOps final : public Ops {
   void moe_experts(const core::Tensor& x, const std::vector<ExpertWeights>& experts, const core::Tensor& ids,
                    const core::Tensor& weights, core::Tensor& out) override;
   void gather_rows(const core::Tensor& x, std::span<const int64_t> rows, core::Tensor& out) override;
+  void sample(const core::Tensor& logits, std::span<const SampleRow> rows, core::Tensor& ids_out,
+              core::Tensor* logprob_out) override;
   std::vector<float> to_host_f32(const core::Tensor& x) override;
   std::vector<int32_t> to_host_i32(const core::Tensor& x) override;
   core::Tensor from_host_i32(core::Shape shape, const int32_t* data) override;

@@ -18,6 +18,8 @@
 #include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/mla_prefill.h"
+#include "ops/cuda/sampling.h"  // sampling
+#include "ops/sample_args.h"    // sampling
 
 namespace tessera::ops::cuda {
 
@@ -318,6 +320,17 @@ class CudaOps final : public Ops {
                        ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
   }
+
+  // --- sampling (sampling.h): only token ids (and logprobs) come back to the host.
+  void sample(const Tensor& logits, std::span<const SampleRow> rows, Tensor& ids_out, Tensor* logprob_out) override {
+    check_sample_args(logits, rows, ids_out, logprob_out);
+    if (rows.empty()) return;
+    Tensor d_rows = upload_bytes(DType::kU8, {static_cast<int64_t>(rows.size_bytes())}, rows.data());
+    launch_sample(ptr<float>(logits), logits.dim(0), logits.dim(1), d_rows.data<SampleRow>(), ptr<int32_t>(ids_out),
+                  logprob_out ? ptr<float>(*logprob_out) : nullptr, stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+  // --- end sampling
 
   std::vector<int32_t> to_host_i32(const Tensor& x) override {
     std::vector<int32_t> v(static_cast<size_t>(x.numel()));
