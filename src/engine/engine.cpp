@@ -158,23 +158,89 @@ void Engine::finish(Sequence* seq, FinishReason reason, std::optional<SampledTok
   live_.erase(id);  // destroys `seq`
 }
 
-void Engine::process_chunk_result(Sequence* seq, const float* logits, int64_t vocab) {
-  const SamplingParams& p = seq->request->request.params;
-  std::vector<int32_t> masked;
-  if (seq->num_generated() < p.min_tokens) {
+namespace {
+
+// The sampling context of a sequence's next token; `masked` holds the ids ctx.masked points to.
+// `scripted`: the token is the request's scripted one (a test hook standing for a drawn token).
+SampleContext next_token_context(const Sequence& seq, std::vector<int32_t>& masked, bool& scripted) {
+  const SamplingParams& p = seq.request->request.params;
+  masked.clear();
+  if (seq.num_generated() < p.min_tokens) {
     masked = p.stop_token_ids;
     if (!p.ignore_eos) masked.insert(masked.end(), p.eos_token_ids.begin(), p.eos_token_ids.end());
   }
   SampleContext ctx;
-  ctx.prompt = std::span<const int32_t>(seq->tokens.data(), static_cast<size_t>(seq->prompt_len));
-  ctx.generated = std::span<const int32_t>(seq->tokens.data() + seq->prompt_len, static_cast<size_t>(seq->num_generated()));
+  ctx.prompt = std::span<const int32_t>(seq.tokens.data(), static_cast<size_t>(seq.prompt_len));
+  ctx.generated = std::span<const int32_t>(seq.tokens.data() + seq.prompt_len, static_cast<size_t>(seq.num_generated()));
   ctx.masked = masked;
-  ctx.forced = p.budgeted_region ? seq->budget.forced_token() : -1;
-  const int64_t g = seq->num_generated();
-  const bool scripted = ctx.forced < 0 && g < static_cast<int64_t>(p.scripted_tokens.size());
+  ctx.forced = p.budgeted_region ? seq.budget.forced_token() : -1;
+  const int64_t g = seq.num_generated();
+  scripted = ctx.forced < 0 && g < static_cast<int64_t>(p.scripted_tokens.size());
   if (scripted) ctx.forced = p.scripted_tokens[static_cast<size_t>(g)];
-  SampledToken tok = sample_token(std::span<const float>(logits, static_cast<size_t>(vocab)), p, ctx, seq->rng);
-  if (scripted) tok.forced = false;  // a scripted token stands for a drawn one: stop/EOS apply
+  return ctx;
+}
+
+}  // namespace
+
+std::vector<std::optional<SampledToken>> Engine::sample_step(const std::vector<ScheduledChunk>& plan,
+                                                             const core::Tensor& logits) {
+  ops::Ops& ops = model_.ops();
+  const int64_t vocab = logits.dim(1);
+  std::vector<std::optional<SampledToken>> out(plan.size());
+  std::vector<int64_t> op_rows, host_rows;
+  std::vector<ops::SampleRow> op_params;
+  bool op_logprobs = false;
+  std::vector<int32_t> masked;
+  bool scripted = false;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Sequence* s = plan[i].seq;
+    if (s->num_pending() != plan[i].num_tokens) continue;  // a prefill chunk short of the end: no token yet
+    const SampleContext ctx = next_token_context(*s, masked, scripted);
+    const SamplingParams& p = s->request->request.params;
+    if (op_can_sample(p, ctx, vocab)) {
+      op_rows.push_back(static_cast<int64_t>(i));
+      op_params.push_back(op_sample_row(p, s->rng));
+      op_logprobs = op_logprobs || p.logprobs.has_value();
+    } else {
+      host_rows.push_back(static_cast<int64_t>(i));
+    }
+  }
+  // The logits rows of `rows`, without a copy when they are all of them.
+  auto rows_of = [&](const std::vector<int64_t>& rows) {
+    if (rows.size() == plan.size()) return logits;
+    core::Tensor x = ops.empty({static_cast<int64_t>(rows.size()), vocab});
+    ops.gather_rows(logits, rows, x);
+    return x;
+  };
+  if (!op_rows.empty()) {
+    const auto n = static_cast<int64_t>(op_rows.size());
+    core::Tensor ids = ops.empty_i32({n}), lp = op_logprobs ? ops.empty({n}) : core::Tensor();
+    ops.sample(rows_of(op_rows), op_params, ids, op_logprobs ? &lp : nullptr);
+    const std::vector<int32_t> h_ids = ops.to_host_i32(ids);
+    const std::vector<float> h_lp = op_logprobs ? ops.to_host_f32(lp) : std::vector<float>();
+    for (size_t j = 0; j < op_rows.size(); ++j) {
+      SampledToken t;
+      t.token = h_ids[j];
+      if (plan[static_cast<size_t>(op_rows[j])].seq->request->request.params.logprobs) t.logprob = h_lp[j];
+      out[static_cast<size_t>(op_rows[j])] = std::move(t);
+    }
+  }
+  if (!host_rows.empty()) {
+    const std::vector<float> h = ops.to_host_f32(rows_of(host_rows));
+    for (size_t j = 0; j < host_rows.size(); ++j) {
+      Sequence* s = plan[static_cast<size_t>(host_rows[j])].seq;
+      const SampleContext ctx = next_token_context(*s, masked, scripted);
+      const std::span<const float> row(h.data() + static_cast<int64_t>(j) * vocab, static_cast<size_t>(vocab));
+      SampledToken t = sample_token(row, s->request->request.params, ctx, s->rng);
+      if (scripted) t.forced = false;  // a scripted token stands for a drawn one: stop/EOS apply
+      out[static_cast<size_t>(host_rows[j])] = std::move(t);
+    }
+  }
+  return out;
+}
+
+void Engine::emit_token(Sequence* seq, SampledToken tok) {
+  const SamplingParams& p = seq->request->request.params;
   seq->tokens.push_back(tok.token);
   seq->budget.observe(tok.token);
 
@@ -224,14 +290,12 @@ bool Engine::step() {
       if (s->num_computed < s->prompt_len) prompt_tokens_computed_ += std::min(c.num_tokens, s->prompt_len - s->num_computed);
     }
     try {
-      core::Tensor logits_t = model_.forward(batch, cache_);
-      const std::vector<float> logits = model_.ops().to_host_f32(logits_t);
-      const int64_t vocab = logits_t.dim(1);
+      const core::Tensor logits = model_.forward(batch, cache_);
+      std::vector<std::optional<SampledToken>> tokens = sample_step(plan, logits);
       for (size_t i = 0; i < plan.size(); ++i) {
         scheduler_.on_computed(plan[i]);
-        Sequence* s = plan[i].seq;
-        if (s->num_pending() == 0) {  // the chunk reached the end: this row predicts the next token
-          process_chunk_result(s, logits.data() + static_cast<int64_t>(i) * vocab, vocab);
+        if (tokens[i]) {  // the chunk reached the end: its row predicted the next token
+          emit_token(plan[i].seq, std::move(*tokens[i]));
           ++generated;
         }
       }

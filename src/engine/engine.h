@@ -85,7 +85,13 @@ class Engine {
  private:
   void take_incoming();
   void finish(Sequence* seq, FinishReason reason, std::optional<SampledToken> token);
-  void process_chunk_result(Sequence* seq, const float* logits, int64_t vocab);
+  // The next token of every plan row whose chunk reaches the end of its sequence (nullopt for the
+  // others). Rows that op_can_sample allows are drawn by Ops::sample, on the backend's device, and
+  // only their ids come back; the others copy their logits row to the host for sample_token.
+  std::vector<std::optional<SampledToken>> sample_step(const std::vector<ScheduledChunk>& plan,
+                                                       const core::Tensor& logits);
+  // Appends the token, pushes it to the stream and applies the stop / length rules.
+  void emit_token(Sequence* seq, SampledToken tok);
   void fail_all(const std::string& why);
   void update_metrics(double step_seconds, int64_t generated);
   bool has_work_locked() const;

@@ -141,4 +141,23 @@ SampledToken sample_token(std::span<const float> raw, const SamplingParams& p, c
   return out;
 }
 
+bool op_can_sample(const SamplingParams& p, const SampleContext& ctx, int64_t vocab) {
+  const bool penalties = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f;
+  const bool alternatives = p.logprobs && *p.logprobs > 0;
+  const bool temperature_ok = p.temperature == 0.0f || (p.temperature > 0.0f && std::isfinite(p.temperature) &&
+                                                        std::isfinite(1.0f / p.temperature));
+  return !penalties && !alternatives && temperature_ok && ctx.masked.empty() && ctx.forced < 0 && p.min_p <= 0.0f &&
+         p.top_p > 0.0f && p.top_p <= 1.0f && vocab >= 1 && vocab <= ops::sampling::kMaxVocab;
+}
+
+ops::SampleRow op_sample_row(const SamplingParams& p, Rng& rng) {
+  ops::SampleRow row;
+  row.temperature = p.temperature;
+  // top_k beyond int32 is off, as is anything >= the vocabulary.
+  row.top_k = p.top_k > 0 && p.top_k <= std::numeric_limits<int32_t>::max() ? static_cast<int32_t>(p.top_k) : 0;
+  row.top_p = p.top_p;
+  row.uniform = p.temperature > 0.0f ? rng.uniform() : 0.0;
+  return row;
+}
+
 }  // namespace tessera::engine

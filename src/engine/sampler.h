@@ -19,6 +19,7 @@
 
 #include "engine/request.h"
 #include "engine/sampling_params.h"
+#include "ops/sampling_rule.h"
 
 namespace tessera::engine {
 
@@ -48,5 +49,14 @@ struct SampleContext {
 };
 
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& p, const SampleContext& ctx, Rng& rng);
+
+// Whether ops::Ops::sample draws this token as sample_token would (the same distribution and the
+// same use of the RNG), so that the engine can sample on the device and copy back only the id: no
+// penalties, masked ids, min_p, forced token or alternatives in the logprobs, a temperature with a
+// finite reciprocal, and a vocabulary the op accepts.
+bool op_can_sample(const SamplingParams& p, const SampleContext& ctx, int64_t vocab);
+// The op's parameters for such a token; draws the uniform from `rng` exactly when sample_token
+// would (not for greedy), so a seeded request gives the same tokens whichever path drew them.
+ops::SampleRow op_sample_row(const SamplingParams& p, Rng& rng);
 
 }  // namespace tessera::engine
