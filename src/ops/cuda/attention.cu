@@ -139,24 +139,31 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
   }
 }
 
-// Merges the splits' partials: o = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s.
+// Merges the splits' partials: o = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s. The per-split
+// factors are computed once into shared memory (splits <= kMaxSplits).
+constexpr int kMaxSplits = 128;
 __global__ void combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
                                float* o_lat) {
+  __shared__ float m_s[kMaxSplits], f_s[kMaxSplits];
+  __shared__ float inv_s;
   const int t = blockIdx.x, h = blockIdx.y;
+  auto slot = [&](int s) { return (static_cast<int64_t>(s) * tokens + t) * heads + h; };
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) m_s[s] = ml_part[2 * slot(s)];
+  __syncthreads();
   float M = -FLT_MAX;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, ml_part[2 * ((static_cast<int64_t>(s) * tokens + t) * heads + h)]);
-  float denom = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const int64_t slot = (static_cast<int64_t>(s) * tokens + t) * heads + h;
-    denom += __expf(ml_part[2 * slot] - M) * ml_part[2 * slot + 1];
+  for (int s = 0; s < splits; ++s) M = fmaxf(M, m_s[s]);
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) f_s[s] = __expf(m_s[s] - M);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float denom = 0.0f;
+    for (int s = 0; s < splits; ++s) denom += f_s[s] * ml_part[2 * slot(s) + 1];
+    inv_s = 1.0f / denom;
   }
-  const float inv = 1.0f / denom;
+  __syncthreads();
+  const float inv = inv_s;
   for (int d = threadIdx.x; d < latent; d += blockDim.x) {
     float v = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const int64_t slot = (static_cast<int64_t>(s) * tokens + t) * heads + h;
-      v += __expf(ml_part[2 * slot] - M) * o_part[slot * latent + d];
-    }
+    for (int s = 0; s < splits; ++s) v += f_s[s] * o_part[slot(s) * latent + d];
     o_lat[(static_cast<int64_t>(t) * heads + h) * latent + d] = v * inv;
   }
 }
@@ -192,11 +199,25 @@ void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t 
 }
 
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms) {
-  const int64_t heads_per_block = std::min<int64_t>(heads, kMaxHeadsPerBlock);
-  const int64_t head_groups = (heads + heads_per_block - 1) / heads_per_block;
-  // Enough blocks for two per SM when the batch is small, never below 256 positions a split.
-  int64_t splits = std::max<int64_t>(1, (2 * num_sms + tokens * head_groups - 1) / (tokens * head_groups));
-  return std::max<int64_t>(1, std::min<int64_t>(splits, max_visible / 256));
+  // The tensor-core kernels take 16 heads a block; one or two blocks fit on an SM. Pick the fewest
+  // context splits (each adds partials for the combine kernel) whose blocks fill whole waves of two
+  // blocks per SM to 90% (a 1.5-wave grid leaves a quarter of the GPU idle), else the best fill,
+  // with at least 128 positions a split.
+  const int64_t groups = (heads + 15) / 16, slots = 2 * static_cast<int64_t>(num_sms);
+  const int64_t base = std::max<int64_t>(1, tokens * groups);
+  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, max_visible / 128));
+  int64_t best = 1;
+  double best_fill = 0;
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    const int64_t blocks = base * s, waves = (blocks + slots - 1) / slots;
+    const double fill = static_cast<double>(blocks) / static_cast<double>(waves * slots);
+    if (fill >= 0.9) return s;
+    if (fill > best_fill + 0.02) {
+      best = s;
+      best_fill = fill;
+    }
+  }
+  return best;
 }
 
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
@@ -209,7 +230,10 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   chunk = (chunk + kTile - 1) / kTile * kTile;
   float* o_part = scratch;
   float* ml_part = scratch + splits * tokens * heads * latent;
-  if (kernel == MlaKernel::kTensorCore) {
+  if (kernel == MlaKernel::kKvMajor) {
+    launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, chunk,
+                                        scale, o_part, ml_part, s);
+  } else if (kernel == MlaKernel::kTensorCore) {
     launch_mla_attend_mma_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, chunk, scale,
                                    o_part, ml_part, s);
   } else {

@@ -17,6 +17,7 @@
 #include "ops/cuda/device_pool.h"
 #include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/pinned_staging.h"
 #include "ops/cuda/mla_prefill.h"
 #include "ops/cuda/sampling.h"  // sampling
 #include "ops/sample_args.h"    // sampling
@@ -85,10 +86,24 @@ class CudaOps final : public Ops {
     auto owner = pool().allocate(bytes);
     return Tensor::adopt(dtype, std::move(shape), owner.get(), core::Device::kCuda, owner);
   }
+  // Weights and other one-time uploads: synchronous, straight from the caller's memory.
   Tensor upload_bytes(DType dtype, core::Shape shape, const void* host) {
     Tensor t = alloc(dtype, std::move(shape));
     TESSERA_CUDA_CHECK(cudaMemcpy(t.raw(), host, t.nbytes(), cudaMemcpyHostToDevice));
     return t;
+  }
+  // Per-step uploads: through pinned staging, queued on the stream without making the host wait.
+  Tensor upload_async(DType dtype, core::Shape shape, const void* host) {
+    Tensor t = alloc(dtype, std::move(shape));
+    if (t.nbytes() == 0) return t;
+    void* staged = staging_.stage(host, t.nbytes());
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(t.raw(), staged, t.nbytes(), cudaMemcpyHostToDevice, stream_));
+    return t;
+  }
+  // Waits for the stream; staged upload memory can be reused afterwards.
+  void sync() {
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    staging_.recycle();
   }
 
   Tensor empty(core::Shape shape) override {
@@ -144,7 +159,7 @@ class CudaOps final : public Ops {
   }
 
   Tensor from_host_f32(core::Shape shape, const float* data) override {
-    return upload_bytes(DType::kF32, std::move(shape), data);
+    return upload_async(DType::kF32, std::move(shape), data);
   }
 
   void embedding(const Tensor& table, std::span<const int32_t> ids, Tensor& out) override {
@@ -152,7 +167,7 @@ class CudaOps final : public Ops {
     for (size_t t = 0; t < ids.size(); ++t)
       TESSERA_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} at position {} is outside the vocabulary [0, {})",
                     ids[t], t, vocab);
-    Tensor d_ids = upload_bytes(DType::kI32, {static_cast<int64_t>(ids.size())}, ids.data());
+    Tensor d_ids = upload_async(DType::kI32, {static_cast<int64_t>(ids.size())}, ids.data());
     launch_embedding(ptr<__nv_bfloat16>(table), ptr<int32_t>(d_ids), static_cast<int64_t>(ids.size()), table.dim(1),
                      ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -214,19 +229,50 @@ class CudaOps final : public Ops {
                                   });
     }
     // --- end MLA prefill
-    const int64_t T = q.dim(0);
+    const int64_t T = q.dim(0), H = d.heads, entry = d.latent + d.rope, qk = d.nope + d.rope;
     StepMeta meta = upload_meta(seqs, cache.page_size, cache.pages.dim(0));
-    Tensor q_full = alloc(DType::kF32, {T, d.heads, d.latent + d.rope});
-    launch_mla_absorb_q(ptr<float>(q), T, d.heads, d.nope, d.rope, ptr<__nv_bfloat16>(kv_b.weight), d.v, d.latent,
-                        ptr<float>(q_full), stream_);
-    Tensor o_lat = alloc(DType::kF32, {T, d.heads, d.latent});
-    const int64_t splits = mla_attend_splits(T, d.heads, meta.max_visible, num_sms_);
-    Tensor scratch = alloc(DType::kF32, {mla_attend_scratch_floats(T, d.heads, d.latent, splits)});
-    launch_mla_attend(ptr<float>(q_full), T, d.heads, d.latent, d.rope, meta.info.data<TokenInfo>(),
+    const MlaKernel kernel = mla_kernel(d, seqs);
+    const __nv_bfloat16* kv_b_w = ptr<__nv_bfloat16>(kv_b.weight);
+    // The tensor-core path absorbs W_UK and applies W_UV as per-head batched bf16 GEMMs, each over
+    // the hi and lo bf16 parts of its fp32 input (so only the weights are bf16, as in the fp32
+    // path, which keeps every product on CUDA cores).
+    const bool gemms = kernel != MlaKernel::kCudaCore;
+    Tensor q_full = alloc(DType::kF32, {T, H, entry});
+    if (gemms) {
+      // q_full[t, h, :latent] = q_nope[t, h] · W_UK[h], W_UK[h] = kv_b rows [h(nope+v), h(nope+v)+nope).
+      Tensor qb = alloc(DType::kBF16, {2, T, H * qk});
+      __nv_bfloat16* q_hi = ptr<__nv_bfloat16>(qb);
+      __nv_bfloat16* q_lo = q_hi + T * H * qk;
+      launch_f32_to_bf16_split(ptr<float>(q), q_hi, q_lo, q.numel(), stream_);
+      const GemmShape absorb{false, d.latent, T, d.nope, d.latent, H * qk, H * entry, H, (d.nope + d.v) * d.latent,
+                             qk, entry};
+      gemm_bf16_strided(absorb, kv_b_w, q_hi, ptr<float>(q_full));
+      gemm_bf16_strided(absorb, kv_b_w, q_lo, ptr<float>(q_full), 1.0f);
+      // q_pe passes through.
+      TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(ptr<float>(q_full) + d.latent, entry * 4, ptr<float>(q) + d.nope, qk * 4,
+                                           d.rope * 4, T * H, cudaMemcpyDeviceToDevice, stream_));
+    } else {
+      launch_mla_absorb_q(ptr<float>(q), T, H, d.nope, d.rope, kv_b_w, d.v, d.latent, ptr<float>(q_full), stream_);
+    }
+    Tensor o_lat = alloc(DType::kF32, {T, H, d.latent});
+    const int64_t splits = mla_attend_splits(T, H, meta.max_visible, num_sms_);
+    Tensor scratch = alloc(DType::kF32, {mla_attend_scratch_floats(T, H, d.latent, splits)});
+    launch_mla_attend(ptr<float>(q_full), T, H, d.latent, d.rope, meta.info.data<TokenInfo>(),
                       ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, meta.max_visible,
-                      splits, d.scale, ptr<float>(o_lat), ptr<float>(scratch), mla_kernel(d, seqs), stream_);
-    launch_mla_up_v(ptr<float>(o_lat), T, d.heads, d.latent, ptr<__nv_bfloat16>(kv_b.weight), d.nope, d.v,
-                    ptr<float>(out), stream_);
+                      splits, d.scale, ptr<float>(o_lat), ptr<float>(scratch), kernel, stream_);
+    if (gemms) {
+      // out[t, h*v + j] = Σ_l o_lat[t, h, l] · W_UV[h][j, l], W_UV[h] = kv_b rows [h(nope+v)+nope, (h+1)(nope+v)).
+      Tensor ob = alloc(DType::kBF16, {2, T, H * d.latent});
+      __nv_bfloat16* o_hi = ptr<__nv_bfloat16>(ob);
+      __nv_bfloat16* o_lo = o_hi + T * H * d.latent;
+      launch_f32_to_bf16_split(ptr<float>(o_lat), o_hi, o_lo, o_lat.numel(), stream_);
+      const GemmShape up_v{true, d.v, T, d.latent, d.latent, H * d.latent, H * d.v, H, (d.nope + d.v) * d.latent,
+                           d.latent, d.v};
+      gemm_bf16_strided(up_v, kv_b_w + d.nope * d.latent, o_hi, ptr<float>(out));
+      gemm_bf16_strided(up_v, kv_b_w + d.nope * d.latent, o_lo, ptr<float>(out), 1.0f);
+    } else {
+      launch_mla_up_v(ptr<float>(o_lat), T, H, d.latent, kv_b_w, d.nope, d.v, ptr<float>(out), stream_);
+    }
     TESSERA_CUDA_CHECK_LAUNCH();
   }
 
@@ -269,8 +315,11 @@ class CudaOps final : public Ops {
     Tensor meta = alloc(DType::kI32, {2 * E + 2 + P});
     Tensor act = alloc(DType::kBF16, {P, inter});
     Tensor y = alloc(DType::kF32, {P, H});
+    const int64_t splits = moe_grouped_gate_up_splits(P, H);
+    Tensor part = alloc(DType::kF32, {splits > 1 ? splits * P * 2 * inter : 1});
     int32_t* m = ptr<int32_t>(meta);
-    MoeGroupedScratch scratch{m, m + E + 1, m + 2 * E + 1, m + 2 * E + 2, ptr<__nv_bfloat16>(act), ptr<float>(y)};
+    MoeGroupedScratch scratch{m,          m + E + 1, m + 2 * E + 1,      m + 2 * E + 2, ptr<__nv_bfloat16>(act),
+                              ptr<float>(y), ptr<float>(part)};
     launch_moe_grouped(ptr<__nv_bfloat16>(xb), T, H, ptr<int32_t>(ids), ptr<float>(weights), K, E, table.gate,
                        table.up, table.down, inter, scratch, ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -285,7 +334,7 @@ class CudaOps final : public Ops {
     std::vector<float> h_w(static_cast<size_t>(T * K));
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), ids.raw(), h_ids.size() * 4, cudaMemcpyDeviceToHost, stream_));
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(h_w.data(), weights.raw(), h_w.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync();
     std::vector<std::vector<int32_t>> rows(experts.size());
     std::vector<std::vector<float>> wts(experts.size());
     for (int64_t i = 0; i < T * K; ++i) {
@@ -299,8 +348,8 @@ class CudaOps final : public Ops {
       const int64_t n = static_cast<int64_t>(rows[e].size());
       if (n == 0) continue;
       const int64_t inter = experts[e].gate.out;
-      Tensor d_rows = upload_bytes(DType::kI32, {n}, rows[e].data());
-      Tensor d_w = upload_bytes(DType::kF32, {n}, wts[e].data());
+      Tensor d_rows = upload_async(DType::kI32, {n}, rows[e].data());
+      Tensor d_w = upload_async(DType::kF32, {n}, wts[e].data());
       Tensor xin = alloc(DType::kF32, {n, H});
       launch_gather_rows_i32(ptr<float>(x), H, ptr<int32_t>(d_rows), n, ptr<float>(xin), stream_);
       Tensor g = alloc(DType::kF32, {n, inter}), u = alloc(DType::kF32, {n, inter}), act = alloc(DType::kF32, {n, inter});
@@ -315,7 +364,7 @@ class CudaOps final : public Ops {
   }
 
   void gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& out) override {
-    Tensor d_rows = upload_bytes(DType::kI64, {static_cast<int64_t>(rows.size())}, rows.data());
+    Tensor d_rows = upload_async(DType::kI64, {static_cast<int64_t>(rows.size())}, rows.data());
     launch_gather_rows(ptr<float>(x), x.dim(1), ptr<int64_t>(d_rows), static_cast<int64_t>(rows.size()),
                        ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -325,7 +374,7 @@ class CudaOps final : public Ops {
   void sample(const Tensor& logits, std::span<const SampleRow> rows, Tensor& ids_out, Tensor* logprob_out) override {
     check_sample_args(logits, rows, ids_out, logprob_out);
     if (rows.empty()) return;
-    Tensor d_rows = upload_bytes(DType::kU8, {static_cast<int64_t>(rows.size_bytes())}, rows.data());
+    Tensor d_rows = upload_async(DType::kU8, {static_cast<int64_t>(rows.size_bytes())}, rows.data());
     launch_sample(ptr<float>(logits), logits.dim(0), logits.dim(1), d_rows.data<SampleRow>(), ptr<int32_t>(ids_out),
                   logprob_out ? ptr<float>(*logprob_out) : nullptr, stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -335,17 +384,17 @@ class CudaOps final : public Ops {
   std::vector<int32_t> to_host_i32(const Tensor& x) override {
     std::vector<int32_t> v(static_cast<size_t>(x.numel()));
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(v.data(), x.raw(), v.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync();
     return v;
   }
   Tensor from_host_i32(core::Shape shape, const int32_t* data) override {
-    return upload_bytes(DType::kI32, std::move(shape), data);
+    return upload_async(DType::kI32, std::move(shape), data);
   }
 
   std::vector<float> to_host_f32(const Tensor& x) override {
     std::vector<float> v(static_cast<size_t>(x.numel()));
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(v.data(), x.raw(), v.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync();
     return v;
   }
 
@@ -390,14 +439,19 @@ class CudaOps final : public Ops {
   // with prefill chunks keep the fp32 CUDA-core kernel until the decompressed-K/V prefill kernel
   // lands (its bf16 q/p rounding costs top-1 agreement on long prompts). A forced choice wins.
   MlaKernel mla_kernel(const MlaDims& d, std::span<const AttentionSeq> seqs) const {
-    const bool supported = mla_attend_mma_supported(d.latent, d.rope);
-    TESSERA_CHECK(supported || forced_.mla != "mma",
+    const bool mma = mla_attend_mma_supported(d.latent, d.rope);
+    const bool kv_major = mla_attend_kv_major_supported(d.latent, d.rope);
+    TESSERA_CHECK(mma || forced_.mla != "mma",
                   "MLA kernel 'mma' was forced but latent {} + rope {} is not a supported shape", d.latent, d.rope);
+    TESSERA_CHECK(kv_major || forced_.mla != "kv-major",
+                  "MLA kernel 'kv-major' was forced but latent {} + rope {} is not a supported shape", d.latent, d.rope);
     if (forced_.mla == "mma") return MlaKernel::kTensorCore;
-    if (forced_.mla == "cuda-core" || !supported) return MlaKernel::kCudaCore;
+    if (forced_.mla == "kv-major") return MlaKernel::kKvMajor;
+    if (forced_.mla == "cuda-core" || !mma) return MlaKernel::kCudaCore;
     const bool decode_only =
         std::all_of(seqs.begin(), seqs.end(), [](const AttentionSeq& s) { return s.num_tokens <= 1; });
-    return decode_only ? MlaKernel::kTensorCore : MlaKernel::kCudaCore;
+    if (!decode_only) return MlaKernel::kCudaCore;
+    return kv_major ? MlaKernel::kKvMajor : MlaKernel::kTensorCore;
   }
 
   StepMeta upload_meta(std::span<const AttentionSeq> seqs, int64_t page, int64_t num_pages) {
@@ -417,56 +471,98 @@ class CudaOps final : public Ops {
       max_visible = std::max(max_visible, s.start_pos + s.num_tokens);
     }
     if (tables.empty()) tables.push_back(0);
+    // Every layer of a step asks twice for the same metadata: upload it once.
+    const bool same = meta_cache_.info.numel() > 0 && info.size() == meta_host_info_.size() &&
+                      tables == meta_host_tables_ &&
+                      std::memcmp(info.data(), meta_host_info_.data(), info.size() * sizeof(TokenInfo)) == 0;
+    if (same) return meta_cache_;
     StepMeta m;
-    m.info = upload_bytes(DType::kU8, {static_cast<int64_t>(info.size() * sizeof(TokenInfo))}, info.data());
-    m.tables = upload_bytes(DType::kI32, {static_cast<int64_t>(tables.size())}, tables.data());
+    m.info = upload_async(DType::kU8, {static_cast<int64_t>(info.size() * sizeof(TokenInfo))}, info.data());
+    m.tables = upload_async(DType::kI32, {static_cast<int64_t>(tables.size())}, tables.data());
     m.max_visible = max_visible;
+    meta_cache_ = m;
+    meta_host_info_ = std::move(info);
+    meta_host_tables_ = std::move(tables);
     return m;
   }
 
-  // Row-major out[n, m] = in[n, k] · W[m, k]ᵀ: in column-major terms outᵀ (m x n) = W (m x k, stored
-  // as kxm, transposed) · inᵀ (k x n). The descriptors and the heuristic's algorithm are cached per
-  // shape: asking cuBLASLt costs tens of microseconds, more than a decode-sized GEMM takes.
+  // A column-major cuBLASLt problem: C (m x n, fp32) = op(A) (m x k) · B (k x n), bf16 inputs,
+  // `batch` problems `stride_*` elements apart. op(A) = Aᵀ with A stored k x m when trans_a.
+  struct GemmShape {
+    bool trans_a;
+    int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
+    using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+    Key key() const { return {trans_a, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c}; }
+  };
   struct GemmPlan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  const GemmPlan& gemm_plan(int64_t m, int64_t n, int64_t k) {
-    auto key = std::make_tuple(m, n, k);
-    auto it = gemm_plans_.find(key);
+  // The descriptors and the heuristic's algorithm are cached per shape: asking cuBLASLt costs tens
+  // of microseconds, more than a decode-sized GEMM takes.
+  const GemmPlan& gemm_plan(const GemmShape& g) {
+    auto it = gemm_plans_.find(g.key());
     if (it != gemm_plans_.end()) return it->second;
     GemmPlan p;
     TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
     TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, k, m, k));
-    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, k, n, k));
-    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, m, n, m));
+    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
+    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, g.k, g.n, g.ldb));
+    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, g.m, g.n, g.ldc));
     cublasLtMatmulPreference_t pref;
     TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = kWorkspaceBytes;
     TESSERA_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    if (g.batch > 1) {
+      const int32_t count = static_cast<int32_t>(g.batch);
+      const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {{p.la, g.stride_a}, {p.lb, g.stride_b}, {p.lc, g.stride_c}};
+      for (const auto& [layout, stride] : layouts) {
+        TESSERA_CUBLAS_CHECK(
+            cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                              &stride, sizeof(stride)));
+      }
+      // Per-head operands start at offsets that are only 16-byte aligned.
+      const uint32_t align = 16;
+      for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
+    }
     cublasLtMatmulHeuristicResult_t heur{};
     int found = 0;
     TESSERA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.la, p.lb, p.lc, p.lc, pref, 1, &heur, &found));
     cublasLtMatmulPreferenceDestroy(pref);
-    TESSERA_CHECK(found > 0, "cuBLASLt has no bf16 GEMM algorithm for m={} n={} k={}", m, n, k);
+    TESSERA_CHECK(found > 0, "cuBLASLt has no bf16 GEMM algorithm for m={} n={} k={} batch={}", g.m, g.n, g.k, g.batch);
     p.algo = heur.algo;
-    return gemm_plans_.emplace(key, p).first->second;
+    return gemm_plans_.emplace(g.key(), p).first->second;
   }
 
-  void gemm_bf16(const __nv_bfloat16* w, const __nv_bfloat16* in, float* out, int64_t m, int64_t n, int64_t k) {
-    const GemmPlan& p = gemm_plan(m, n, k);
-    const float alpha = 1.0f, beta = 0.0f;
-    TESSERA_CUBLAS_CHECK(cublasLtMatmul(lt_, p.op, &alpha, w, p.la, in, p.lb, &beta, out, p.lc, out, p.lc, &p.algo,
+  // c = op(a) · b + beta · c.
+  void gemm_bf16_strided(const GemmShape& g, const __nv_bfloat16* a, const __nv_bfloat16* b, float* c,
+                         float beta = 0.0f) {
+    if (g.n == 0) return;
+    const GemmPlan& p = gemm_plan(g);
+    const float alpha = 1.0f;
+    TESSERA_CUBLAS_CHECK(cublasLtMatmul(lt_, p.op, &alpha, a, p.la, b, p.lb, &beta, c, p.lc, c, p.lc, &p.algo,
                                         workspace_.raw(), kWorkspaceBytes, stream_));
   }
 
-  std::map<std::tuple<int64_t, int64_t, int64_t>, GemmPlan> gemm_plans_;
+  // Row-major out[n, m] = in[n, k] · W[m, k]ᵀ: in column-major terms outᵀ (m x n) = W (m x k, stored
+  // as k x m, transposed) · inᵀ (k x n).
+  void gemm_bf16(const __nv_bfloat16* w, const __nv_bfloat16* in, float* out, int64_t m, int64_t n, int64_t k) {
+    gemm_bf16_strided({true, m, n, k, k, k, m, 1, 0, 0, 0}, w, in, out);
+  }
+
+  std::map<GemmShape::Key, GemmPlan> gemm_plans_;
   KernelOverrides forced_;
+  PinnedStaging staging_;
+  StepMeta meta_cache_;
+  std::vector<TokenInfo> meta_host_info_;
+  std::vector<int32_t> meta_host_tables_;
   std::map<const ExpertWeights*, std::pair<size_t, ExpertTable>> expert_tables_;
   cublasLtHandle_t lt_ = nullptr;
   int num_sms_ = 1;

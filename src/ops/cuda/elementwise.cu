@@ -69,6 +69,15 @@ __global__ void f32_to_bf16_kernel(const float* in, __nv_bfloat16* out, int64_t 
   if (i < n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
+// x = hi + lo with both bf16: hi carries 8 significant bits, lo the next 8 (|x - hi - lo| ~ 2^-17 |x|).
+__global__ void f32_to_bf16_split_kernel(const float* in, __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const __nv_bfloat16 h = __float2bfloat16_rn(in[i]);
+  hi[i] = h;
+  lo[i] = __float2bfloat16_rn(in[i] - __bfloat162float(h));
+}
+
 template <class Index>
 __global__ void gather_rows_kernel(const float* x, int64_t width, const Index* rows, float* out) {
   const int64_t i = blockIdx.x;
@@ -131,6 +140,10 @@ void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const 
 
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s) {
   if (n > 0) f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, s>>>(in, out, n);
+}
+
+void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t n, cudaStream_t s) {
+  if (n > 0) f32_to_bf16_split_kernel<<<blocks_for(n), kThreads, 0, s>>>(in, hi, lo, n);
 }
 
 void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s) {

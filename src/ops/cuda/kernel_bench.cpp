@@ -134,12 +134,15 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
   // MLA decode (absorbed) at Kimi-K2.5 shapes: latent 512 + rope 64, pages of 64 tokens.
   const int64_t latent = 512, rope = 64, entry = latent + rope, page = 64;
   const float scale = 0.14467962580268923f;
-  for (MlaKernel kernel : {MlaKernel::kTensorCore, MlaKernel::kCudaCore})
+  for (MlaKernel kernel : {MlaKernel::kKvMajor, MlaKernel::kTensorCore, MlaKernel::kCudaCore})
   for (int64_t heads : o.heads)
     for (int64_t B : o.batches)
       for (int64_t ctx : o.contexts) {
         const std::string name = fmt::format("mla_decode {} h{} b{} ctx{}",
-                                             kernel == MlaKernel::kTensorCore ? "mma" : "fp32", heads, B, ctx);
+                                             kernel == MlaKernel::kKvMajor      ? "kvmajor"
+                                             : kernel == MlaKernel::kTensorCore ? "mma"
+                                                                                : "fp32",
+                                             heads, B, ctx);
         if (!wanted(name)) continue;
         const int64_t pages_per_seq = (ctx + page - 1) / page, pages = B * pages_per_seq;
         DeviceMem cache(pages * page * entry * 2), q(B * heads * entry * 4), out(B * heads * latent * 4);

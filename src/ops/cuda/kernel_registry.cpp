@@ -60,6 +60,8 @@ int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope) {
   return (16 * stride + 32 * stride + 16 * 40) * 2 + 4 * 16 * 4;
 }
 
+bool mla_kv_major_supported(int64_t latent, int64_t rope) { return mla_attend_kv_major_supported(latent, rope); }
+
 int64_t mla_cuda_core_smem_bytes(int64_t heads, int64_t latent, int64_t rope) {
   const int64_t entry = latent + rope;
   return (32 * (entry + 1) + std::min<int64_t>(heads, 8) * entry) * 4;
@@ -83,7 +85,7 @@ KernelOverrides parse_kernel_overrides(const std::string& spec) {
       core::fail("--kernels '{}': kernel '{}' for op '{}' is not one of {}", spec, kernel, op, list);
     };
     if (op == "mla") {
-      pick(o.mla, {"auto", "mma", "cuda-core"});
+      pick(o.mla, {"auto", "kv-major", "mma", "cuda-core"});
     } else if (op == "moe") {
       pick(o.moe, {"auto", "grouped", "per-expert"});
     } else {
@@ -132,9 +134,24 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
       decode_ok = false;
       decode_reason = "--kernels mla=mma was forced but " + decode_reason;
     }
+  } else if (const int64_t kv_smem = mla_kv_major_smem_bytes(mla.heads, mla.latent, mla.rope);
+             forced_mla != "mma" && mla_attend_kv_major_supported(mla.latent, mla.rope) &&
+             kv_smem <= caps.smem_per_block_optin) {
+    decode_kernel = fmt::format("attend_kv_major_kernel (mma.sync bf16, positions x {} heads, cp.async 2 stages)",
+                                mla.heads <= 8 ? 8 : 16);
+    decode_reason = fmt::format("{}sm_{} >= 80, latent {} + rope {}, {} KB shared memory of {} KB",
+                                forced_mla == "kv-major" ? "forced by --kernels mla=kv-major; " : "", caps.sm,
+                                mla.latent, mla.rope, kv_smem / 1024, caps.smem_per_block_optin / 1024);
+  } else if (forced_mla == "kv-major") {
+    decode_kernel = "attend_kv_major_kernel";
+    decode_reason = fmt::format("--kernels mla=kv-major was forced but latent {} + rope {} has no instance or needs "
+                                "more shared memory than the GPU's {} KB",
+                                mla.latent, mla.rope, caps.smem_per_block_optin / 1024);
+    decode_ok = false;
   } else {
     decode_kernel = "attend_mma_kernel (mma.sync m16n8k16 bf16, 16 heads a block)";
-    decode_reason = fmt::format("sm_{} >= 80, latent {} + rope {}, {} KB shared memory of {} KB", caps.sm, mla.latent,
+    decode_reason = fmt::format("{}sm_{} >= 80, latent {} + rope {}, {} KB shared memory of {} KB",
+                                forced_mla == "mma" ? "forced by --kernels mla=mma; " : "", caps.sm, mla.latent,
                                 mla.rope, mma_smem / 1024, caps.smem_per_block_optin / 1024);
   }
   if (!core_fits && decode_kernel.find("fp32") != std::string::npos)

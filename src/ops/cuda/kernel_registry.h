@@ -38,7 +38,7 @@ struct KernelChoice {
 };
 
 // Kernels forced or disabled by the user (--kernels / TESSERA_KERNELS), "auto" = the registry's
-// choice. mla: auto | mma | cuda-core (decode steps); moe: auto | grouped | per-expert.
+// choice. mla: auto | kv-major | mma | cuda-core (decode steps); moe: auto | grouped | per-expert.
 struct KernelOverrides {
   std::string mla = "auto";
   std::string moe = "auto";
@@ -55,6 +55,8 @@ constexpr int64_t kGroupedMoeMaxTokens = 256;
 std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& mla, int64_t experts,
                                        int64_t hidden, int64_t moe_inter, const KernelOverrides& forced);
 
+// Whether the KV-major tensor-core decode kernel has an instance for this latent + rope.
+bool mla_kv_major_supported(int64_t latent, int64_t rope);
 // Shared memory (bytes) the MLA kernels need for an entry of latent + rope.
 int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope);
 int64_t mla_cuda_core_smem_bytes(int64_t heads, int64_t latent, int64_t rope);

@@ -25,6 +25,8 @@ void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const 
 // Deterministic pseudo-random bf16 values in [-scale, scale) (benchmark and test data).
 void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t s);
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s);
+// in = hi + lo to ~2^-17 relative: two bf16 GEMMs over hi and lo reproduce an fp32-input product.
+void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t n, cudaStream_t s);
 void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s);
 // out[rows[i], :] += weights[i] * y[i, :]
 void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
@@ -49,7 +51,7 @@ void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t 
 // are merged by a second kernel; `scratch` holds them (mla_attend_scratch_floats). latent <= 512.
 // Two implementations: CUDA cores in fp32 (any shape), or tensor cores (mma.sync bf16, 16 heads a
 // block; needs mla_attend_mma_supported).
-enum class MlaKernel { kCudaCore, kTensorCore };
+enum class MlaKernel { kCudaCore, kTensorCore, kKvMajor };
 bool mla_attend_mma_supported(int64_t latent, int64_t rope);
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms);
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
@@ -61,6 +63,14 @@ void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t
                                     const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                     int64_t page, int64_t splits, int64_t chunk, float scale, float* o_part,
                                     float* ml_part, cudaStream_t s);
+// attention_kv_major.cu: positions as the MMA M dimension, 8 or 16 heads as N (no padding rows at 8
+// heads per GPU), cp.async double buffering, ldmatrix. Shapes: latent 512 + rope 64, and 64 + 16.
+bool mla_attend_kv_major_supported(int64_t latent, int64_t rope);
+int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope);
+void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
+                                         int64_t rope, const TokenInfo* info, const int32_t* tables,
+                                         const __nv_bfloat16* cache, int64_t page, int64_t splits, int64_t chunk,
+                                         float scale, float* o_part, float* ml_part, cudaStream_t s);
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
 // out[t, h * v + j] = W_UV[h, j] · o_lat[t, h].
 void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
@@ -85,7 +95,10 @@ struct MoeGroupedScratch {
   int32_t* sorted;
   __nv_bfloat16* act;
   float* y;
+  float* gate_up_part;  // [splits, pairs, 2, inter] when moe_grouped_gate_up_splits > 1, else unused
 };
+// Slices of the hidden dimension the gate/up kernel splits into for `pairs` (token, expert) pairs.
+int64_t moe_grouped_gate_up_splits(int64_t pairs, int64_t hidden);
 // Shapes the grouped kernels take (16-byte loads over 32-wide K chunks; one block sorts the pairs).
 bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts);
 // out[t] = Σ_k weights[t, k] · Expert_{ids[t, k]}(x[t]) with no host round trip: x [tokens, hidden]

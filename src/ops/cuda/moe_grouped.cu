@@ -23,12 +23,12 @@ constexpr int kMaxExperts = 1024;
 constexpr int kWarpsPerBlock = 8;
 constexpr int kRowsPerWarp = 8;     // MMA N
 constexpr int kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
-constexpr int kUnroll = 4;          // 32-wide K chunks loaded ahead (memory-level parallelism)
+constexpr int kUnroll = 8;          // 32-wide K chunks loaded ahead (memory-level parallelism)
 
 __device__ inline void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                 uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+  // Not volatile: the compiler may hoist the next chunks' loads above these MMAs.
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -37,7 +37,7 @@ __device__ inline void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_
 // Read-only, not kept in L1: weights are streamed once.
 __device__ inline uint4 load_stream(const __nv_bfloat16* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
@@ -110,12 +110,16 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// act[m, n] for the sorted pairs m of expert active[blockIdx.y], rows n of this warp.
+// act[m, n] for the sorted pairs m of expert active[blockIdx.y], rows n of this warp. With
+// gridDim.z > 1 (few tokens: too few warps to keep enough loads in flight) each z takes a slice of
+// the hidden dimension and writes fp32 partial gate and up sums to `part` [z][m][2][inter] instead;
+// gate_up_finish_kernel adds them.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gate_up_kernel(const __nv_bfloat16* __restrict__ x, int hidden, int top_k, const int32_t* __restrict__ sorted,
                    const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
                    const int32_t* __restrict__ num_active, const __nv_bfloat16* const* __restrict__ gate_w,
-                   const __nv_bfloat16* const* __restrict__ up_w, int inter, __nv_bfloat16* __restrict__ act) {
+                   const __nv_bfloat16* const* __restrict__ up_w, int inter, __nv_bfloat16* __restrict__ act,
+                   float* __restrict__ part, int pairs) {
   if (static_cast<int>(blockIdx.y) >= *num_active) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int n0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
@@ -124,13 +128,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int begin = offsets[e], end = offsets[e + 1];
   const __nv_bfloat16* wg = gate_w[e] + static_cast<int64_t>(n0 + g) * hidden + 8 * c;
   const __nv_bfloat16* wu = up_w[e] + static_cast<int64_t>(n0 + g) * hidden + 8 * c;
+  const int k_len = hidden / static_cast<int>(gridDim.z), k_begin = static_cast<int>(blockIdx.z) * k_len;
+  const int k_end = k_begin + k_len;
   for (int m0 = begin; m0 < end; m0 += 16) {
     const int m_lo = m0 + g, m_hi = m0 + g + 8;
     const __nv_bfloat16* xlo = m_lo < end ? x + static_cast<int64_t>(sorted[m_lo] / top_k) * hidden + 8 * c : nullptr;
     const __nv_bfloat16* xhi = m_hi < end ? x + static_cast<int64_t>(sorted[m_hi] / top_k) * hidden + 8 * c : nullptr;
     float accg[4] = {0, 0, 0, 0}, accu[4] = {0, 0, 0, 0};
-    int k0 = 0;
-    for (; k0 + 32 * kUnroll <= hidden; k0 += 32 * kUnroll) {
+    int k0 = k_begin;
+    for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
       uint4 bg[kUnroll], bu[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -145,7 +151,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         mma_chunk(accu, alo, ahi, bu[u]);
       }
     }
-    for (; k0 < hidden; k0 += 32) {
+    for (; k0 < k_end; k0 += 32) {
       const uint4 bg1 = load_stream(wg + k0), bu1 = load_stream(wu + k0);
       const uint4 alo = load_or_zero(xlo ? xlo + k0 : nullptr);
       const uint4 ahi = load_or_zero(xhi ? xhi + k0 : nullptr);
@@ -153,6 +159,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       mma_chunk(accu, alo, ahi, bu1);
     }
     // C fragment: rows (tokens) g and g + 8, columns (weight rows) n0 + 2c, n0 + 2c + 1.
+    if (gridDim.z > 1) {
+      auto put = [&](int m, float g0, float g1, float u0, float u1) {
+        float* dst = part + ((static_cast<int64_t>(blockIdx.z) * pairs + m) * 2) * inter + n0 + 2 * c;
+        *reinterpret_cast<float2*>(dst) = make_float2(g0, g1);
+        *reinterpret_cast<float2*>(dst + inter) = make_float2(u0, u1);
+      };
+      if (m_lo < end) put(m_lo, accg[0], accg[1], accu[0], accu[1]);
+      if (m_hi < end) put(m_hi, accg[2], accg[3], accu[2], accu[3]);
+      continue;
+    }
     auto silu_mul = [](float gv, float uv) { return gv / (1.0f + __expf(-gv)) * uv; };
     if (m_lo < end)
       *reinterpret_cast<__nv_bfloat162*>(act + static_cast<int64_t>(m_lo) * inter + n0 + 2 * c) =
@@ -161,6 +177,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       *reinterpret_cast<__nv_bfloat162*>(act + static_cast<int64_t>(m_hi) * inter + n0 + 2 * c) =
           __floats2bfloat162_rn(silu_mul(accg[2], accu[2]), silu_mul(accg[3], accu[3]));
   }
+}
+
+// act[m, n] = silu(Σ_z gate) · Σ_z up over the split-K partials of gate_up_kernel.
+__global__ void gate_up_finish_kernel(const float* __restrict__ part, int splits, int pairs, int inter,
+                                      __nv_bfloat16* __restrict__ act) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= static_cast<int64_t>(pairs) * inter) return;
+  const int64_t m = i / inter, n = i % inter;
+  float gv = 0.0f, uv = 0.0f;
+  for (int z = 0; z < splits; ++z) {
+    const float* p = part + ((static_cast<int64_t>(z) * pairs + m) * 2) * inter + n;
+    gv += p[0];
+    uv += p[inter];
+  }
+  act[i] = __float2bfloat16_rn(gv / (1.0f + __expf(-gv)) * uv);
 }
 
 // y[sorted[m], n] = act[m] · Wd[e][n] for the sorted pairs m of expert active[blockIdx.y].
@@ -218,6 +249,12 @@ __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __res
 
 }  // namespace
 
+int64_t moe_grouped_gate_up_splits(int64_t pairs, int64_t hidden) {
+  // A decode step of a few tokens has too few (expert, row) warps to keep enough weight loads in
+  // flight; four hidden slices quadruple them.
+  return pairs <= 64 && hidden % (4 * 32) == 0 ? 4 : 1;
+}
+
 bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts) {
   return experts <= kMaxExperts && hidden % 32 == 0 && inter % 32 == 0;
 }
@@ -232,10 +269,18 @@ void launch_moe_grouped(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
                                          s.sorted);
   // At most min(experts, pairs) experts have work; blocks past *num_active return at once.
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
-  dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
+  const int64_t splits = moe_grouped_gate_up_splits(pairs, hidden);
+  dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
+               static_cast<unsigned>(splits));
   gate_up_kernel<<<gu_grid, kWarpsPerBlock * 32, 0, stream>>>(x, static_cast<int>(hidden), static_cast<int>(top_k),
                                                                s.sorted, s.offsets, s.active, s.num_active, gate_w,
-                                                               up_w, static_cast<int>(inter), s.act);
+                                                               up_w, static_cast<int>(inter), s.act, s.gate_up_part,
+                                                               pairs);
+  if (splits > 1) {
+    const int64_t n = pairs * inter;
+    gate_up_finish_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
+        s.gate_up_part, static_cast<int>(splits), pairs, static_cast<int>(inter), s.act);
+  }
   dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
   down_kernel<<<d_grid, kWarpsPerBlock * 32, 0, stream>>>(s.act, static_cast<int>(inter), s.sorted, s.offsets,
                                                            s.active, s.num_active, down_w, static_cast<int>(hidden),

@@ -1,0 +1,376 @@
+// MLA decode attention, "KV-major" on tensor cores (mma.sync m16n8k16 bf16 -> fp32: SM80-SM120).
+// The cache positions are the MMA's M dimension and the block's heads (8 or 16) its N dimension:
+//   Sᵀ[pos, head] = K[pos, :] · Qᵀ           (M = 32 positions a tile, K = latent + rope)
+//   Oᵀ[l, head]  += Vᵀ[l, pos] · Pᵀ[pos, head] (M = latent, K = positions; V = the latent part of K)
+// so 8 heads per GPU (Kimi-K2.5 at TP 8) fill the MMAs with no padding rows, where a heads-as-M
+// kernel wastes half of every MMA. Tiles of 32 cache rows stream through a two-stage cp.async
+// pipeline (the next tile loads while this one is computed); fragments come from shared memory
+// with ldmatrix (.trans for Vᵀ). Online softmax in fp32 per head; q (pre-scaled) and p are rounded
+// to bf16 for the MMAs. Partials per context split are merged by the combine kernel (attention.cu).
+#include <cfloat>
+#include <cstdint>
+#include <cstdlib>
+
+#include "ops/cuda/kernels.h"
+
+namespace tessera::ops::cuda {
+
+namespace {
+
+constexpr int kTp = 32;     // cache positions per tile
+constexpr int kWarps = 4;
+constexpr int kPad = 8;     // bf16 padding per shared row: row strides become an odd number of 16-byte units
+
+__device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ inline uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ inline void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(smem_addr(p)));
+}
+
+// 16 bytes global -> shared, zero-filled when !valid.
+__device__ inline void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+template <int NH, int LAT, int ROPE, int STAGES>
+struct Layout {
+  static constexpr int kEntry = LAT + ROPE;
+  static constexpr int kStride = kEntry + kPad;    // Q and K rows
+  static constexpr int kPStride = kTp + kPad;      // P rows ([head][pos])
+  static constexpr int kKSteps = kEntry / 16;      // of Sᵀ
+  static constexpr int kLatPerWarp = LAT / kWarps;  // Oᵀ rows owned by each warp
+  static constexpr int kMTiles = kLatPerWarp / 16;
+  static constexpr int kNTiles = NH / 8;
+  static constexpr size_t kQBytes = NH * kStride * 2;
+  static constexpr size_t kKBytes = STAGES * kTp * kStride * 2;
+  static constexpr size_t kPBytes = NH * kPStride * 2;
+  static constexpr size_t kSredBytes = 2 * 16 * NH * 4;  // Sᵀ partials of warps 2 and 3
+  static constexpr size_t kStatBytes = (2 * 2 * NH + 4 * NH) * 4;  // col max/sum of warps 0,1; m, l, alpha, spare
+  static constexpr size_t kSmem = kQBytes + kKBytes + kPBytes + kSredBytes + kStatBytes;
+  static_assert(LAT % (16 * kWarps) == 0 && ROPE % 16 == 0, "latent must split into 16-row tiles over 4 warps");
+};
+
+template <int NH, int LAT, int ROPE, int STAGES>
+__global__ void __launch_bounds__(kWarps * 32)
+    attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
+                           const int32_t* __restrict__ tables, const __nv_bfloat16* __restrict__ cache, int page,
+                           float scale, int chunk, float* __restrict__ o_part, float* __restrict__ ml_part) {
+  using L = Layout<NH, LAT, ROPE, STAGES>;
+  constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);                        // [NH][S]
+  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kQBytes);           // [STAGES][kTp][S]
+  __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kQBytes + L::kKBytes);  // [NH][PS]
+  float* sred = reinterpret_cast<float*>(smem_raw + L::kQBytes + L::kKBytes + L::kPBytes);   // [2][16][NH]
+  float* colmax = sred + 2 * 16 * NH;  // [2][NH]
+  float* colsum = colmax + 2 * NH;     // [2][NH]
+  float* m_s = colsum + 2 * NH;        // [NH]
+  float* l_s = m_s + NH;
+  float* alpha_s = l_s + NH;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int split = blockIdx.x, t = blockIdx.y, h0 = blockIdx.z * NH;
+  const int tokens = gridDim.y;
+  const TokenInfo ti = info[t];
+  const int visible = ti.pos + 1;
+  const int begin = split * chunk, end = min(visible, begin + chunk);
+  const int ntiles = end > begin ? (end - begin + kTp - 1) / kTp : 0;
+
+  // Each thread copies one cache row of every tile (4 threads a row), so the page-table lookup is
+  // one load per thread per tile, done a tile ahead: a lookup per 16-byte piece would put a
+  // dependent L2 round trip in front of every copy.
+  static_assert(kTp * 4 == kWarps * 32, "4 threads per tile row");
+  constexpr int kChunks = E / 8;  // 16-byte pieces per row
+  const int my_row = threadIdx.x >> 2, my_sub = threadIdx.x & 3;
+  auto row_source = [&](int tile) -> const __nv_bfloat16* {
+    const int pos = begin + tile * kTp + my_row;
+    if (tile >= ntiles || pos >= end) return nullptr;
+    return cache + (static_cast<int64_t>(tables[ti.table_offset + pos / page]) * page + pos % page) * E;
+  };
+  auto load_tile = [&](const __nv_bfloat16* src, int stage) {
+    __nv_bfloat16* dst = ks + (stage * kTp + my_row) * S;
+    // Rows past the end are zero-filled: their probability is 0, and 0 x stale data could be NaN.
+    for (int v = my_sub; v < kChunks; v += 4) cp_async16(dst + v * 8, src ? src + v * 8 : cache, src != nullptr);
+    cp_async_commit();
+  };
+  // Prologue: tiles 0 .. STAGES-2 in flight (a group is committed even when empty, so that the
+  // wait below always counts the same number of groups).
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) load_tile(row_source(st), st);
+  const __nv_bfloat16* next_src = row_source(STAGES - 1);
+
+  // Q rows (pre-scaled), zero for heads past the end; softmax state.
+  for (int idx = threadIdx.x; idx < NH * E; idx += blockDim.x) {
+    const int r = idx / E, i = idx % E, h = h0 + r;
+    const float v = h < heads ? q_full[(static_cast<int64_t>(t) * heads + h) * E + i] * scale : 0.0f;
+    qs[r * S + i] = __float2bfloat16_rn(v);
+  }
+  if (threadIdx.x < NH) {
+    m_s[threadIdx.x] = -FLT_MAX;
+    l_s[threadIdx.x] = 0.0f;
+  }
+
+  float o[L::kMTiles][L::kNTiles][4];
+#pragma unroll
+  for (int mi = 0; mi < L::kMTiles; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < L::kNTiles; ++nt) o[mi][nt][0] = o[mi][nt][1] = o[mi][nt][2] = o[mi][nt][3] = 0.0f;
+
+  const int mt = warp & 1, khalf = warp >> 1;  // Sᵀ: positions [16 mt, 16 mt + 16), half of the K steps
+  const int ks_begin = khalf * (L::kKSteps / 2), ks_end = khalf ? L::kKSteps : L::kKSteps / 2;
+
+  for (int tile = 0; tile < ntiles; ++tile) {
+    const int stage = tile % STAGES;
+    cp_async_wait<STAGES - 2>();  // tile `tile` has landed (for this thread's copies)
+    __syncthreads();               // ... for every thread's; and every warp is done with tile - 1
+    // Refill the stage tile - 1 used with tile + STAGES - 1.
+    load_tile(next_src, (tile + STAGES - 1) % STAGES);
+    next_src = row_source(tile + STAGES);
+    const __nv_bfloat16* kt = ks + stage * kTp * S;
+    const int n = min(kTp, end - (begin + tile * kTp));
+
+    // Sᵀ partial over this warp's half of the K steps.
+    float s[L::kNTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < L::kNTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    {
+      const int j = lane >> 3, r = lane & 7;
+      const __nv_bfloat16* a_base = kt + (16 * mt + (j & 1) * 8 + r) * S + (j >> 1) * 8;
+      const __nv_bfloat16* b_base = qs + r * S + (j & 1) * 8;
+      for (int k = ks_begin; k < ks_end; ++k) {
+        uint32_t a[4];
+        ldmatrix_x4(a, a_base + 16 * k);
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt) {
+          uint32_t b0, b1;
+          ldmatrix_x2(b0, b1, b_base + nt * 8 * S + 16 * k);
+          mma_bf16(s[nt], a, b0, b1);
+        }
+      }
+    }
+    if (khalf == 1) {
+#pragma unroll
+      for (int nt = 0; nt < L::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sred[((mt * 32 + lane) * L::kNTiles + nt) * 4 + e] = s[nt][e];
+    }
+    __syncthreads();
+    if (khalf == 0) {
+      // Full Sᵀ for positions 16 mt + g (+8), heads 8 nt + 2c (+1); mask rows past the tile's end.
+      float mx[L::kNTiles][2];
+#pragma unroll
+      for (int nt = 0; nt < L::kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] += sred[((mt * 32 + lane) * L::kNTiles + nt) * 4 + e];
+        if (16 * mt + g >= n) s[nt][0] = s[nt][1] = -FLT_MAX;
+        if (16 * mt + g + 8 >= n) s[nt][2] = s[nt][3] = -FLT_MAX;
+        mx[nt][0] = fmaxf(s[nt][0], s[nt][2]);
+        mx[nt][1] = fmaxf(s[nt][1], s[nt][3]);
+      }
+      // Column (head) maxima over the warp's 16 positions: lanes with the same c hold one head pair.
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1)
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt) {
+          mx[nt][0] = fmaxf(mx[nt][0], __shfl_xor_sync(0xffffffffu, mx[nt][0], off));
+          mx[nt][1] = fmaxf(mx[nt][1], __shfl_xor_sync(0xffffffffu, mx[nt][1], off));
+        }
+      if (g == 0)
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt) {
+          colmax[mt * NH + 8 * nt + 2 * c] = mx[nt][0];
+          colmax[mt * NH + 8 * nt + 2 * c + 1] = mx[nt][1];
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < NH) {
+      const int h = threadIdx.x;
+      const float m_new = fmaxf(m_s[h], fmaxf(colmax[h], colmax[NH + h]));
+      alpha_s[h] = __expf(m_s[h] - m_new);
+      m_s[h] = m_new;
+    }
+    __syncthreads();
+    if (khalf == 0) {
+      float sum[L::kNTiles][2];
+#pragma unroll
+      for (int nt = 0; nt < L::kNTiles; ++nt) {
+        const int hh = 8 * nt + 2 * c;
+        const float m0 = m_s[hh], m1 = m_s[hh + 1];
+        const float p0 = __expf(s[nt][0] - m0), p1 = __expf(s[nt][1] - m1);
+        const float p2 = __expf(s[nt][2] - m0), p3 = __expf(s[nt][3] - m1);
+        const int pos = 16 * mt + g;
+        ps[hh * PS + pos] = __float2bfloat16_rn(p0);
+        ps[(hh + 1) * PS + pos] = __float2bfloat16_rn(p1);
+        ps[hh * PS + pos + 8] = __float2bfloat16_rn(p2);
+        ps[(hh + 1) * PS + pos + 8] = __float2bfloat16_rn(p3);
+        sum[nt][0] = p0 + p2;
+        sum[nt][1] = p1 + p3;
+      }
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1)
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt) {
+          sum[nt][0] += __shfl_xor_sync(0xffffffffu, sum[nt][0], off);
+          sum[nt][1] += __shfl_xor_sync(0xffffffffu, sum[nt][1], off);
+        }
+      if (g == 0)
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt) {
+          colsum[mt * NH + 8 * nt + 2 * c] = sum[nt][0];
+          colsum[mt * NH + 8 * nt + 2 * c + 1] = sum[nt][1];
+        }
+    }
+    __syncthreads();  // P and the column sums are complete
+    if (threadIdx.x < NH) {
+      const int h = threadIdx.x;
+      l_s[h] = l_s[h] * alpha_s[h] + colsum[h] + colsum[NH + h];
+    }
+    // Oᵀ = alpha · Oᵀ + Vᵀ · Pᵀ over this warp's latent rows.
+#pragma unroll
+    for (int nt = 0; nt < L::kNTiles; ++nt) {
+      const float a0 = alpha_s[8 * nt + 2 * c], a1 = alpha_s[8 * nt + 2 * c + 1];
+#pragma unroll
+      for (int mi = 0; mi < L::kMTiles; ++mi) {
+        o[mi][nt][0] *= a0;
+        o[mi][nt][1] *= a1;
+        o[mi][nt][2] *= a0;
+        o[mi][nt][3] *= a1;
+      }
+    }
+    {
+      const int j = lane >> 3, r = lane & 7;
+#pragma unroll
+      for (int kk = 0; kk < kTp / 16; ++kk) {
+        uint32_t b[L::kNTiles][2];
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt)
+          ldmatrix_x2(b[nt][0], b[nt][1], ps + (8 * nt + r) * PS + 16 * kk + (j & 1) * 8);
+        const __nv_bfloat16* v_base = kt + (16 * kk + (j >> 1) * 8 + r) * S + warp * L::kLatPerWarp + (j & 1) * 8;
+#pragma unroll
+        for (int mi = 0; mi < L::kMTiles; ++mi) {
+          uint32_t a[4];
+          ldmatrix_x4_trans(a, v_base + 16 * mi);
+#pragma unroll
+          for (int nt = 0; nt < L::kNTiles; ++nt) mma_bf16(o[mi][nt], a, b[nt][0], b[nt][1]);
+        }
+      }
+    }
+  }
+
+  // Partials: Oᵀ unnormalised, m and l per head.
+#pragma unroll
+  for (int nt = 0; nt < L::kNTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int h = h0 + 8 * nt + 2 * c + e;
+      if (h >= heads) continue;
+      float* dst = o_part + ((static_cast<int64_t>(split) * tokens + t) * heads + h) * LAT + warp * L::kLatPerWarp;
+#pragma unroll
+      for (int mi = 0; mi < L::kMTiles; ++mi) {
+        dst[16 * mi + g] = o[mi][nt][e];
+        dst[16 * mi + g + 8] = o[mi][nt][2 + e];
+      }
+    }
+  if (threadIdx.x < NH && h0 + static_cast<int>(threadIdx.x) < heads) {
+    const int64_t slot = (static_cast<int64_t>(split) * tokens + t) * heads + h0 + threadIdx.x;
+    ml_part[2 * slot] = m_s[threadIdx.x];
+    ml_part[2 * slot + 1] = l_s[threadIdx.x];
+  }
+}
+
+template <int NH, int LAT, int ROPE, int STAGES>
+void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
+            const __nv_bfloat16* cache, int64_t page, int64_t splits, int64_t chunk, float scale, float* o_part,
+            float* ml_part, cudaStream_t s) {
+  using L = Layout<NH, LAT, ROPE, STAGES>;
+  static bool configured = false;
+  if (!configured) {
+    cudaFuncSetAttribute(attend_kv_major_kernel<NH, LAT, ROPE, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(L::kSmem));
+    configured = true;
+  }
+  dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>((heads + NH - 1) / NH));
+  attend_kv_major_kernel<NH, LAT, ROPE, STAGES><<<grid, kWarps * 32, L::kSmem, s>>>(
+      q_full, static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, static_cast<int>(chunk),
+      o_part, ml_part);
+}
+
+// Two stages, two blocks an SM (~86-95 KB each, which SM120's 99 KB also holds), measured faster
+// on the H200 than four stages with one block an SM (docs/PERFORMANCE.md).
+// TESSERA_KV_MAJOR_STAGES=4 selects four stages where the shared memory allows (for comparisons).
+int max_smem_optin() {
+  static int v = [] {
+    int dev = 0, bytes = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    return bytes;
+  }();
+  return v;
+}
+
+template <int NH, int LAT, int ROPE>
+void launch_best(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
+                 const __nv_bfloat16* cache, int64_t page, int64_t splits, int64_t chunk, float scale, float* o_part,
+                 float* ml_part, cudaStream_t s) {
+  static const bool four = [] {
+    const char* v = std::getenv("TESSERA_KV_MAJOR_STAGES");
+    return v != nullptr && v[0] == '4';
+  }();
+  if (four && static_cast<size_t>(max_smem_optin()) >= Layout<NH, LAT, ROPE, 4>::kSmem)
+    launch<NH, LAT, ROPE, 4>(tokens, heads, q_full, info, tables, cache, page, splits, chunk, scale, o_part, ml_part, s);
+  else
+    launch<NH, LAT, ROPE, 2>(tokens, heads, q_full, info, tables, cache, page, splits, chunk, scale, o_part, ml_part, s);
+}
+
+}  // namespace
+
+bool mla_attend_kv_major_supported(int64_t latent, int64_t rope) {
+  return (latent == 512 && rope == 64) || (latent == 64 && rope == 16);
+}
+
+// The smallest configuration's need (two stages): what the GPU must offer for the kernel to run.
+int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope) {
+  if (latent == 512 && rope == 64)
+    return heads <= 8 ? Layout<8, 512, 64, 2>::kSmem : Layout<16, 512, 64, 2>::kSmem;
+  return heads <= 8 ? Layout<8, 64, 16, 2>::kSmem : Layout<16, 64, 16, 2>::kSmem;
+}
+
+void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
+                                         int64_t rope, const TokenInfo* info, const int32_t* tables,
+                                         const __nv_bfloat16* cache, int64_t page, int64_t splits, int64_t chunk,
+                                         float scale, float* o_part, float* ml_part, cudaStream_t s) {
+  const bool small = heads <= 8;
+  if (latent == 512 && rope == 64) {
+    (small ? launch_best<8, 512, 64> : launch_best<16, 512, 64>)(tokens, heads, q_full, info, tables, cache, page,
+                                                               splits, chunk, scale, o_part, ml_part, s);
+  } else {
+    (small ? launch_best<8, 64, 16> : launch_best<16, 64, 16>)(tokens, heads, q_full, info, tables, cache, page,
+                                                             splits, chunk, scale, o_part, ml_part, s);
+  }
+}
+
+}  // namespace tessera::ops::cuda
