@@ -130,12 +130,14 @@ TEST_F(CudaOpsTest, ElementwiseAndRope) {
 TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
   // Kimi-like head shapes (scaled down in heads) and the real latent width 512 + 64.
   for (auto [heads, nope, rope, v, latent] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
-           {8, 16, 16, 24, 32}, {16, 128, 64, 128, 512}}) {
+           {8, 16, 16, 24, 32}, {16, 128, 64, 128, 512}, {8, 128, 64, 128, 512}, {20, 32, 16, 32, 64}}) {
     const int64_t page = 64, entry = latent + rope;
     struct Seq {
       int64_t cached, fresh;
     };
-    const std::vector<Seq> seqs = {{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}};
+    // Decode tokens at many context lengths (partial tiles, several tiles, a context long enough to
+    // be split), mixed with prefill chunks with and without a cached prefix.
+    const std::vector<Seq> seqs = {{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {1500, 1}, {31, 1}};
     int64_t pages = 0;
     for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
     Tensor cache_c = cpu_.empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kF32);
@@ -176,7 +178,9 @@ TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
     cpu_.mla_attention(cpu({T, heads * (nope + rope)}, qv), kc, kv_b.w, dims, step, oc);
     // The fp32 CUDA-core kernel differs from the CPU only in summation order; the tensor-core
     // kernel also rounds the (absorbed, scaled) query and the probabilities to bf16 (~2^-9 each).
-    for (const auto& [kernel, tol] : {std::pair<std::string, double>{"cuda-core", 1e-4}, {"mma", 1e-2}}) {
+    for (const auto& [kernel, tol] :
+         {std::pair<std::string, double>{"cuda-core", 1e-4}, {"mma", 1e-2}, {"kv-major", 1e-2}}) {
+      if (kernel == "kv-major" && !ops::cuda::mla_kv_major_supported(latent, rope)) continue;
       auto backend = ops::cuda::make_cuda_ops("mla=" + kernel);
       ops::KvLayerView kv{cache_g, page};
       Tensor og = backend->empty({T, heads * v});
