@@ -99,18 +99,9 @@ void DeepseekV3Model::attention(int64_t layer, const Tensor& h, const ops::RopeT
 void DeepseekV3Model::feed_forward(int64_t layer, const Tensor& h, Tensor& out) {
   const auto& L = w_.layers[static_cast<size_t>(layer)];
   auto& o = *ops_;
-  const int64_t T = h.dim(0), H = cfg_.hidden_size;
-  auto mlp = [&](const ops::ExpertWeights& m, Tensor& y) {
-    const int64_t inter = m.gate.out;
-    Tensor g = o.empty({T, inter}), u = o.empty({T, inter});
-    o.linear(h, m.gate, g);
-    o.linear(h, m.up, u);
-    Tensor act = o.empty({T, inter});
-    o.silu_mul(g, u, act);
-    o.linear(act, m.down, y);
-  };
+  const int64_t T = h.dim(0);
   if (!L.is_moe) {
-    mlp(L.dense_mlp, out);
+    o.mlp(h, L.dense_mlp, out);
     return;
   }
   const auto& M = L.moe;
@@ -119,12 +110,7 @@ void DeepseekV3Model::feed_forward(int64_t layer, const Tensor& h, Tensor& out) 
   Tensor ids = o.empty_i32({T, rc.top_k});
   Tensor weights = o.empty({T, rc.top_k});
   o.moe_route(h, M.router, M.correction_bias, rc, ids, weights);
-  o.moe_experts(h, M.experts, ids, weights, out);
-  if (M.shared) {
-    Tensor shared = o.empty({T, H});
-    mlp(*M.shared, shared);
-    o.add_inplace(out, shared);
-  }
+  o.moe_experts(h, M.experts, ids, weights, out, M.shared ? &*M.shared : nullptr);
 }
 
 Tensor DeepseekV3Model::forward(const StepBatch& batch, KvCache& cache) {

@@ -110,9 +110,22 @@ class Ops {
   // normalisation and scaling (spec §3.1). ids [T, top_k] I32, weights [T, top_k] F32.
   virtual void moe_route(const core::Tensor& x, const LinearWeight& gate, const core::Tensor& bias,
                          const RouterConfig& cfg, core::Tensor& ids, core::Tensor& weights) = 0;
-  // out[t] = Σ_k weights[t,k] · Expert_{ids[t,k]}(x[t]) (out is overwritten).
+  // out[t] = Σ_k weights[t,k] · Expert_{ids[t,k]}(x[t]), then + Shared(x[t]) when `shared` is
+  // given (added last; out is overwritten). A backend may run the shared expert beside the routed
+  // ones.
   virtual void moe_experts(const core::Tensor& x, const std::vector<ExpertWeights>& experts,
-                           const core::Tensor& ids, const core::Tensor& weights, core::Tensor& out) = 0;
+                           const core::Tensor& ids, const core::Tensor& weights, core::Tensor& out,
+                           const ExpertWeights* shared = nullptr) = 0;
+  // y = down(silu(x · gateᵀ) * (x · upᵀ)): a dense MLP from the ops above.
+  void mlp(const core::Tensor& x, const ExpertWeights& m, core::Tensor& y) {
+    const int64_t T = x.dim(0), inter = m.gate.out;
+    core::Tensor g = empty({T, inter}), u = empty({T, inter});
+    linear(x, m.gate, g);
+    linear(x, m.up, u);
+    core::Tensor act = empty({T, inter});
+    silu_mul(g, u, act);
+    linear(act, m.down, y);
+  }
 
   // Copies rows `rows` of x into out [rows.size(), cols] (used to pick the positions whose logits
   // are wanted).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "core/dtype.h"
@@ -261,9 +262,10 @@ TEST_F(CudaOpsTest, MoeRoutingAndExpertsWithUnevenRouting) {
 TEST_F(CudaOpsTest, MoeExpertsGroupedKernelsOverShapes) {
   struct Case {
     int64_t T, E, K, H, I;
+    int64_t shared_inter;  // 0: no shared expert; I: runs beside the routed ones; other: separately
   };
-  for (const Case c : {Case{1, 40, 8, 512, 96}, Case{16, 40, 8, 512, 96}, Case{300, 12, 4, 256, 64},
-                       Case{128, 64, 8, 1024, 256}}) {
+  for (const Case c : {Case{1, 40, 8, 512, 96, 96}, Case{16, 40, 8, 512, 96, 0}, Case{300, 12, 4, 256, 64, 64},
+                       Case{128, 64, 8, 1024, 256, 256}, Case{3, 16, 4, 256, 64, 128}}) {
     std::vector<HostWeight> keep;
     std::vector<ops::ExpertWeights> ec, eg;
     for (int64_t e = 0; e < c.E; ++e) {
@@ -288,15 +290,28 @@ TEST_F(CudaOpsTest, MoeExpertsGroupedKernelsOverShapes) {
         w.push_back(u(rng_));
       }
     }
+    std::optional<ops::ExpertWeights> sc, sg;
+    if (c.shared_inter > 0) {
+      keep.push_back(bf16_weight(c.shared_inter, c.H));
+      keep.push_back(bf16_weight(c.shared_inter, c.H));
+      keep.push_back(bf16_weight(c.H, c.shared_inter));
+      const size_t b = keep.size() - 3;
+      sc = ops::ExpertWeights{keep[b].w, keep[b + 1].w, keep[b + 2].w};
+      sg = ops::ExpertWeights{gpu_->upload_linear(keep[b].w), gpu_->upload_linear(keep[b + 1].w),
+                              gpu_->upload_linear(keep[b + 2].w)};
+    }
     auto xv = random(c.T * c.H);
     Tensor oc = cpu_.empty({c.T, c.H});
-    cpu_.moe_experts(cpu({c.T, c.H}, xv), ec, cpu_.from_host_i32({c.T, c.K}, ids.data()), cpu({c.T, c.K}, w), oc);
+    cpu_.moe_experts(cpu({c.T, c.H}, xv), ec, cpu_.from_host_i32({c.T, c.K}, ids.data()), cpu({c.T, c.K}, w), oc,
+                     sc ? &*sc : nullptr);
     for (const char* kernel : {"moe=grouped", "moe=per-expert", ""}) {
       auto backend = ops::cuda::make_cuda_ops(kernel);
       Tensor og = backend->empty({c.T, c.H});
       backend->moe_experts(gpu({c.T, c.H}, xv), eg, backend->from_host_i32({c.T, c.K}, ids.data()),
-                           gpu({c.T, c.K}, w), og);
-      expect_close(oc, og, 5e-3, fmt::format("moe_experts {} T={} E={} H={} I={}", kernel, c.T, c.E, c.H, c.I));
+                           gpu({c.T, c.K}, w), og, sg ? &*sg : nullptr);
+      expect_close(oc, og, 5e-3,
+                   fmt::format("moe_experts {} T={} E={} H={} I={} shared {}", kernel, c.T, c.E, c.H, c.I,
+                               c.shared_inter));
     }
   }
   // moe_intermediate 48 is not a multiple of 32: forcing the grouped kernels is refused by name.

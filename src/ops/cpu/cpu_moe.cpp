@@ -68,7 +68,7 @@ void CpuOps::moe_route(const Tensor& x, const LinearWeight& gate, const Tensor& 
 }
 
 void CpuOps::moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts, const Tensor& ids,
-                         const Tensor& weights, Tensor& out) {
+                         const Tensor& weights, Tensor& out, const ExpertWeights* shared) {
   const int64_t tokens = x.dim(0), hidden = x.dim(1), K = ids.dim(1);
   std::fill(out.data<float>(), out.data<float>() + out.numel(), 0.0f);
   // Group the (token, slot) pairs by expert so each expert runs once over its tokens.
@@ -98,6 +98,11 @@ void CpuOps::moe_experts(const Tensor& x, const std::vector<ExpertWeights>& expe
       const float w = list[i].second;
       for (int64_t j = 0; j < hidden; ++j) o[j] += w * y.data<float>()[i * hidden + j];
     }
+  }
+  if (shared) {
+    Tensor y = empty({tokens, hidden});
+    mlp(x, *shared, y);
+    add_inplace(out, y);
   }
 }
 

@@ -31,7 +31,7 @@ class CpuOps final : public Ops {
   void moe_route(const core::Tensor& x, const LinearWeight& gate, const core::Tensor& bias, const RouterConfig& cfg,
                  core::Tensor& ids, core::Tensor& weights) override;
   void moe_experts(const core::Tensor& x, const std::vector<ExpertWeights>& experts, const core::Tensor& ids,
-                   const core::Tensor& weights, core::Tensor& out) override;
+                   const core::Tensor& weights, core::Tensor& out, const ExpertWeights* shared = nullptr) override;
   void gather_rows(const core::Tensor& x, std::span<const int64_t> rows, core::Tensor& out) override;
   void sample(const core::Tensor& logits, std::span<const SampleRow> rows, core::Tensor& ids_out,
               core::Tensor* logprob_out) override;

@@ -123,11 +123,27 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int st = 0; st < STAGES - 1; ++st) load_tile(row_source(st), st);
   const __nv_bfloat16* next_src = row_source(STAGES - 1);
 
-  // Q rows (pre-scaled), zero for heads past the end; softmax state.
-  for (int idx = threadIdx.x; idx < NH * E; idx += blockDim.x) {
-    const int r = idx / E, i = idx % E, h = h0 + r;
-    const float v = h < heads ? q_full[(static_cast<int64_t>(t) * heads + h) * E + i] * scale : 0.0f;
-    qs[r * S + i] = __float2bfloat16_rn(v);
+  // Q rows (pre-scaled), zero for heads past the end; softmax state. The loop has a compile-time
+  // trip count so that all of a thread's loads are in flight together (a load-use loop would pay a
+  // memory latency per element, tens of microseconds per block).
+  {
+    constexpr int kVecs = NH * E / 4, kIters = (kVecs + kWarps * 32 - 1) / (kWarps * 32);
+    const float4* q4 = reinterpret_cast<const float4*>(q_full + (static_cast<int64_t>(t) * heads + h0) * E);
+    float4 v[kIters];
+#pragma unroll
+    for (int j = 0; j < kIters; ++j) {
+      const int idx = threadIdx.x + j * kWarps * 32;
+      v[j] = idx < kVecs && h0 + idx / (E / 4) < heads ? q4[idx] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < kIters; ++j) {
+      const int idx = threadIdx.x + j * kWarps * 32;
+      if (idx >= kVecs) continue;
+      const int r = idx / (E / 4), i = (idx % (E / 4)) * 4;
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(qs + r * S + i);
+      dst[0] = __floats2bfloat162_rn(v[j].x * scale, v[j].y * scale);
+      dst[1] = __floats2bfloat162_rn(v[j].z * scale, v[j].w * scale);
+    }
   }
   if (threadIdx.x < NH) {
     m_s[threadIdx.x] = -FLT_MAX;

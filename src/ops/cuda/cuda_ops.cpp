@@ -279,7 +279,9 @@ class CudaOps final : public Ops {
   void moe_route(const Tensor& x, const LinearWeight& gate, const Tensor& bias, const RouterConfig& cfg, Tensor& ids,
                  Tensor& weights) override {
     const int64_t T = x.dim(0);
-    TESSERA_CHECK(cfg.experts <= 1024 && cfg.groups <= 64, "cuda moe_route: at most 1024 experts in 64 groups");
+    TESSERA_CHECK(cfg.experts <= 1024 && cfg.groups <= 64 && cfg.top_k <= 32,
+                  "cuda moe_route: at most 1024 experts in 64 groups and 32 experts per token (got {}, {}, {})",
+                  cfg.experts, cfg.groups, cfg.top_k);
     Tensor logits = alloc(DType::kF32, {T, cfg.experts});
     launch_router_logits(ptr<float>(x), T, x.dim(1), ptr<__nv_bfloat16>(gate.weight), cfg.experts, ptr<float>(logits),
                          stream_);
@@ -292,10 +294,11 @@ class CudaOps final : public Ops {
   // routed expert once (moe_grouped.cu), no host round trip. Larger steps (prefill) are
   // compute-bound: per-expert cuBLASLt GEMMs, for which the routing is read back to size them.
   void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts, const Tensor& ids,
-                   const Tensor& weights, Tensor& out) override {
-    const int64_t T = x.dim(0), H = x.dim(1), K = ids.dim(1), E = static_cast<int64_t>(experts.size());
+                   const Tensor& weights, Tensor& out, const ExpertWeights* shared) override {
+    const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size());
     if (E == 0 || T == 0) {
       TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_));
+      if (shared && T > 0) add_shared_expert(x, *shared, out);
       return;
     }
     const int64_t inter = experts[0].gate.out;
@@ -307,22 +310,48 @@ class CudaOps final : public Ops {
     TESSERA_CHECK(grouped || forced_.moe != "grouped",
                   "MoE kernel 'grouped' was forced but hidden {} / moe_intermediate {} / {} experts is not a "
                   "supported shape", H, inter, E);
-    if (!grouped) return moe_experts_per_expert(x, experts, ids, weights, out);
-    const ExpertTable& table = expert_table(experts);
+    if (!grouped) {
+      moe_experts_per_expert(x, experts, ids, weights, out);
+      if (shared) add_shared_expert(x, *shared, out);
+      return;
+    }
+    // The shared expert rides along as expert E in a last slot of weight 1 when it has the routed
+    // experts' shape (one shared expert): its weights are read in the same kernels.
+    const bool fold = shared != nullptr && shared->gate.out == inter && shared->up.out == inter &&
+                      shared->down.in == inter && shared->gate.in == H && shared->down.out == H &&
+                      moe_grouped_supported(H, inter, E + 1);
+    const ExpertTable& table = expert_table(experts, fold ? shared : nullptr);
+    Tensor ids_used = ids, weights_used = weights;
+    int64_t K = ids.dim(1);
+    if (fold) {
+      ids_used = alloc(DType::kI32, {T, K + 1});
+      weights_used = alloc(DType::kF32, {T, K + 1});
+      launch_moe_append_slot(ptr<int32_t>(ids), ptr<float>(weights), T, K, E, ptr<int32_t>(ids_used),
+                             ptr<float>(weights_used), stream_);
+      K += 1;
+    }
+    const int64_t EE = fold ? E + 1 : E;
     Tensor xb = alloc(DType::kBF16, {T, H});
     launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), stream_);
     const int64_t P = T * K;
-    Tensor meta = alloc(DType::kI32, {2 * E + 2 + P});
+    Tensor meta = alloc(DType::kI32, {2 * EE + 2 + P});
     Tensor act = alloc(DType::kBF16, {P, inter});
     Tensor y = alloc(DType::kF32, {P, H});
     const int64_t splits = moe_grouped_gate_up_splits(P, H);
     Tensor part = alloc(DType::kF32, {splits > 1 ? splits * P * 2 * inter : 1});
     int32_t* m = ptr<int32_t>(meta);
-    MoeGroupedScratch scratch{m,          m + E + 1, m + 2 * E + 1,      m + 2 * E + 2, ptr<__nv_bfloat16>(act),
+    MoeGroupedScratch scratch{m,          m + EE + 1, m + 2 * EE + 1,     m + 2 * EE + 2, ptr<__nv_bfloat16>(act),
                               ptr<float>(y), ptr<float>(part)};
-    launch_moe_grouped(ptr<__nv_bfloat16>(xb), T, H, ptr<int32_t>(ids), ptr<float>(weights), K, E, table.gate,
-                       table.up, table.down, inter, scratch, ptr<float>(out), stream_);
+    launch_moe_grouped(ptr<__nv_bfloat16>(xb), T, H, ptr<int32_t>(ids_used), ptr<float>(weights_used), K, EE,
+                       table.gate, table.up, table.down, inter, scratch, ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
+    if (shared && !fold) add_shared_expert(x, *shared, out);
+  }
+
+  void add_shared_expert(const Tensor& x, const ExpertWeights& shared, Tensor& out) {
+    Tensor y = alloc(DType::kF32, {x.dim(0), x.dim(1)});
+    mlp(x, shared, y);
+    add_inplace(out, y);
   }
 
   // Routing read back to the host, then per expert a gather, three cuBLASLt GEMMs and a weighted
@@ -409,15 +438,18 @@ class CudaOps final : public Ops {
     const __nv_bfloat16* const* up = nullptr;
     const __nv_bfloat16* const* down = nullptr;
   };
-  const ExpertTable& expert_table(const std::vector<ExpertWeights>& experts) {
-    auto it = expert_tables_.find(experts.data());
-    if (it != expert_tables_.end() && it->second.first == experts.size()) return it->second.second;
-    const size_t E = experts.size();
+  // `shared`, when given, is appended as expert E.
+  const ExpertTable& expert_table(const std::vector<ExpertWeights>& experts, const ExpertWeights* shared) {
+    const auto key = std::make_pair(experts.data(), shared);
+    auto it = expert_tables_.find(key);
+    const size_t E = experts.size() + (shared ? 1 : 0);
+    if (it != expert_tables_.end() && it->second.first == E) return it->second.second;
     std::vector<const __nv_bfloat16*> host(3 * E);
     for (size_t e = 0; e < E; ++e) {
-      host[e] = ptr<__nv_bfloat16>(experts[e].gate.weight);
-      host[E + e] = ptr<__nv_bfloat16>(experts[e].up.weight);
-      host[2 * E + e] = ptr<__nv_bfloat16>(experts[e].down.weight);
+      const ExpertWeights& w = e < experts.size() ? experts[e] : *shared;
+      host[e] = ptr<__nv_bfloat16>(w.gate.weight);
+      host[E + e] = ptr<__nv_bfloat16>(w.up.weight);
+      host[2 * E + e] = ptr<__nv_bfloat16>(w.down.weight);
     }
     ExpertTable t;
     t.storage = upload_bytes(DType::kU8, {static_cast<int64_t>(host.size() * sizeof(void*))}, host.data());
@@ -425,7 +457,7 @@ class CudaOps final : public Ops {
     t.gate = base;
     t.up = base + E;
     t.down = base + 2 * E;
-    auto& slot = expert_tables_[experts.data()];
+    auto& slot = expert_tables_[key];
     slot = {E, std::move(t)};
     return slot.second;
   }
@@ -435,9 +467,10 @@ class CudaOps final : public Ops {
     Tensor tables;  // all block tables, concatenated
     int64_t max_visible = 0;  // longest context any token of the step attends to
   };
-  // Decode steps (one new token per sequence) run on tensor cores where the shape allows; steps
-  // with prefill chunks keep the fp32 CUDA-core kernel until the decompressed-K/V prefill kernel
-  // lands (its bf16 q/p rounding costs top-1 agreement on long prompts). A forced choice wins.
+  // Kernel for the absorbed path. Decode-only steps run on tensor cores where the shape allows
+  // (KV-major first); prefill chunks reach here only when the decompressed-K/V prefill path cannot
+  // take their head dims, and then keep the fp32 kernel (bf16 q/p rounding over long prompts costs
+  // top-1 agreement). A forced choice wins.
   MlaKernel mla_kernel(const MlaDims& d, std::span<const AttentionSeq> seqs) const {
     const bool mma = mla_attend_mma_supported(d.latent, d.rope);
     const bool kv_major = mla_attend_kv_major_supported(d.latent, d.rope);
@@ -563,7 +596,7 @@ class CudaOps final : public Ops {
   StepMeta meta_cache_;
   std::vector<TokenInfo> meta_host_info_;
   std::vector<int32_t> meta_host_tables_;
-  std::map<const ExpertWeights*, std::pair<size_t, ExpertTable>> expert_tables_;
+  std::map<std::pair<const ExpertWeights*, const ExpertWeights*>, std::pair<size_t, ExpertTable>> expert_tables_;
   cublasLtHandle_t lt_ = nullptr;
   int num_sms_ = 1;
   cudaStream_t stream_ = nullptr;  // the legacy default stream: every op is ordered

@@ -8,10 +8,30 @@ namespace {
 constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-__global__ void embedding_kernel(const __nv_bfloat16* table, const int32_t* ids, int64_t hidden, float* out) {
+// Row kernels run one block of kRowThreads per row, each thread handling up to kPerThread
+// elements whose loads are all issued before any is used: at decode a step has a handful of rows,
+// and a loop of dependent load-use iterations would cost a memory latency per element (~17 us for a
+// 7168-wide RMSNorm instead of ~3).
+constexpr int kRowThreads = 1024;
+constexpr int kPerThread = 8;
+
+__global__ void __launch_bounds__(kRowThreads)
+    embedding_kernel(const __nv_bfloat16* table, const int32_t* ids, int64_t hidden, float* out) {
   const int64_t t = blockIdx.x;
   const __nv_bfloat16* row = table + static_cast<int64_t>(ids[t]) * hidden;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = __bfloat162float(row[i]);
+  for (int64_t base = 0; base < hidden; base += static_cast<int64_t>(kRowThreads) * kPerThread) {
+    float v[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int64_t i = base + threadIdx.x + j * kRowThreads;
+      v[j] = i < hidden ? __bfloat162float(row[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int64_t i = base + threadIdx.x + j * kRowThreads;
+      if (i < hidden) out[t * hidden + i] = v[j];
+    }
+  }
 }
 
 __device__ float block_sum(float v) {
@@ -30,11 +50,29 @@ __device__ float block_sum(float v) {
   return total;
 }
 
-__global__ void rms_norm_kernel(const float* x, int64_t width, int64_t col_begin, const float* weight, int64_t d,
+__global__ void __launch_bounds__(kRowThreads) rms_norm_kernel(const float* x, int64_t width, int64_t col_begin, const float* weight, int64_t d,
                                 float eps, float* out, int64_t out_width) {
   const int64_t r = blockIdx.x;
   const float* xr = x + r * width + col_begin;
   float* yr = out_width == d ? out + r * d : out + r * out_width + col_begin;
+  if (d <= static_cast<int64_t>(kRowThreads) * kPerThread) {
+    // The row stays in registers between the two passes.
+    float v[kPerThread], ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int64_t i = threadIdx.x + j * static_cast<int64_t>(blockDim.x);
+      v[j] = i < d ? xr[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) ss += v[j] * v[j];
+    const float inv = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int64_t i = threadIdx.x + j * static_cast<int64_t>(blockDim.x);
+      if (i < d) yr[i] = v[j] * inv * weight[i];
+    }
+    return;
+  }
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
@@ -82,6 +120,7 @@ template <class Index>
 __global__ void gather_rows_kernel(const float* x, int64_t width, const Index* rows, float* out) {
   const int64_t i = blockIdx.x;
   const float* src = x + static_cast<int64_t>(rows[i]) * width;
+#pragma unroll 8
   for (int64_t j = threadIdx.x; j < width; j += blockDim.x) out[i * width + j] = src[j];
 }
 
@@ -114,14 +153,14 @@ void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float s
 
 void launch_embedding(const __nv_bfloat16* table, const int32_t* ids, int64_t tokens, int64_t hidden, float* out,
                       cudaStream_t s) {
-  if (tokens > 0) embedding_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, s>>>(table, ids, hidden, out);
+  if (tokens > 0) embedding_kernel<<<static_cast<unsigned>(tokens), kRowThreads, 0, s>>>(table, ids, hidden, out);
 }
 
 void launch_rms_norm(const float* x, int64_t rows, int64_t width, int64_t col_begin, const float* weight, int64_t d,
                      float eps, float* out, int64_t out_width, cudaStream_t s) {
   if (rows > 0)
-    rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, width, col_begin, weight, d, eps, out,
-                                                                      out_width);
+    rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, width, col_begin, weight, d, eps, out,
+                                                                         out_width);
 }
 
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t s) {
@@ -147,7 +186,7 @@ void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16*
 }
 
 void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s) {
-  if (n > 0) gather_rows_kernel<int64_t><<<static_cast<unsigned>(n), kThreads, 0, s>>>(x, width, rows, out);
+  if (n > 0) gather_rows_kernel<int64_t><<<static_cast<unsigned>(n), kRowThreads, 0, s>>>(x, width, rows, out);
 }
 
 void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out,

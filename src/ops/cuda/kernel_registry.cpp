@@ -9,6 +9,7 @@
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/mla_prefill_kernels.h"
 
 #ifndef TESSERA_CUDA_ARCHS
 #define TESSERA_CUDA_ARCHS "unknown"
@@ -158,13 +159,28 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
     decode_reason += fmt::format("; fp32 kernel needs {} KB of shared memory, the GPU allows {} KB", core_smem / 1024,
                                  caps.smem_per_block_optin / 1024);
   out.push_back({"mla decode", decode_kernel, arch.empty() ? decode_reason : arch, arch.empty() && decode_ok});
-  out.push_back({"mla prefill", "attend_kernel (fp32, CUDA cores) in the absorbed form",
-                 arch.empty() ? (core_fits ? fmt::format("{} KB shared memory of {} KB; split over the context",
-                                                         core_smem / 1024, caps.smem_per_block_optin / 1024)
-                                           : fmt::format("needs {} KB of shared memory, the GPU allows {} KB",
-                                                         core_smem / 1024, caps.smem_per_block_optin / 1024))
-                              : arch,
-                 arch.empty() && core_fits});
+  // Prefill chunks: decompressed K/V + tensor-core flash attention where the head dims allow, else
+  // the fp32 absorbed kernel (also what --kernels mla=cuda-core selects).
+  const int64_t prefill_smem = mla_prefill_attend_smem_bytes(mla.nope, mla.rope, mla.v, /*split=*/true);
+  if (forced_mla != "cuda-core" && mla_prefill_attend_supported(mla.nope, mla.rope, mla.v, mla.latent) &&
+      prefill_smem > 0 && prefill_smem <= caps.smem_per_block_optin) {
+    out.push_back({"mla prefill",
+                   "gather latents + kv_b GEMM (cuBLASLt) + mla_prefill_attend (mma.sync, split bf16 operands)",
+                   arch.empty() ? fmt::format("qk {} + {}, v {}: {} KB shared memory of {} KB", mla.nope, mla.rope,
+                                              mla.v, prefill_smem / 1024, caps.smem_per_block_optin / 1024)
+                                : arch,
+                   arch.empty()});
+  } else {
+    out.push_back({"mla prefill", "attend_kernel (fp32, CUDA cores) in the absorbed form",
+                   arch.empty() ? (core_fits ? fmt::format("{}{} KB shared memory of {} KB; split over the context",
+                                                           forced_mla == "cuda-core" ? "forced by --kernels mla=cuda-core; "
+                                                                                     : "no tensor-core prefill instance for these head dims; ",
+                                                           core_smem / 1024, caps.smem_per_block_optin / 1024)
+                                             : fmt::format("needs {} KB of shared memory, the GPU allows {} KB",
+                                                           core_smem / 1024, caps.smem_per_block_optin / 1024))
+                                : arch,
+                   arch.empty() && core_fits});
+  }
   const bool router_ok = experts <= 1024;
   out.push_back({"moe router", "router_logits_kernel + router_select_kernel",
                  arch.empty() ? (router_ok ? "fp32 logits over bf16 weights, group-limited top-k on the device"

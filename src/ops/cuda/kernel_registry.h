@@ -28,6 +28,7 @@ std::string architecture_problem(int sm);
 
 struct MlaShape {
   int64_t heads = 0, latent = 0, rope = 0;
+  int64_t nope = 0, v = 0;  // per-head query/key and value widths (the prefill kernel's shapes)
 };
 
 struct KernelChoice {

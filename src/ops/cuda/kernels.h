@@ -97,6 +97,10 @@ struct MoeGroupedScratch {
   float* y;
   float* gate_up_part;  // [splits, pairs, 2, inter] when moe_grouped_gate_up_splits > 1, else unused
 };
+// The shared expert as one more routed slot: ext_ids/ext_weights [tokens, top_k + 1] with the last
+// slot (extra_id, 1.0), so the grouped kernels read its weights in the same pass.
+void launch_moe_append_slot(const int32_t* ids, const float* weights, int64_t tokens, int64_t top_k, int64_t extra_id,
+                            int32_t* ext_ids, float* ext_weights, cudaStream_t s);
 // Slices of the hidden dimension the gate/up kernel splits into for `pairs` (token, expert) pairs.
 int64_t moe_grouped_gate_up_splits(int64_t pairs, int64_t hidden);
 // Shapes the grouped kernels take (16-byte loads over 32-wide K chunks; one block sorts the pairs).

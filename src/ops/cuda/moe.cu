@@ -88,6 +88,7 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
                          int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
                          float* weights) {
   __shared__ float biased_s[kSelectWarps][kMaxExperts];
+  __shared__ float score_s[kSelectWarps][kMaxExperts];  // unbiased sigmoid scores
   __shared__ float gscore_s[kSelectWarps][kMaxGroups];
   __shared__ bool gkeep_s[kSelectWarps][kMaxGroups];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -96,7 +97,11 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
   float* biased = biased_s[warp];
   const float* l = logits + t * experts;
   const int E = static_cast<int>(experts);
-  for (int e = lane; e < E; e += 32) biased[e] = 1.0f / (1.0f + expf(-l[e])) + bias[e];
+  float* score = score_s[warp];
+  for (int e = lane; e < E; e += 32) {
+    score[e] = 1.0f / (1.0f + expf(-l[e]));
+    biased[e] = score[e] + bias[e];
+  }
   __syncwarp();
   if (groups > 1) {
     const int G = static_cast<int>(groups), per_group = E / G;
@@ -130,28 +135,31 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
       if (!gkeep_s[warp][e / per_group]) biased[e] = -FLT_MAX;
     __syncwarp();
   }
-  float sum = 0.0f;
-  for (int64_t k = 0; k < top_k; ++k) {
+  // Lane k keeps the k-th choice (top_k <= 32); the sum runs in selection order, as on the CPU.
+  float sum = 0.0f, my_score = 0.0f;
+  int my_id = 0;
+  for (int k = 0; k < static_cast<int>(top_k); ++k) {
     Best b{-INFINITY, -1};
     for (int e = lane; e < E; e += 32)
       if (biased[e] != -INFINITY) b = better(b, Best{biased[e], e});
     b = warp_best(b);
     const int arg = b.i >= 0 ? b.i : 0;
+    const float sc = score[arg];
+    __syncwarp();
     if (lane == (arg & 31)) biased[arg] = -INFINITY;  // taken
     __syncwarp();
-    const float score = 1.0f / (1.0f + expf(-l[arg]));
-    if (lane == 0) {
-      ids[t * top_k + k] = arg;
-      weights[t * top_k + k] = score;
+    if (lane == k) {
+      my_id = arg;
+      my_score = sc;
     }
-    sum += score;
+    sum += sc;
   }
-  if (lane == 0)
-    for (int64_t k = 0; k < top_k; ++k) {
-      float w = weights[t * top_k + k];
-      if (normalize) w /= (sum + 1e-20f);
-      weights[t * top_k + k] = w * scaling;
-    }
+  if (lane < top_k) {
+    float w = my_score;
+    if (normalize) w /= (sum + 1e-20f);
+    ids[t * top_k + lane] = my_id;
+    weights[t * top_k + lane] = w * scaling;
+  }
 }
 
 }  // namespace

@@ -114,6 +114,7 @@ __global__ void __launch_bounds__(1024)
 // gridDim.z > 1 (few tokens: too few warps to keep enough loads in flight) each z takes a slice of
 // the hidden dimension and writes fp32 partial gate and up sums to `part` [z][m][2][inter] instead;
 // gate_up_finish_kernel adds them.
+template <int kU>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gate_up_kernel(const __nv_bfloat16* __restrict__ x, int hidden, int top_k, const int32_t* __restrict__ sorted,
                    const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
@@ -136,15 +137,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const __nv_bfloat16* xhi = m_hi < end ? x + static_cast<int64_t>(sorted[m_hi] / top_k) * hidden + 8 * c : nullptr;
     float accg[4] = {0, 0, 0, 0}, accu[4] = {0, 0, 0, 0};
     int k0 = k_begin;
-    for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
-      uint4 bg[kUnroll], bu[kUnroll];
+    for (; k0 + 32 * kU <= k_end; k0 += 32 * kU) {
+      uint4 bg[kU], bu[kU];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kU; ++u) {
         bg[u] = load_stream(wg + k0 + 32 * u);
         bu[u] = load_stream(wu + k0 + 32 * u);
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kU; ++u) {
         const uint4 alo = load_or_zero(xlo ? xlo + k0 + 32 * u : nullptr);
         const uint4 ahi = load_or_zero(xhi ? xhi + k0 + 32 * u : nullptr);
         mma_chunk(accg, alo, ahi, bg[u]);
@@ -247,11 +248,32 @@ __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __res
   out[static_cast<int64_t>(t) * hidden + n] = acc;
 }
 
+// ext[t] = [ids[t, 0..K), extra_id], weights [w[t, 0..K), 1]: one more slot per token.
+__global__ void append_slot_kernel(const int32_t* ids, const float* w, int tokens, int top_k, int extra_id,
+                                   int32_t* ext_ids, float* ext_w) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= tokens * (top_k + 1)) return;
+  const int t = i / (top_k + 1), k = i % (top_k + 1);
+  ext_ids[i] = k < top_k ? ids[t * top_k + k] : extra_id;
+  ext_w[i] = k < top_k ? w[t * top_k + k] : 1.0f;
+}
+
 }  // namespace
 
+void launch_moe_append_slot(const int32_t* ids, const float* weights, int64_t tokens, int64_t top_k, int64_t extra_id,
+                            int32_t* ext_ids, float* ext_weights, cudaStream_t s) {
+  const int64_t n = tokens * (top_k + 1);
+  if (n > 0)
+    append_slot_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
+        ids, weights, static_cast<int>(tokens), static_cast<int>(top_k), static_cast<int>(extra_id), ext_ids,
+        ext_weights);
+}
+
 int64_t moe_grouped_gate_up_splits(int64_t pairs, int64_t hidden) {
-  // A decode step of a few tokens has too few (expert, row) warps to keep enough weight loads in
-  // flight; four hidden slices quadruple them.
+  // A decode step of a few tokens has few (expert, row) warps; four hidden slices multiply them.
+  // (Measured on the H200 at batch 1: splits 1, 2, 4, 8 and unroll 4 or 8 all within 2%; the
+  // kernel reaches ~57% of the copy bandwidth where the down kernel, over rows 4 KB apart instead
+  // of 14 KB, reaches ~82%: see docs/PERFORMANCE.md.)
   return pairs <= 64 && hidden % (4 * 32) == 0 ? 4 : 1;
 }
 
@@ -272,10 +294,9 @@ void launch_moe_grouped(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
   const int64_t splits = moe_grouped_gate_up_splits(pairs, hidden);
   dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
                static_cast<unsigned>(splits));
-  gate_up_kernel<<<gu_grid, kWarpsPerBlock * 32, 0, stream>>>(x, static_cast<int>(hidden), static_cast<int>(top_k),
-                                                               s.sorted, s.offsets, s.active, s.num_active, gate_w,
-                                                               up_w, static_cast<int>(inter), s.act, s.gate_up_part,
-                                                               pairs);
+  gate_up_kernel<kUnroll><<<gu_grid, kWarpsPerBlock * 32, 0, stream>>>(
+      x, static_cast<int>(hidden), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, gate_w, up_w,
+      static_cast<int>(inter), s.act, s.gate_up_part, pairs);
   if (splits > 1) {
     const int64_t n = pairs * inter;
     gate_up_finish_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
