@@ -338,7 +338,7 @@ class CudaOps final : public Ops {
     Tensor act = alloc(DType::kBF16, {P, inter});
     Tensor y = alloc(DType::kF32, {P, H});
     const int64_t splits = moe_grouped_gate_up_splits(P, H);
-    Tensor part = alloc(DType::kF32, {splits > 1 ? splits * P * 2 * inter : 1});
+    Tensor part = alloc(DType::kF32, {2 * splits * P * inter});
     int32_t* m = ptr<int32_t>(meta);
     MoeGroupedScratch scratch{m,          m + EE + 1, m + 2 * EE + 1,     m + 2 * EE + 2, ptr<__nv_bfloat16>(act),
                               ptr<float>(y), ptr<float>(part)};

@@ -95,7 +95,7 @@ struct MoeGroupedScratch {
   int32_t* sorted;
   __nv_bfloat16* act;
   float* y;
-  float* gate_up_part;  // [splits, pairs, 2, inter] when moe_grouped_gate_up_splits > 1, else unused
+  float* gate_up_part;  // [2 (gate, up), splits, pairs, inter] fp32 partial sums
 };
 // The shared expert as one more routed slot: ext_ids/ext_weights [tokens, top_k + 1] with the last
 // slot (extra_id, 1.0), so the grouped kernels read its weights in the same pass.

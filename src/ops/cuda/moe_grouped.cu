@@ -1,8 +1,9 @@
 // Routed experts on the device without a host round trip (decode-sized steps): the (token, slot)
-// pairs are sorted by expert, then two grouped kernels read each routed expert's weights once for
+// pairs are sorted by expert, then grouped projections read each routed expert's weights once for
 // all of its tokens:
-//   gate_up: act[m] = silu(x[t] · Wg[e]ᵀ) * (x[t] · Wu[e]ᵀ)   for every sorted pair m of expert e
-//   down:    y[pair] = act[m] · Wd[e]ᵀ
+//   gate, up: g[m] = x[t] · Wg[e]ᵀ, u[m] = x[t] · Wu[e]ᵀ for every sorted pair m of expert e
+//             (fp32, split over the hidden dimension for few tokens), act[m] = silu(g[m]) * u[m]
+//   down:     y[pair] = act[m] · Wd[e]ᵀ
 // and a combine adds Σ_k w[t, k] · y[t, k] in slot order (deterministic whatever order the sort
 // produced). Decode is bound by reading expert weights, so the GEMM kernels stream the weight rows
 // straight from global memory with 16-byte loads into mma.sync B fragments (no shared memory, no
@@ -110,127 +111,71 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// act[m, n] for the sorted pairs m of expert active[blockIdx.y], rows n of this warp. With
-// gridDim.z > 1 (few tokens: too few warps to keep enough loads in flight) each z takes a slice of
-// the hidden dimension and writes fp32 partial gate and up sums to `part` [z][m][2][inter] instead;
-// gate_up_finish_kernel adds them.
-template <int kU>
+// One projection of the sorted pairs of expert active[blockIdx.y] through its weight W[e] [N, K]:
+//   out[row(m), n] = A[a_row(m)] · W[e][n]  for this warp's 8 rows n,
+// a_row(m) = sorted[m] / top_k (the token: gate and up read x) or m (down reads act), row(m) = m or
+// sorted[m] (down writes each pair's own row). gridDim.z > 1 splits K: slice z writes its partial
+// sums to out + z · out_slice. Each warp streams 8 weight rows (gate and up are separate launches:
+// 16 rows 14 KB apart per warp ran at ~57% of the bandwidth, 8 at ~80%).
+template <bool kTokenRows, bool kPairRowsOut>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    gate_up_kernel(const __nv_bfloat16* __restrict__ x, int hidden, int top_k, const int32_t* __restrict__ sorted,
-                   const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
-                   const int32_t* __restrict__ num_active, const __nv_bfloat16* const* __restrict__ gate_w,
-                   const __nv_bfloat16* const* __restrict__ up_w, int inter, __nv_bfloat16* __restrict__ act,
-                   float* __restrict__ part, int pairs) {
+    expert_project_kernel(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k,
+                          const int32_t* __restrict__ sorted, const int32_t* __restrict__ offsets,
+                          const int32_t* __restrict__ active, const int32_t* __restrict__ num_active,
+                          const __nv_bfloat16* const* __restrict__ w, int n_dim, float* __restrict__ out,
+                          int64_t out_slice) {
   if (static_cast<int>(blockIdx.y) >= *num_active) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int n0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
-  if (n0 >= inter) return;
+  if (n0 >= n_dim) return;
   const int e = active[blockIdx.y];
   const int begin = offsets[e], end = offsets[e + 1];
-  const __nv_bfloat16* wg = gate_w[e] + static_cast<int64_t>(n0 + g) * hidden + 8 * c;
-  const __nv_bfloat16* wu = up_w[e] + static_cast<int64_t>(n0 + g) * hidden + 8 * c;
-  const int k_len = hidden / static_cast<int>(gridDim.z), k_begin = static_cast<int>(blockIdx.z) * k_len;
+  const __nv_bfloat16* wr = w[e] + static_cast<int64_t>(n0 + g) * k_dim + 8 * c;
+  const int k_len = k_dim / static_cast<int>(gridDim.z), k_begin = static_cast<int>(blockIdx.z) * k_len;
   const int k_end = k_begin + k_len;
+  float* out_z = out + static_cast<int64_t>(blockIdx.z) * out_slice;
+  auto a_row = [&](int m) { return kTokenRows ? sorted[m] / top_k : m; };
   for (int m0 = begin; m0 < end; m0 += 16) {
     const int m_lo = m0 + g, m_hi = m0 + g + 8;
-    const __nv_bfloat16* xlo = m_lo < end ? x + static_cast<int64_t>(sorted[m_lo] / top_k) * hidden + 8 * c : nullptr;
-    const __nv_bfloat16* xhi = m_hi < end ? x + static_cast<int64_t>(sorted[m_hi] / top_k) * hidden + 8 * c : nullptr;
-    float accg[4] = {0, 0, 0, 0}, accu[4] = {0, 0, 0, 0};
-    int k0 = k_begin;
-    for (; k0 + 32 * kU <= k_end; k0 += 32 * kU) {
-      uint4 bg[kU], bu[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        bg[u] = load_stream(wg + k0 + 32 * u);
-        bu[u] = load_stream(wu + k0 + 32 * u);
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const uint4 alo = load_or_zero(xlo ? xlo + k0 + 32 * u : nullptr);
-        const uint4 ahi = load_or_zero(xhi ? xhi + k0 + 32 * u : nullptr);
-        mma_chunk(accg, alo, ahi, bg[u]);
-        mma_chunk(accu, alo, ahi, bu[u]);
-      }
-    }
-    for (; k0 < k_end; k0 += 32) {
-      const uint4 bg1 = load_stream(wg + k0), bu1 = load_stream(wu + k0);
-      const uint4 alo = load_or_zero(xlo ? xlo + k0 : nullptr);
-      const uint4 ahi = load_or_zero(xhi ? xhi + k0 : nullptr);
-      mma_chunk(accg, alo, ahi, bg1);
-      mma_chunk(accu, alo, ahi, bu1);
-    }
-    // C fragment: rows (tokens) g and g + 8, columns (weight rows) n0 + 2c, n0 + 2c + 1.
-    if (gridDim.z > 1) {
-      auto put = [&](int m, float g0, float g1, float u0, float u1) {
-        float* dst = part + ((static_cast<int64_t>(blockIdx.z) * pairs + m) * 2) * inter + n0 + 2 * c;
-        *reinterpret_cast<float2*>(dst) = make_float2(g0, g1);
-        *reinterpret_cast<float2*>(dst + inter) = make_float2(u0, u1);
-      };
-      if (m_lo < end) put(m_lo, accg[0], accg[1], accu[0], accu[1]);
-      if (m_hi < end) put(m_hi, accg[2], accg[3], accu[2], accu[3]);
-      continue;
-    }
-    auto silu_mul = [](float gv, float uv) { return gv / (1.0f + __expf(-gv)) * uv; };
-    if (m_lo < end)
-      *reinterpret_cast<__nv_bfloat162*>(act + static_cast<int64_t>(m_lo) * inter + n0 + 2 * c) =
-          __floats2bfloat162_rn(silu_mul(accg[0], accu[0]), silu_mul(accg[1], accu[1]));
-    if (m_hi < end)
-      *reinterpret_cast<__nv_bfloat162*>(act + static_cast<int64_t>(m_hi) * inter + n0 + 2 * c) =
-          __floats2bfloat162_rn(silu_mul(accg[2], accu[2]), silu_mul(accg[3], accu[3]));
-  }
-}
-
-// act[m, n] = silu(Σ_z gate) · Σ_z up over the split-K partials of gate_up_kernel.
-__global__ void gate_up_finish_kernel(const float* __restrict__ part, int splits, int pairs, int inter,
-                                      __nv_bfloat16* __restrict__ act) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= static_cast<int64_t>(pairs) * inter) return;
-  const int64_t m = i / inter, n = i % inter;
-  float gv = 0.0f, uv = 0.0f;
-  for (int z = 0; z < splits; ++z) {
-    const float* p = part + ((static_cast<int64_t>(z) * pairs + m) * 2) * inter + n;
-    gv += p[0];
-    uv += p[inter];
-  }
-  act[i] = __float2bfloat16_rn(gv / (1.0f + __expf(-gv)) * uv);
-}
-
-// y[sorted[m], n] = act[m] · Wd[e][n] for the sorted pairs m of expert active[blockIdx.y].
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    down_kernel(const __nv_bfloat16* __restrict__ act, int inter, const int32_t* __restrict__ sorted,
-                const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
-                const int32_t* __restrict__ num_active, const __nv_bfloat16* const* __restrict__ down_w, int hidden,
-                float* __restrict__ y) {
-  if (static_cast<int>(blockIdx.y) >= *num_active) return;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int n0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
-  if (n0 >= hidden) return;
-  const int e = active[blockIdx.y];
-  const int begin = offsets[e], end = offsets[e + 1];
-  const __nv_bfloat16* wd = down_w[e] + static_cast<int64_t>(n0 + g) * inter + 8 * c;
-  for (int m0 = begin; m0 < end; m0 += 16) {
-    const int m_lo = m0 + g, m_hi = m0 + g + 8;
-    const __nv_bfloat16* alo_p = m_lo < end ? act + static_cast<int64_t>(m_lo) * inter + 8 * c : nullptr;
-    const __nv_bfloat16* ahi_p = m_hi < end ? act + static_cast<int64_t>(m_hi) * inter + 8 * c : nullptr;
+    const __nv_bfloat16* alo_p = m_lo < end ? a + static_cast<int64_t>(a_row(m_lo)) * k_dim + 8 * c : nullptr;
+    const __nv_bfloat16* ahi_p = m_hi < end ? a + static_cast<int64_t>(a_row(m_hi)) * k_dim + 8 * c : nullptr;
     float acc[4] = {0, 0, 0, 0};
-    int k0 = 0;
-    for (; k0 + 32 * kUnroll <= inter; k0 += 32 * kUnroll) {
+    int k0 = k_begin;
+    for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
       uint4 b[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wd + k0 + 32 * u);
+      for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wr + k0 + 32 * u);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         mma_chunk(acc, load_or_zero(alo_p ? alo_p + k0 + 32 * u : nullptr),
                   load_or_zero(ahi_p ? ahi_p + k0 + 32 * u : nullptr), b[u]);
     }
-    for (; k0 < inter; k0 += 32)
+    for (; k0 < k_end; k0 += 32)
       mma_chunk(acc, load_or_zero(alo_p ? alo_p + k0 : nullptr), load_or_zero(ahi_p ? ahi_p + k0 : nullptr),
-                load_stream(wd + k0));
-    if (m_lo < end)
-      *reinterpret_cast<float2*>(y + static_cast<int64_t>(sorted[m_lo]) * hidden + n0 + 2 * c) = make_float2(acc[0], acc[1]);
-    if (m_hi < end)
-      *reinterpret_cast<float2*>(y + static_cast<int64_t>(sorted[m_hi]) * hidden + n0 + 2 * c) = make_float2(acc[2], acc[3]);
+                load_stream(wr + k0));
+    // C fragment: rows (pairs) g and g + 8, columns (weight rows) n0 + 2c, n0 + 2c + 1.
+    if (m_lo < end) {
+      const int64_t r = kPairRowsOut ? sorted[m_lo] : m_lo;
+      *reinterpret_cast<float2*>(out_z + r * n_dim + n0 + 2 * c) = make_float2(acc[0], acc[1]);
+    }
+    if (m_hi < end) {
+      const int64_t r = kPairRowsOut ? sorted[m_hi] : m_hi;
+      *reinterpret_cast<float2*>(out_z + r * n_dim + n0 + 2 * c) = make_float2(acc[2], acc[3]);
+    }
   }
+}
+
+// act[m, n] = silu(Σ_z gate[z, m, n]) · Σ_z up[z, m, n] (bf16, the down projection's input).
+__global__ void gate_up_finish_kernel(const float* __restrict__ gate, const float* __restrict__ up, int splits,
+                                      int64_t n, __nv_bfloat16* __restrict__ act) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  float gv = 0.0f, uv = 0.0f;
+  for (int z = 0; z < splits; ++z) {
+    gv += gate[z * n + i];
+    uv += up[z * n + i];
+  }
+  act[i] = __float2bfloat16_rn(gv / (1.0f + __expf(-gv)) * uv);
 }
 
 // out[t, n] = Σ_k w[t, k] · y[t·K + k, n], slots in order; pairs with an invalid id add nothing.
@@ -271,9 +216,6 @@ void launch_moe_append_slot(const int32_t* ids, const float* weights, int64_t to
 
 int64_t moe_grouped_gate_up_splits(int64_t pairs, int64_t hidden) {
   // A decode step of a few tokens has few (expert, row) warps; four hidden slices multiply them.
-  // (Measured on the H200 at batch 1: splits 1, 2, 4, 8 and unroll 4 or 8 all within 2%; the
-  // kernel reaches ~57% of the copy bandwidth where the down kernel, over rows 4 KB apart instead
-  // of 14 KB, reaches ~82%: see docs/PERFORMANCE.md.)
   return pairs <= 64 && hidden % (4 * 32) == 0 ? 4 : 1;
 }
 
@@ -292,20 +234,19 @@ void launch_moe_grouped(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
   // At most min(experts, pairs) experts have work; blocks past *num_active return at once.
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
   const int64_t splits = moe_grouped_gate_up_splits(pairs, hidden);
+  const int64_t slice = static_cast<int64_t>(pairs) * inter;
   dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
                static_cast<unsigned>(splits));
-  gate_up_kernel<kUnroll><<<gu_grid, kWarpsPerBlock * 32, 0, stream>>>(
-      x, static_cast<int>(hidden), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, gate_w, up_w,
-      static_cast<int>(inter), s.act, s.gate_up_part, pairs);
-  if (splits > 1) {
-    const int64_t n = pairs * inter;
-    gate_up_finish_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
-        s.gate_up_part, static_cast<int>(splits), pairs, static_cast<int>(inter), s.act);
-  }
+  for (int matrix = 0; matrix < 2; ++matrix)
+    expert_project_kernel<true, false><<<gu_grid, kWarpsPerBlock * 32, 0, stream>>>(
+        x, static_cast<int>(hidden), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active,
+        matrix == 0 ? gate_w : up_w, static_cast<int>(inter), s.gate_up_part + matrix * splits * slice, slice);
+  gate_up_finish_kernel<<<static_cast<unsigned>((slice + 255) / 256), 256, 0, stream>>>(
+      s.gate_up_part, s.gate_up_part + splits * slice, static_cast<int>(splits), slice, s.act);
   dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
-  down_kernel<<<d_grid, kWarpsPerBlock * 32, 0, stream>>>(s.act, static_cast<int>(inter), s.sorted, s.offsets,
-                                                           s.active, s.num_active, down_w, static_cast<int>(hidden),
-                                                           s.y);
+  expert_project_kernel<false, true><<<d_grid, kWarpsPerBlock * 32, 0, stream>>>(
+      s.act, static_cast<int>(inter), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, down_w,
+      static_cast<int>(hidden), s.y, 0);
   dim3 c_grid(static_cast<unsigned>((hidden + 255) / 256), static_cast<unsigned>(tokens));
   combine_kernel<<<c_grid, 256, 0, stream>>>(s.y, ids, weights, static_cast<int>(top_k), static_cast<int>(experts),
                                              static_cast<int>(hidden), out);
