@@ -13,7 +13,10 @@
 
 namespace tessera::test {
 
-std::filesystem::path server_test_demo_dir() { return TESSERA_SERVER_TEST_DIR "/demo-cache"; }
+std::filesystem::path server_test_demo_dir() {
+  const char* env = std::getenv("TESSERA_SERVER_TEST_DIR");  // tests run outside the build tree
+  return std::filesystem::path(env ? env : TESSERA_SERVER_TEST_DIR) / "demo-cache";
+}
 
 ServerProcess::ServerProcess(const std::vector<std::string>& extra) {
   log_path_ = make_temp_dir("tessera-serve") / "serve.log";

@@ -31,7 +31,11 @@ std::filesystem::path make_temp_dir(const std::string& prefix) {
   return p;
 }
 
-std::filesystem::path tessera_binary() { return TESSERA_BINARY; }
+// TESSERA_BINARY overrides the build tree's binary (tests run on another machine, e.g. the GPU one).
+std::filesystem::path tessera_binary() {
+  const char* env = std::getenv("TESSERA_BINARY");
+  return env ? env : TESSERA_BINARY;
+}
 
 int run_command(const std::string& command, std::string* output) {
   std::string cmd = command + " 2>&1";
