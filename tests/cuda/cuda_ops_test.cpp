@@ -131,7 +131,8 @@ TEST_F(CudaOpsTest, ElementwiseAndRope) {
 TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
   // Kimi-like head shapes (scaled down in heads) and the real latent width 512 + 64.
   for (auto [heads, nope, rope, v, latent] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
-           {8, 16, 16, 24, 32}, {16, 128, 64, 128, 512}, {8, 128, 64, 128, 512}, {20, 32, 16, 32, 64}}) {
+           {8, 16, 16, 24, 32}, {16, 128, 64, 128, 512}, {8, 128, 64, 128, 512}, {20, 32, 16, 32, 64},
+           {40, 128, 64, 128, 512}}) {  // 40 heads: a 32-head block and a partial one
     const int64_t page = 64, entry = latent + rope;
     struct Seq {
       int64_t cached, fresh;

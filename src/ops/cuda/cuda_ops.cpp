@@ -438,12 +438,12 @@ class CudaOps final : public Ops {
     const __nv_bfloat16* const* up = nullptr;
     const __nv_bfloat16* const* down = nullptr;
   };
-  // `shared`, when given, is appended as expert E.
+  // `shared`, when given, is appended as expert E. Cached per expert list, and checked against the
+  // weights' current device pointers: a list freed and another allocated at the same address (a
+  // second model, a test) must not get the old table.
   const ExpertTable& expert_table(const std::vector<ExpertWeights>& experts, const ExpertWeights* shared) {
     const auto key = std::make_pair(experts.data(), shared);
-    auto it = expert_tables_.find(key);
     const size_t E = experts.size() + (shared ? 1 : 0);
-    if (it != expert_tables_.end() && it->second.first == E) return it->second.second;
     std::vector<const __nv_bfloat16*> host(3 * E);
     for (size_t e = 0; e < E; ++e) {
       const ExpertWeights& w = e < experts.size() ? experts[e] : *shared;
@@ -451,6 +451,8 @@ class CudaOps final : public Ops {
       host[E + e] = ptr<__nv_bfloat16>(w.up.weight);
       host[2 * E + e] = ptr<__nv_bfloat16>(w.down.weight);
     }
+    auto it = expert_tables_.find(key);
+    if (it != expert_tables_.end() && it->second.first == host) return it->second.second;
     ExpertTable t;
     t.storage = upload_bytes(DType::kU8, {static_cast<int64_t>(host.size() * sizeof(void*))}, host.data());
     auto* base = static_cast<const __nv_bfloat16* const*>(t.storage.raw());
@@ -458,7 +460,7 @@ class CudaOps final : public Ops {
     t.up = base + E;
     t.down = base + 2 * E;
     auto& slot = expert_tables_[key];
-    slot = {E, std::move(t)};
+    slot = {std::move(host), std::move(t)};
     return slot.second;
   }
 
@@ -596,7 +598,9 @@ class CudaOps final : public Ops {
   StepMeta meta_cache_;
   std::vector<TokenInfo> meta_host_info_;
   std::vector<int32_t> meta_host_tables_;
-  std::map<std::pair<const ExpertWeights*, const ExpertWeights*>, std::pair<size_t, ExpertTable>> expert_tables_;
+  std::map<std::pair<const ExpertWeights*, const ExpertWeights*>,
+           std::pair<std::vector<const __nv_bfloat16*>, ExpertTable>>
+      expert_tables_;
   cublasLtHandle_t lt_ = nullptr;
   int num_sms_ = 1;
   cudaStream_t stream_ = nullptr;  // the legacy default stream: every op is ordered
