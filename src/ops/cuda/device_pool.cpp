@@ -1,6 +1,8 @@
 #include "ops/cuda/device_pool.h"
 
 #include <bit>
+#include <cstdlib>
+#include <string_view>
 
 #include "ops/cuda/cuda_check.h"
 
@@ -8,11 +10,27 @@ namespace tessera::ops::cuda {
 
 namespace {
 size_t bucket(size_t bytes) { return std::bit_ceil(std::max<size_t>(bytes, 512)); }
+
+// TESSERA_DEVICE_POOL=exact: every tensor is its own cudaMalloc of exactly its size, freed (with a
+// device sync) when released, so that compute-sanitizer sees an access past a tensor's end instead
+// of the slack of a power-of-two block or a block reused by another tensor. Debugging only: slow.
+bool exact_mode() {
+  static const bool exact = [] {
+    const char* v = std::getenv("TESSERA_DEVICE_POOL");
+    return v != nullptr && std::string_view(v) == "exact";
+  }();
+  return exact;
+}
 }  // namespace
 
 DevicePool::~DevicePool() { trim(); }
 
 std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
+  if (exact_mode()) {
+    void* p = nullptr;
+    TESSERA_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
+    return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  }
   const size_t size = bucket(bytes);
   void* p = nullptr;
   {
