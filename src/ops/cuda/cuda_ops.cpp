@@ -222,7 +222,10 @@ class CudaOps final : public Ops {
     // back here, compacted, as a decode-only step.
     if (forced_.mla != "cuda-core" && mla_prefill_applies(d, seqs)) {
       const MlaPrefillEnv env{lt_, workspace_.raw(), kWorkspaceBytes, stream_,
-                              [this](DType t, core::Shape s) { return alloc(t, std::move(s)); }};
+                              [this](DType t, core::Shape s) { return alloc(t, std::move(s)); },
+                              [this](DType t, core::Shape s, const void* host) {
+                                return upload_async(t, std::move(s), host);
+                              }};
       return run_mla_prefill_step(env, q, cache, kv_b, d, seqs, out,
                                   [&](const Tensor& qd, std::span<const AttentionSeq> sd, Tensor& od) {
                                     mla_attention(qd, cache, kv_b, d, sd, od);

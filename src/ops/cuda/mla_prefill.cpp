@@ -167,9 +167,7 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
     plan.resize(plan.size() + p.tiles.size() * sizeof(PrefillTile) / 4);
     std::memcpy(plan.data() + p.tile_at, p.tiles.data(), p.tiles.size() * sizeof(PrefillTile));
   }
-  Tensor d_plan = env.alloc(DType::kI32, {static_cast<int64_t>(plan.size())});
-  TESSERA_CUDA_CHECK(
-      cudaMemcpyAsync(d_plan.raw(), plan.data(), plan.size() * 4, cudaMemcpyHostToDevice, env.stream));
+  Tensor d_plan = env.upload(DType::kI32, {static_cast<int64_t>(plan.size())}, plan.data());
   const int64_t entry = d.latent + d.rope, kv_width = d.heads * (d.nope + d.v), T = q.dim(0);
   Tensor lat = env.alloc(DType::kBF16, {buf_rows, entry});
   Tensor kv = env.alloc(DType::kBF16, {buf_rows, kv_width});
@@ -264,9 +262,7 @@ void run_mla_prefill_step(const MlaPrefillEnv& env, const Tensor& q, const KvLay
   // Decode tokens: compact their rows of q, run the caller's absorbed path, put the rows back.
   const int64_t n = static_cast<int64_t>(decode_rows.size()), T = q.dim(0);
   const int64_t q_width = q.numel() / T, out_width = out.numel() / T;
-  Tensor d_rows = env.alloc(DType::kI64, {n});
-  TESSERA_CUDA_CHECK(
-      cudaMemcpyAsync(d_rows.raw(), decode_rows.data(), n * 8, cudaMemcpyHostToDevice, env.stream));
+  Tensor d_rows = env.upload(DType::kI64, {n}, decode_rows.data());
   Tensor qd = env.alloc(DType::kF32, {n, q_width}), od = env.alloc(DType::kF32, {n, out_width});
   launch_gather_rows(q.data<float>(), q_width, d_rows.data<int64_t>(), n, qd.data<float>(), env.stream);
   TESSERA_CUDA_CHECK_LAUNCH();

@@ -38,6 +38,9 @@ struct MlaPrefillEnv {
   // Device scratch; kept alive by the returned tensor until the call returns (the stream orders
   // reuse after that).
   std::function<core::Tensor(core::DType, core::Shape)> alloc;
+  // A device tensor holding a copy of host bytes, queued on the stream (the backend stages them in
+  // pinned memory, so the host buffer may be freed at once and the copy is truly asynchronous).
+  std::function<core::Tensor(core::DType, core::Shape, const void*)> upload;
 };
 
 // Runs the step's decode sequences (one new token each) through the absorbed path: q [Td, ...],
