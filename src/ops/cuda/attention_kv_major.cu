@@ -9,9 +9,9 @@
 // to bf16 for the MMAs. Partials per context split are merged by the combine kernel (attention.cu).
 #include <cfloat>
 #include <cstdint>
-#include <cstdlib>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/mma_primitives.cuh"
 
 namespace tessera::ops::cuda {
 
@@ -21,40 +21,7 @@ constexpr int kTp = 32;     // cache positions per tile
 constexpr int kWarps = 4;
 constexpr int kPad = 8;     // bf16 padding per shared row: row strides become an odd number of 16-byte units
 
-__device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ inline uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ inline void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(smem_addr(p)));
-}
-
-// 16 bytes global -> shared, zero-filled when !valid.
-__device__ inline void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int N>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using namespace mma;
 
 template <int NH, int LAT, int ROPE, int STAGES>
 struct Layout {
@@ -318,7 +285,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int NH, int LAT, int ROPE, int STAGES>
+// Two stages, two blocks an SM (~86-95 KB each, which SM120's 99 KB also holds): measured faster on
+// the H200 than four stages with one block an SM (docs/PERFORMANCE.md); the pipeline depth stays a
+// template parameter for such comparisons.
+constexpr int kStages = 2;
+
+template <int NH, int LAT, int ROPE, int STAGES = kStages>
 void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
             const __nv_bfloat16* cache, int64_t page, int64_t splits, int64_t chunk, float scale, float* o_part,
             float* ml_part, cudaStream_t s) {
@@ -335,44 +307,17 @@ void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo*
       o_part, ml_part);
 }
 
-// Two stages, two blocks an SM (~86-95 KB each, which SM120's 99 KB also holds), measured faster
-// on the H200 than four stages with one block an SM (docs/PERFORMANCE.md).
-// TESSERA_KV_MAJOR_STAGES=4 selects four stages where the shared memory allows (for comparisons).
-int max_smem_optin() {
-  static int v = [] {
-    int dev = 0, bytes = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    return bytes;
-  }();
-  return v;
-}
-
-template <int NH, int LAT, int ROPE>
-void launch_best(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
-                 const __nv_bfloat16* cache, int64_t page, int64_t splits, int64_t chunk, float scale, float* o_part,
-                 float* ml_part, cudaStream_t s) {
-  static const bool four = [] {
-    const char* v = std::getenv("TESSERA_KV_MAJOR_STAGES");
-    return v != nullptr && v[0] == '4';
-  }();
-  if (four && static_cast<size_t>(max_smem_optin()) >= Layout<NH, LAT, ROPE, 4>::kSmem)
-    launch<NH, LAT, ROPE, 4>(tokens, heads, q_full, info, tables, cache, page, splits, chunk, scale, o_part, ml_part, s);
-  else
-    launch<NH, LAT, ROPE, 2>(tokens, heads, q_full, info, tables, cache, page, splits, chunk, scale, o_part, ml_part, s);
-}
-
 }  // namespace
 
 bool mla_attend_kv_major_supported(int64_t latent, int64_t rope) {
   return (latent == 512 && rope == 64) || (latent == 64 && rope == 16);
 }
 
-// The smallest configuration's need (two stages): what the GPU must offer for the kernel to run.
+// What the GPU must offer for the kernel to run.
 int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope) {
   if (latent == 512 && rope == 64)
-    return heads <= 8 ? Layout<8, 512, 64, 2>::kSmem : Layout<16, 512, 64, 2>::kSmem;
-  return heads <= 8 ? Layout<8, 64, 16, 2>::kSmem : Layout<16, 64, 16, 2>::kSmem;
+    return heads <= 8 ? Layout<8, 512, 64, kStages>::kSmem : Layout<16, 512, 64, kStages>::kSmem;
+  return heads <= 8 ? Layout<8, 64, 16, kStages>::kSmem : Layout<16, 64, 16, kStages>::kSmem;
 }
 
 void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
@@ -381,11 +326,11 @@ void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, in
                                          float scale, float* o_part, float* ml_part, cudaStream_t s) {
   const bool small = heads <= 8;
   if (latent == 512 && rope == 64) {
-    (small ? launch_best<8, 512, 64> : launch_best<16, 512, 64>)(tokens, heads, q_full, info, tables, cache, page,
-                                                               splits, chunk, scale, o_part, ml_part, s);
+    (small ? launch<8, 512, 64> : launch<16, 512, 64>)(tokens, heads, q_full, info, tables, cache, page, splits,
+                                                       chunk, scale, o_part, ml_part, s);
   } else {
-    (small ? launch_best<8, 64, 16> : launch_best<16, 64, 16>)(tokens, heads, q_full, info, tables, cache, page,
-                                                             splits, chunk, scale, o_part, ml_part, s);
+    (small ? launch<8, 64, 16> : launch<16, 64, 16>)(tokens, heads, q_full, info, tables, cache, page, splits,
+                                                     chunk, scale, o_part, ml_part, s);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/mma_primitives.cuh"
 
 namespace tessera::ops::cuda {
 
@@ -18,13 +19,7 @@ constexpr int kTile = 32;    // cache positions per tile (4 warps x 8 = MMA N of
 constexpr int kWarps = 4;
 constexpr int kPad = 8;      // bf16 elements of padding per shared row (keeps 16-byte alignment)
 
-__device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+using mma::mma_bf16;
 
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -92,7 +87,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       a[3] = load_pair(qs + (g + 8) * stride + k0 + 8 + 2 * c);
       b[0] = load_pair(krow + k0 + 2 * c);
       b[1] = load_pair(krow + k0 + 8 + 2 * c);
-      mma_bf16(s, a, b);
+      mma_bf16(s, a, b[0], b[1]);
     }
     // Mask positions past the tile's end.
     const int col0 = warp * 8 + 2 * c;
@@ -164,7 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         hi.y = v0[9 * stride];
         b[0] = *reinterpret_cast<uint32_t*>(&lo);
         b[1] = *reinterpret_cast<uint32_t*>(&hi);
-        mma_bf16(o[j], a, b);
+        mma_bf16(o[j], a, b[0], b[1]);
       }
     }
   }
