@@ -15,6 +15,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "text/template/chat_template.h"
+#include "text/tokenizer/load_util.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace tessera::cli {
@@ -37,15 +38,6 @@ OJson parse_json(const std::string& text, const std::string& where) {
   } catch (const nlohmann::json::exception& e) {
     core::fail("{}: invalid JSON: {}", where, e.what());
   }
-}
-
-// tokenizer_config.json's bos_token / eos_token: a string or an AddedToken object {"content": ...}.
-std::string special_token(const OJson& cfg, const char* key) {
-  if (!cfg.is_object() || !cfg.contains(key)) return {};
-  const auto& v = cfg[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  return {};
 }
 
 bool resolve_sort(const std::string& mode, bool detected) {
@@ -118,12 +110,10 @@ int run(const RenderChatOptions& o) {
   std::string source;
   bool detected_kimi = false;
   if (!o.model.empty()) {
-    const fs::path cfg_path = fs::path(o.model) / "tokenizer_config.json";
-    if (fs::exists(cfg_path)) {
-      const OJson cfg = parse_json(read_all(cfg_path.string()), cfg_path.string());
-      ri.bos_token = special_token(cfg, "bos_token");
-      ri.eos_token = special_token(cfg, "eos_token");
-    }
+    // bos_token / eos_token: a string or an AddedToken object {"content": ...}.
+    const text::TokenizerConfig tc = text::read_tokenizer_config(fs::path(o.model) / "tokenizer_config.json", false);
+    ri.bos_token = tc.bos_token.value_or("");
+    ri.eos_token = tc.eos_token.value_or("");
     detected_kimi = text::model_sorts_tool_keys(o.model);
   }
   if (!o.template_file.empty()) {

@@ -1,31 +1,14 @@
 #include "core/file.h"
 #include "server/served_model.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
+#include "text/tokenizer/load_util.h"
 
 namespace tessera::server {
-namespace {
 
 namespace fs = std::filesystem;
-using OJson = nlohmann::ordered_json;
-
-std::string read_text(const fs::path& p) { return core::read_file(p); }
-
-std::string special_token(const OJson& cfg, const char* key) {
-  if (!cfg.is_object() || !cfg.contains(key)) return {};
-  const auto& v = cfg[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  return {};
-}
-
-}  // namespace
 
 ServedModel load_served_model(const ServedModelOptions& o) {
   ServedModel m;
@@ -37,20 +20,13 @@ ServedModel load_served_model(const ServedModelOptions& o) {
   m.kimi = text::model_sorts_tool_keys(o.model_dir);
   m.default_thinking = m.kimi;  // K2-Thinking / K2.5 think by default; DeepSeek V3.x does not
 
-  const fs::path cfg_path = o.model_dir / "tokenizer_config.json";
-  if (fs::exists(cfg_path)) {
-    try {
-      const OJson cfg = OJson::parse(read_text(cfg_path));
-      m.bos_token = special_token(cfg, "bos_token");
-      m.eos_token = special_token(cfg, "eos_token");
-    } catch (const nlohmann::json::exception& e) {
-      core::fail("{}: invalid JSON: {}", cfg_path.string(), e.what());
-    }
-  }
+  const text::TokenizerConfig tc = text::read_tokenizer_config(o.model_dir / "tokenizer_config.json", false);
+  m.bos_token = tc.bos_token.value_or("");
+  m.eos_token = tc.eos_token.value_or("");
   text::ChatTemplateOptions topts;
   topts.sort_tool_keys = m.kimi;
   if (!o.chat_template_file.empty()) {
-    const std::string src = read_text(o.chat_template_file);
+    const std::string src = core::read_file(o.chat_template_file);
     m.chat_template = std::make_unique<text::ChatTemplate>(src, topts);
     m.chat_template_tools = std::make_unique<text::ChatTemplate>(src, topts);
   } else {
