@@ -305,9 +305,10 @@ class CudaOps final : public Ops {
       return;
     }
     const int64_t inter = experts[0].gate.out;
-    const bool uniform = std::all_of(experts.begin(), experts.end(), [&](const ExpertWeights& e) {
+    auto routed_shape = [&](const ExpertWeights& e) {
       return e.gate.out == inter && e.up.out == inter && e.down.in == inter && e.gate.in == H && e.down.out == H;
-    });
+    };
+    const bool uniform = std::all_of(experts.begin(), experts.end(), routed_shape);
     const bool grouped = forced_.moe != "per-expert" && uniform && moe_grouped_supported(H, inter, E) &&
                          (forced_.moe == "grouped" || T <= kGroupedMoeMaxTokens);
     TESSERA_CHECK(grouped || forced_.moe != "grouped",
@@ -320,9 +321,7 @@ class CudaOps final : public Ops {
     }
     // The shared expert rides along as expert E in a last slot of weight 1 when it has the routed
     // experts' shape (one shared expert): its weights are read in the same kernels.
-    const bool fold = shared != nullptr && shared->gate.out == inter && shared->up.out == inter &&
-                      shared->down.in == inter && shared->gate.in == H && shared->down.out == H &&
-                      moe_grouped_supported(H, inter, E + 1);
+    const bool fold = shared != nullptr && routed_shape(*shared) && moe_grouped_supported(H, inter, E + 1);
     const ExpertTable& table = expert_table(experts, fold ? shared : nullptr);
     Tensor ids_used = ids, weights_used = weights;
     int64_t K = ids.dim(1);
@@ -343,8 +342,8 @@ class CudaOps final : public Ops {
     const int64_t splits = moe_grouped_gate_up_splits(P, H);
     Tensor part = alloc(DType::kF32, {2 * splits * P * inter});
     int32_t* m = ptr<int32_t>(meta);
-    MoeGroupedScratch scratch{m,          m + EE + 1, m + 2 * EE + 1,     m + 2 * EE + 2, ptr<__nv_bfloat16>(act),
-                              ptr<float>(y), ptr<float>(part)};
+    MoeGroupedScratch scratch{m, m + EE + 1, m + 2 * EE + 1, m + 2 * EE + 2, ptr<__nv_bfloat16>(act), ptr<float>(y),
+                              ptr<float>(part)};
     launch_moe_grouped(ptr<__nv_bfloat16>(xb), T, H, ptr<int32_t>(ids_used), ptr<float>(weights_used), K, EE,
                        table.gate, table.up, table.down, inter, scratch, ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
