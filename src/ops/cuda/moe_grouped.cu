@@ -35,10 +35,12 @@ __device__ inline void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Read-only, not kept in L1: weights are streamed once.
+// Read-only, not kept in L1: weights are streamed once. Volatile: a plain asm counts as free of
+// side effects, and the compiler speculated it one 32-wide chunk past the end of the K loop, a
+// 16-byte read past the last weight row (an illegal address whenever the row ended a mapping).
 __device__ inline uint4 load_stream(const __nv_bfloat16* p) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
