@@ -95,7 +95,9 @@ TEST_F(CudaOpsTest, RmsNormIncludingColumnRangesInPlace) {
 
 TEST_F(CudaOpsTest, LinearOverShapes) {
   for (auto [T, out, in] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {1, 64, 64}, {3, 1024, 256}, {17, 80, 256}, {128, 512, 1536}, {1, 7, 13}}) {
+           {1, 64, 64}, {3, 1024, 256}, {17, 80, 256}, {128, 512, 1536}, {1, 7, 13},
+           // <= 4 tokens, K a multiple of 256: matrix-vector kernels, K split over warps when narrow
+           {1, 576, 7168}, {2, 1536, 2048}, {4, 12, 512}, {1, 2048, 768}}) {
     HostWeight w = bf16_weight(out, in);
     auto wg = gpu_->upload_linear(w.w);
     auto xv = random(T * in);
@@ -138,56 +140,60 @@ TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
       int64_t cached, fresh;
     };
     // Decode tokens at many context lengths (partial tiles, several tiles, a context long enough to
-    // be split), mixed with prefill chunks with and without a cached prefix.
-    const std::vector<Seq> seqs = {{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {1500, 1}, {31, 1}};
-    int64_t pages = 0;
-    for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
-    Tensor cache_c = cpu_.empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kF32);
-    Tensor cache_g = gpu_->empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kBF16);
-    ops::KvLayerView kc{cache_c, page}, kg{cache_g, page};
-    std::vector<int32_t> order(static_cast<size_t>(pages));
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng_);
-    std::vector<std::vector<int32_t>> tables;
-    size_t next = 0;
-    for (const auto& s : seqs) {
-      std::vector<int32_t> t;
-      for (int64_t p = 0; p < (s.cached + s.fresh + page - 1) / page; ++p) t.push_back(order[next++]);
-      tables.push_back(t);
-    }
-    // Write each sequence's cached prefix, then the step's new tokens.
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      if (seqs[i].cached == 0) continue;
-      auto lat = random(seqs[i].cached * entry);
-      ops::AttentionSeq a{0, seqs[i].cached, 0, tables[i]};
-      cpu_.kv_cache_write(kc, cpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
-      gpu_->kv_cache_write(kg, gpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
-    }
-    std::vector<ops::AttentionSeq> step;
-    int64_t T = 0;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      step.push_back({T, seqs[i].fresh, seqs[i].cached, tables[i]});
-      T += seqs[i].fresh;
-    }
-    auto lat = random(T * entry);
-    cpu_.kv_cache_write(kc, cpu({T, entry}, lat), step);
-    gpu_->kv_cache_write(kg, gpu({T, entry}, lat), step);
-    HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
-    auto kv_b_g = gpu_->upload_linear(kv_b.w);
-    auto qv = random(T * heads * (nope + rope));
-    ops::MlaDims dims{heads, nope, rope, v, latent, 0.14f};
-    Tensor oc = cpu_.empty({T, heads * v});
-    cpu_.mla_attention(cpu({T, heads * (nope + rope)}, qv), kc, kv_b.w, dims, step, oc);
-    // The fp32 CUDA-core kernel differs from the CPU only in summation order; the tensor-core
-    // kernel also rounds the (absorbed, scaled) query and the probabilities to bf16 (~2^-9 each).
-    for (const auto& [kernel, tol] :
-         {std::pair<std::string, double>{"cuda-core", 1e-4}, {"mma", 1e-2}, {"kv-major", 1e-2}}) {
-      if (kernel == "kv-major" && !ops::cuda::mla_kv_major_supported(latent, rope)) continue;
-      auto backend = ops::cuda::make_cuda_ops("mla=" + kernel);
-      ops::KvLayerView kv{cache_g, page};
-      Tensor og = backend->empty({T, heads * v});
-      backend->mla_attention(gpu({T, heads * (nope + rope)}, qv), kv, kv_b_g, dims, step, og);
-      expect_close(oc, og, tol, "mla_attention " + kernel + " latent " + std::to_string(latent));
+    // be split), mixed with prefill chunks with and without a cached prefix; then a decode step of
+    // three tokens (the matrix-vector W_UK / W_UV path at latent 512).
+    for (const auto& seqs : {std::vector<Seq>{{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {1500, 1}, {31, 1}},
+                             std::vector<Seq>{{70, 1}, {1500, 1}, {4000, 1}}}) {
+      int64_t pages = 0;
+      for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
+      Tensor cache_c = cpu_.empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kF32);
+      Tensor cache_g = gpu_->empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kBF16);
+      ops::KvLayerView kc{cache_c, page}, kg{cache_g, page};
+      std::vector<int32_t> order(static_cast<size_t>(pages));
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng_);
+      std::vector<std::vector<int32_t>> tables;
+      size_t next = 0;
+      for (const auto& s : seqs) {
+        std::vector<int32_t> t;
+        for (int64_t p = 0; p < (s.cached + s.fresh + page - 1) / page; ++p) t.push_back(order[next++]);
+        tables.push_back(t);
+      }
+      // Write each sequence's cached prefix, then the step's new tokens.
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        if (seqs[i].cached == 0) continue;
+        auto lat = random(seqs[i].cached * entry);
+        ops::AttentionSeq a{0, seqs[i].cached, 0, tables[i]};
+        cpu_.kv_cache_write(kc, cpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
+        gpu_->kv_cache_write(kg, gpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
+      }
+      std::vector<ops::AttentionSeq> step;
+      int64_t T = 0;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        step.push_back({T, seqs[i].fresh, seqs[i].cached, tables[i]});
+        T += seqs[i].fresh;
+      }
+      auto lat = random(T * entry);
+      cpu_.kv_cache_write(kc, cpu({T, entry}, lat), step);
+      gpu_->kv_cache_write(kg, gpu({T, entry}, lat), step);
+      HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
+      auto kv_b_g = gpu_->upload_linear(kv_b.w);
+      auto qv = random(T * heads * (nope + rope));
+      ops::MlaDims dims{heads, nope, rope, v, latent, 0.14f};
+      Tensor oc = cpu_.empty({T, heads * v});
+      cpu_.mla_attention(cpu({T, heads * (nope + rope)}, qv), kc, kv_b.w, dims, step, oc);
+      // The fp32 CUDA-core kernel differs from the CPU only in summation order; the tensor-core
+      // kernel also rounds the (absorbed, scaled) query and the probabilities to bf16 (~2^-9 each).
+      for (const auto& [kernel, tol] :
+           {std::pair<std::string, double>{"cuda-core", 1e-4}, {"mma", 1e-2}, {"kv-major", 1e-2}}) {
+        if (kernel == "kv-major" && !ops::cuda::mla_kv_major_supported(latent, rope)) continue;
+        auto backend = ops::cuda::make_cuda_ops("mla=" + kernel);
+        ops::KvLayerView kv{cache_g, page};
+        Tensor og = backend->empty({T, heads * v});
+        backend->mla_attention(gpu({T, heads * (nope + rope)}, qv), kv, kv_b_g, dims, step, og);
+        expect_close(oc, og, tol,
+                     "mla_attention " + kernel + " latent " + std::to_string(latent) + " tokens " + std::to_string(T));
+      }
     }
   }
 }
@@ -266,7 +272,12 @@ TEST_F(CudaOpsTest, MoeExpertsGroupedKernelsOverShapes) {
     int64_t shared_inter;  // 0: no shared expert; I: runs beside the routed ones; other: separately
   };
   for (const Case c : {Case{1, 40, 8, 512, 96, 96}, Case{16, 40, 8, 512, 96, 0}, Case{300, 12, 4, 256, 64, 64},
-                       Case{128, 64, 8, 1024, 256, 256}, Case{3, 16, 4, 256, 64, 128}}) {
+                       Case{128, 64, 8, 1024, 256, 256}, Case{3, 16, 4, 256, 64, 128},
+                       // <= 4 tokens with widths that are multiples of 256: the matrix-vector kernels
+                       Case{1, 40, 8, 512, 256, 256}, Case{2, 24, 6, 768, 512, 0}, Case{4, 64, 8, 256, 256, 512},
+                       Case{3, 12, 4, 512, 256, 256},
+                       // more tokens: experts with <= 4 pairs on the matrix-vector kernels, the rest on MMAs
+                       Case{16, 24, 6, 512, 256, 256}, Case{40, 64, 8, 256, 512, 0}}) {
     std::vector<HostWeight> keep;
     std::vector<ops::ExpertWeights> ec, eg;
     for (int64_t e = 0; e < c.E; ++e) {

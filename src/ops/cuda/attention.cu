@@ -140,12 +140,18 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
 }
 
 // Merges the splits' partials: o = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s. The per-split
-// factors are computed once into shared memory (splits <= kMaxSplits).
+// factors are computed once into shared memory (splits <= kMaxSplits). A block covers 128 output
+// columns of one (token, head) as 32 float4 columns x 4 groups of splits (a block per (token, head)
+// left a batch-1 step with 64 blocks reading 8 MB of partials).
 constexpr int kMaxSplits = 128;
-__global__ void combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
-                               float* o_lat) {
+constexpr int kCombineCols = 32;   // float4 columns a block covers
+constexpr int kCombineGroups = 4;  // groups of splits a column is summed in
+__global__ void __launch_bounds__(kCombineCols * kCombineGroups)
+    combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
+                   float* o_lat) {
   __shared__ float m_s[kMaxSplits], f_s[kMaxSplits];
   __shared__ float inv_s;
+  __shared__ float4 red[kCombineGroups][kCombineCols];
   const int t = blockIdx.x, h = blockIdx.y;
   auto slot = [&](int s) { return (static_cast<int64_t>(s) * tokens + t) * heads + h; };
   for (int s = threadIdx.x; s < splits; s += blockDim.x) m_s[s] = ml_part[2 * slot(s)];
@@ -163,30 +169,48 @@ __global__ void combine_kernel(const float* o_part, const float* ml_part, int sp
   const float inv = inv_s;
   float* dst = o_lat + (static_cast<int64_t>(t) * heads + h) * latent;
   if (latent % 4 == 0) {
-    // A float4 of the output per thread, eight splits' loads in flight at a time.
+    const int col = threadIdx.x % kCombineCols, grp = threadIdx.x / kCombineCols;
+    const int d4 = static_cast<int>(blockIdx.z) * kCombineCols + col;
+    // Group grp sums splits grp, grp + 4, ..., eight loads in flight at a time.
     constexpr int kBatch = 8;
-    for (int d4 = threadIdx.x; d4 < latent / 4; d4 += blockDim.x) {
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int s0 = 0; s0 < splits; s0 += kBatch) {
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (d4 < latent / 4) {
+      for (int s0 = grp; s0 < splits; s0 += kCombineGroups * kBatch) {
         float4 v[kBatch];
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j)
-          v[j] = s0 + j < splits ? reinterpret_cast<const float4*>(o_part + slot(s0 + j) * latent)[d4]
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int j = 0; j < kBatch; ++j) {
+          const int s = s0 + j * kCombineGroups;
+          v[j] = s < splits ? reinterpret_cast<const float4*>(o_part + slot(s) * latent)[d4]
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
 #pragma unroll
         for (int j = 0; j < kBatch; ++j) {
-          const float f = s0 + j < splits ? f_s[s0 + j] : 0.0f;
+          const int s = s0 + j * kCombineGroups;
+          const float f = s < splits ? f_s[s] : 0.0f;
           acc.x += f * v[j].x;
           acc.y += f * v[j].y;
           acc.z += f * v[j].z;
           acc.w += f * v[j].w;
         }
       }
-      reinterpret_cast<float4*>(dst)[d4] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+    }
+    red[grp][col] = acc;
+    __syncthreads();
+    if (grp == 0 && d4 < latent / 4) {
+      float4 sum = red[0][col];
+      for (int g = 1; g < kCombineGroups; ++g) {
+        sum.x += red[g][col].x;
+        sum.y += red[g][col].y;
+        sum.z += red[g][col].z;
+        sum.w += red[g][col].w;
+      }
+      reinterpret_cast<float4*>(dst)[d4] =
+          make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv);
     }
     return;
   }
-  for (int d = threadIdx.x; d < latent; d += blockDim.x) {
+  const int d = static_cast<int>(blockIdx.z) * kCombineCols * 4 + static_cast<int>(threadIdx.x);
+  if (d < latent) {
     float v = 0.0f;
     for (int s = 0; s < splits; ++s) v += f_s[s] * o_part[slot(s) * latent + d];
     dst[d] = v * inv;
@@ -277,8 +301,9 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
                                                            tables, cache, static_cast<int>(page), scale,
                                                            static_cast<int>(chunk), o_part, ml_part);
   }
-  dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads));
-  combine_kernel<<<cgrid, 128, 0, s>>>(o_part, ml_part, static_cast<int>(splits), static_cast<int>(tokens),
+  dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads),
+             static_cast<unsigned>((latent + 4 * kCombineCols - 1) / (4 * kCombineCols)));
+  combine_kernel<<<cgrid, kCombineCols * kCombineGroups, 0, s>>>(o_part, ml_part, static_cast<int>(splits), static_cast<int>(tokens),
                                        static_cast<int>(heads), static_cast<int>(latent), o_lat);
 }
 

@@ -186,6 +186,13 @@ class CudaOps final : public Ops {
                   "linear {}: input {} / output {} do not fit weight [{}, {}]", w.name, core::shape_str(x.shape()),
                   core::shape_str(out.shape()), w.out, w.in);
     if (T == 0) return;
+    if (gemv_applies(T, w.in, w.out)) {
+      launch_gemv({ptr<float>(x), w.in, 0, ptr<__nv_bfloat16>(w.weight), w.in, 0, ptr<float>(out), w.out, 0,
+                   static_cast<int>(w.in), static_cast<int>(w.out), static_cast<int>(T)},
+                  1, num_sms_, stream_);
+      TESSERA_CUDA_CHECK_LAUNCH();
+      return;
+    }
     Tensor xb = alloc(DType::kBF16, {T, w.in});
     launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), stream_);
     gemm_bf16(ptr<__nv_bfloat16>(w.weight), ptr<__nv_bfloat16>(xb), ptr<float>(out), w.out, T, w.in);
@@ -240,8 +247,18 @@ class CudaOps final : public Ops {
     // the hi and lo bf16 parts of its fp32 input (so only the weights are bf16, as in the fp32
     // path, which keeps every product on CUDA cores).
     const bool gemms = kernel != MlaKernel::kCudaCore;
+    // A few decode tokens: W_UK and W_UV as matrix-vector kernels (gemv.cu) on the fp32 inputs.
+    const bool gemv = gemms && gemv_transposed_applies(T, d.latent) && gemv_applies(T, d.latent, d.v);
     Tensor q_full = alloc(DType::kF32, {T, H, entry});
-    if (gemms) {
+    if (gemv) {
+      // q_full[t, h, :latent] = Σ_n q_nope[t, h, n] · W_UK[h][n, :].
+      launch_gemv_transposed({ptr<float>(q), H * qk, qk, kv_b_w, d.latent, (d.nope + d.v) * d.latent,
+                              ptr<float>(q_full), H * entry, entry, static_cast<int>(d.nope),
+                              static_cast<int>(d.latent), static_cast<int>(T)},
+                             H, stream_);
+      TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(ptr<float>(q_full) + d.latent, entry * 4, ptr<float>(q) + d.nope, qk * 4,
+                                           d.rope * 4, T * H, cudaMemcpyDeviceToDevice, stream_));
+    } else if (gemms) {
       // q_full[t, h, :latent] = q_nope[t, h] · W_UK[h], W_UK[h] = kv_b rows [h(nope+v), h(nope+v)+nope).
       Tensor qb = alloc(DType::kBF16, {2, T, H * qk});
       __nv_bfloat16* q_hi = ptr<__nv_bfloat16>(qb);
@@ -263,7 +280,13 @@ class CudaOps final : public Ops {
     launch_mla_attend(ptr<float>(q_full), T, H, d.latent, d.rope, meta.info.data<TokenInfo>(),
                       ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, meta.max_visible,
                       splits, d.scale, ptr<float>(o_lat), ptr<float>(scratch), kernel, stream_);
-    if (gemms) {
+    if (gemv) {
+      // out[t, h*v + j] = o_lat[t, h] · W_UV[h][j], W_UV[h] = kv_b rows [h(nope+v)+nope, (h+1)(nope+v)).
+      launch_gemv({ptr<float>(o_lat), H * d.latent, d.latent, kv_b_w + d.nope * d.latent, d.latent,
+                   (d.nope + d.v) * d.latent, ptr<float>(out), H * d.v, d.v, static_cast<int>(d.latent),
+                   static_cast<int>(d.v), static_cast<int>(T)},
+                  H, num_sms_, stream_);
+    } else if (gemms) {
       // out[t, h*v + j] = Σ_l o_lat[t, h, l] · W_UV[h][j, l], W_UV[h] = kv_b rows [h(nope+v)+nope, (h+1)(nope+v)).
       Tensor ob = alloc(DType::kBF16, {2, T, H * d.latent});
       __nv_bfloat16* o_hi = ptr<__nv_bfloat16>(ob);
@@ -286,8 +309,19 @@ class CudaOps final : public Ops {
                   "cuda moe_route: at most 1024 experts in 64 groups and 32 experts per token (got {}, {}, {})",
                   cfg.experts, cfg.groups, cfg.top_k);
     Tensor logits = alloc(DType::kF32, {T, cfg.experts});
-    launch_router_logits(ptr<float>(x), T, x.dim(1), ptr<__nv_bfloat16>(gate.weight), cfg.experts, ptr<float>(logits),
-                         stream_);
+    const int64_t H = x.dim(1);
+    if (T <= kRouterKernelMaxTokens) {
+      launch_router_logits(ptr<float>(x), T, H, ptr<__nv_bfloat16>(gate.weight), cfg.experts, ptr<float>(logits),
+                           stream_);
+    } else {
+      // logits = (x_hi + x_lo) · Wᵀ on tensor cores: x = hi + lo to ~2^-17, each product exact in fp32.
+      Tensor xs = alloc(DType::kBF16, {2, T, H});
+      __nv_bfloat16* hi = ptr<__nv_bfloat16>(xs);
+      launch_f32_to_bf16_split(ptr<float>(x), hi, hi + T * H, x.numel(), stream_);
+      const GemmShape g{true, cfg.experts, T, H, H, H, cfg.experts, 1, 0, 0, 0};
+      gemm_bf16_strided(g, ptr<__nv_bfloat16>(gate.weight), hi, ptr<float>(logits));
+      gemm_bf16_strided(g, ptr<__nv_bfloat16>(gate.weight), hi + T * H, ptr<float>(logits), 1.0f);
+    }
     launch_router_select(ptr<float>(logits), ptr<float>(bias), T, cfg.experts, cfg.top_k, cfg.groups, cfg.top_groups,
                          cfg.normalize, cfg.scaling, ptr<int32_t>(ids), ptr<float>(weights), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -339,7 +373,7 @@ class CudaOps final : public Ops {
     Tensor meta = alloc(DType::kI32, {2 * EE + 2 + P});
     Tensor act = alloc(DType::kBF16, {P, inter});
     Tensor y = alloc(DType::kF32, {P, H});
-    const int64_t splits = moe_grouped_gate_up_splits(P, H);
+    const int64_t splits = moe_grouped_gate_up_splits(T, P, H, inter);
     Tensor part = alloc(DType::kF32, {2 * splits * P * inter});
     int32_t* m = ptr<int32_t>(meta);
     MoeGroupedScratch scratch{m, m + EE + 1, m + 2 * EE + 1, m + 2 * EE + 2, ptr<__nv_bfloat16>(act), ptr<float>(y),

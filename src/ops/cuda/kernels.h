@@ -78,6 +78,9 @@ void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t 
 
 // --- moe.cu ---
 // logits[t, e] = x[t] · W[e] (fp32 accumulate over bf16 weights and fp32 activations).
+// Steps of at most this many tokens compute router logits with launch_router_logits; more go
+// through two bf16 GEMMs over the hi and lo parts of x (fp32 products of the bf16 weights).
+constexpr int64_t kRouterKernelMaxTokens = 8;
 void launch_router_logits(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
                           float* logits, cudaStream_t s);
 // Sigmoid, bias for selection, group-limited top-k, normalisation, scaling (spec §3.1).
@@ -102,7 +105,7 @@ struct MoeGroupedScratch {
 void launch_moe_append_slot(const int32_t* ids, const float* weights, int64_t tokens, int64_t top_k, int64_t extra_id,
                             int32_t* ext_ids, float* ext_weights, cudaStream_t s);
 // Slices of the hidden dimension the gate/up kernel splits into for `pairs` (token, expert) pairs.
-int64_t moe_grouped_gate_up_splits(int64_t pairs, int64_t hidden);
+int64_t moe_grouped_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter);
 // Shapes the grouped kernels take (16-byte loads over 32-wide K chunks; one block sorts the pairs).
 bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts);
 // out[t] = Σ_k weights[t, k] · Expert_{ids[t, k]}(x[t]) with no host round trip: x [tokens, hidden]
@@ -112,5 +115,40 @@ void launch_moe_grouped(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
                         const float* weights, int64_t top_k, int64_t experts, const __nv_bfloat16* const* gate_w,
                         const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
                         const MoeGroupedScratch& scratch, float* out, cudaStream_t s);
+
+// --- gemv.cu ---
+// Steps of at most this many tokens run dense projections as matrix-vector kernels.
+constexpr int64_t kGemvMaxTokens = 2;
+// One batch b of `tokens` rows: x (fp32) at x + b * x_batch + t * x_row; W (bf16) at
+// w + b * w_batch, row i at + i * w_row; out (fp32) at out + b * out_batch + t * out_row.
+struct GemvArgs {
+  const float* x;
+  int64_t x_row, x_batch;
+  const __nv_bfloat16* w;
+  int64_t w_row, w_batch;
+  float* out;
+  int64_t out_row, out_batch;
+  int k, n, tokens;
+};
+// out[t, i] = Σ_c x[t, c] · W[i, c] for i < n, c < k (k a multiple of 256, n of 4).
+bool gemv_applies(int64_t tokens, int64_t k, int64_t n);
+void launch_gemv(const GemvArgs& g, int64_t batch, int num_sms, cudaStream_t s);
+// out[t, l] = Σ_i x[t, i] · W[i, l] for l < n, i < k (n a multiple of 256).
+bool gemv_transposed_applies(int64_t tokens, int64_t n_cols);
+void launch_gemv_transposed(const GemvArgs& g, int64_t batch, cudaStream_t s);
+
+// --- moe_gemv.cu ---
+// Experts with at most this many (token, slot) pairs run as matrix-vector kernels when the shapes
+// allow (hidden and moe_intermediate multiples of 256).
+constexpr int kMoeGemvMaxPairs = 4;
+bool moe_gemv_supported(int64_t hidden, int64_t inter);
+// Over the pairs permuted into `scratch`, for the experts with at most max_pairs pairs:
+// gate/up writes scratch.act = silu(x·Wgᵀ)·(x·Wuᵀ) directly, down writes scratch.y.
+// expert_slots = the grid's expert dimension (at least the number of active experts).
+void launch_moe_gemv_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top_k, const MoeGroupedScratch& scratch,
+                             unsigned expert_slots, int max_pairs, const __nv_bfloat16* const* gate_w,
+                             const __nv_bfloat16* const* up_w, int64_t inter, cudaStream_t s);
+void launch_moe_gemv_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& scratch, unsigned expert_slots,
+                          int max_pairs, const __nv_bfloat16* const* down_w, int64_t inter, cudaStream_t s);
 
 }  // namespace tessera::ops::cuda

@@ -1,6 +1,7 @@
 // MoE router kernels (spec §3.1): fp32 logits of bf16 router weights, sigmoid scores, correction
 // bias for selection only, group-limited top-k, normalised and scaled weights of the unbiased scores.
 #include <cfloat>
+#include <type_traits>
 
 #include "ops/cuda/kernels.h"
 
@@ -8,61 +9,95 @@ namespace tessera::ops::cuda {
 
 namespace {
 
-// Blocks over (8 tokens, 8 experts), a warp per expert row: each 16-byte piece of the router
-// weights is read once for up to 8 tokens (fp32 activations, as the reference computes the router
-// in fp32), and even one token spreads the weights over many SMs.
+// Blocks over (8 tokens, 2 experts); four warps split each expert row, so that one token spreads
+// the 5.5 MB of Kimi-K2.5's router over 192 blocks and a warp has all of its 16-byte pieces (7 at
+// hidden 7168) in flight at once: a load at a time would put a memory latency in front of every
+// 512 bytes. Each piece is read once for up to 8 tokens (fp32 activations: the reference computes
+// the router in fp32). Steps of more tokens use the split-bf16 GEMM path (cuda_ops.cpp).
 constexpr int kRouterTokens = 8;
-__global__ void router_logits_kernel(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w,
-                                     int64_t experts, float* logits) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int64_t e = static_cast<int64_t>(blockIdx.y) * warps + warp;
-  if (e >= experts) return;
+constexpr int kSliceWarps = 4;       // warps splitting one expert row
+constexpr int kExpertsPerBlock = 2;  // 8 warps a block
+constexpr int kAhead = 8;            // 16-byte pieces a lane loads before using them
+__global__ void __launch_bounds__(kSliceWarps* kExpertsPerBlock * 32)
+    router_logits_kernel(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w,
+                         int64_t experts, float* logits) {
+  __shared__ float part[kExpertsPerBlock][kSliceWarps][kRouterTokens];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int slot = warp / kSliceWarps, slice = warp % kSliceWarps;
+  const int64_t e = static_cast<int64_t>(blockIdx.y) * kExpertsPerBlock + slot;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRouterTokens;
   const int nt = static_cast<int>(tokens - t0 < kRouterTokens ? tokens - t0 : kRouterTokens);
-  const __nv_bfloat16* we = w + e * hidden;
   float acc[kRouterTokens];
 #pragma unroll
   for (int tt = 0; tt < kRouterTokens; ++tt) acc[tt] = 0.0f;
-  if (hidden % 8 == 0) {
-    for (int64_t i = lane * 8; i < hidden; i += 256) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(we + i);
-      const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
-      float wf[8];
+  if (e < experts) {
+    const __nv_bfloat16* we = w + e * hidden;
+    if (hidden % 8 == 0) {
+      // acc[tt] += x[t0 + tt, i .. i + 8) · w[e, i .. i + 8).
+      auto accumulate = [&](const uint4& raw, int64_t i) {
+        const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+        float wf[8];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float2 f = __bfloat1622float2(pair[k]);
-        wf[2 * k] = f.x;
-        wf[2 * k + 1] = f.y;
-      }
+        for (int k = 0; k < 4; ++k) {
+          const float2 f = __bfloat1622float2(pair[k]);
+          wf[2 * k] = f.x;
+          wf[2 * k + 1] = f.y;
+        }
 #pragma unroll
-      for (int tt = 0; tt < kRouterTokens; ++tt) {
-        if (tt >= nt) break;
-        const float4 a = *reinterpret_cast<const float4*>(x + (t0 + tt) * hidden + i);
-        const float4 b = *reinterpret_cast<const float4*>(x + (t0 + tt) * hidden + i + 4);
-        acc[tt] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3] + b.x * wf[4] + b.y * wf[5] + b.z * wf[6] +
-                   b.w * wf[7];
+        for (int tt = 0; tt < kRouterTokens; ++tt) {
+          if (tt >= nt) break;
+          const float4 a = *reinterpret_cast<const float4*>(x + (t0 + tt) * hidden + i);
+          const float4 b = *reinterpret_cast<const float4*>(x + (t0 + tt) * hidden + i + 4);
+          acc[tt] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3] + b.x * wf[4] +
+                     b.y * wf[5] + b.z * wf[6] + b.w * wf[7];
+        }
+      };
+      // Warp `slice` takes the 256-element chunks slice, slice + 4, ...
+      const int64_t chunks = (hidden + 255) / 256;
+      for (int64_t c0 = slice; c0 < chunks; c0 += kSliceWarps * kAhead) {
+        uint4 raw[kAhead];
+#pragma unroll
+        for (int u = 0; u < kAhead; ++u) {
+          const int64_t i = (c0 + u * kSliceWarps) * 256 + lane * 8;
+          raw[u] = i < hidden ? *reinterpret_cast<const uint4*>(we + i) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kAhead; ++u) {
+          const int64_t i = (c0 + u * kSliceWarps) * 256 + lane * 8;
+          if (i < hidden) accumulate(raw[u], i);
+        }
       }
-    }
-  } else {
-    for (int64_t i = lane; i < hidden; i += 32) {
-      const float wv = __bfloat162float(we[i]);
-      for (int tt = 0; tt < nt; ++tt) acc[tt] += x[(t0 + tt) * hidden + i] * wv;
+    } else {
+      for (int64_t i = slice * 32 + lane; i < hidden; i += 32 * kSliceWarps) {
+        const float wv = __bfloat162float(we[i]);
+        for (int tt = 0; tt < nt; ++tt) acc[tt] += x[(t0 + tt) * hidden + i] * wv;
+      }
     }
   }
 #pragma unroll
   for (int tt = 0; tt < kRouterTokens; ++tt) {
     float v = acc[tt];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0 && tt < nt) logits[(t0 + tt) * experts + e] = v;
+    if (lane == 0) part[slot][slice][tt] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < kExpertsPerBlock * kRouterTokens) {
+    const int s = threadIdx.x / kRouterTokens, tt = threadIdx.x % kRouterTokens;
+    const int64_t es = static_cast<int64_t>(blockIdx.y) * kExpertsPerBlock + s;
+    if (es < experts && tt < nt) {
+      float v = 0.0f;
+      for (int k = 0; k < kSliceWarps; ++k) v += part[s][k][tt];
+      logits[(t0 + tt) * experts + es] = v;
+    }
   }
 }
 
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxGroups = 64;
 
-// One warp per token: sigmoid scores and biased scores in shared memory, group scores (sum of each
-// group's top two) and the top-k by warp-wide arg-max reductions. Ties go to the lower index, as in
-// the CPU reference.
+// One warp per token: sigmoid scores and biased scores, group scores (sum of each group's top two)
+// and the top-k by warp-wide arg-max reductions. Ties go to the lower index, as in the CPU
+// reference.
 constexpr int kSelectWarps = 4;
 
 struct Best {
@@ -83,38 +118,51 @@ __device__ inline Best warp_best(Best b) {
   return b;
 }
 
+// Lane l holds experts l, l + 32, ... (kPerLane of them, >= experts / 32) in registers, with
+// compile-time indices only, so every load of the scores is in flight at once and no pick waits on
+// shared memory. kPerLane is a template parameter because the code runs once per step, from a cold
+// instruction cache: a 1024-expert body for 384 experts cost more in instruction fetches than in
+// work (so is kGrouped: Kimi routes over one group and skips that part).
+template <int kPerLane, bool kGrouped>
 __global__ void __launch_bounds__(kSelectWarps * 32)
-    router_select_kernel(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k,
-                         int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
-                         float* weights) {
-  __shared__ float biased_s[kSelectWarps][kMaxExperts];
-  __shared__ float score_s[kSelectWarps][kMaxExperts];  // unbiased sigmoid scores
+    router_select_kernel(const float* logits, const float* bias, int64_t tokens, int64_t experts,
+                         int64_t top_k, int64_t groups, int64_t top_groups, bool normalize,
+                         float scaling, int32_t* ids, float* weights) {
   __shared__ float gscore_s[kSelectWarps][kMaxGroups];
   __shared__ bool gkeep_s[kSelectWarps][kMaxGroups];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = blockIdx.x * static_cast<int64_t>(kSelectWarps) + warp;
   if (t >= tokens) return;
-  float* biased = biased_s[warp];
   const float* l = logits + t * experts;
   const int E = static_cast<int>(experts);
-  float* score = score_s[warp];
-  for (int e = lane; e < E; e += 32) {
-    score[e] = 1.0f / (1.0f + expf(-l[e]));
-    biased[e] = score[e] + bias[e];
+  float score[kPerLane], biased[kPerLane];  // unbiased sigmoid scores; biased ones, -inf once taken
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int e = lane + 32 * j;
+    const float lv = e < E ? l[e] : 0.0f, bv = e < E ? bias[e] : 0.0f;
+    score[j] = 1.0f / (1.0f + expf(-lv));
+    biased[j] = e < E ? score[j] + bv : -INFINITY;
   }
-  __syncwarp();
-  if (groups > 1) {
+  if constexpr (kGrouped) {
     const int G = static_cast<int>(groups), per_group = E / G;
     for (int g = 0; g < G; ++g) {
       // Top two of the group: the best, then the best of the rest.
       Best b1{-FLT_MAX, -1};
-      for (int e = g * per_group + lane; e < (g + 1) * per_group; e += 32) b1 = better(b1, Best{biased[e], e});
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int e = lane + 32 * j;
+        if (e < E && e / per_group == g) b1 = better(b1, Best{biased[j], e});
+      }
       b1 = warp_best(b1);
       Best b2{-FLT_MAX, -1};
-      for (int e = g * per_group + lane; e < (g + 1) * per_group; e += 32)
-        if (e != b1.i) b2 = better(b2, Best{biased[e], e});
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int e = lane + 32 * j;
+        if (e < E && e / per_group == g && e != b1.i) b2 = better(b2, Best{biased[j], e});
+      }
       b2 = warp_best(b2);
-      if (lane == 0) gscore_s[warp][g] = (b1.i >= 0 ? b1.v : -FLT_MAX) + (b2.i >= 0 ? b2.v : -FLT_MAX);
+      if (lane == 0)
+        gscore_s[warp][g] = (b1.i >= 0 ? b1.v : -FLT_MAX) + (b2.i >= 0 ? b2.v : -FLT_MAX);
     }
     __syncwarp();
     // Keep the top_groups groups (ties: lower group first); lanes own groups lane, lane + 32.
@@ -131,23 +179,30 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
     for (int j = 0; j < 2; ++j)
       if (lane + 32 * j < G) gkeep_s[warp][lane + 32 * j] = keep[j];
     __syncwarp();
-    for (int e = lane; e < E; e += 32)
-      if (!gkeep_s[warp][e / per_group]) biased[e] = -FLT_MAX;
-    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int e = lane + 32 * j;
+      if (e < E && !gkeep_s[warp][e / per_group]) biased[j] = -FLT_MAX;
+    }
   }
   // Lane k keeps the k-th choice (top_k <= 32); the sum runs in selection order, as on the CPU.
   float sum = 0.0f, my_score = 0.0f;
   int my_id = 0;
   for (int k = 0; k < static_cast<int>(top_k); ++k) {
     Best b{-INFINITY, -1};
-    for (int e = lane; e < E; e += 32)
-      if (biased[e] != -INFINITY) b = better(b, Best{biased[e], e});
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j)
+      if (biased[j] != -INFINITY) b = better(b, Best{biased[j], lane + 32 * j});
     b = warp_best(b);
     const int arg = b.i >= 0 ? b.i : 0;
-    const float sc = score[arg];
-    __syncwarp();
-    if (lane == (arg & 31)) biased[arg] = -INFINITY;  // taken
-    __syncwarp();
+    float mine = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j)
+      if (lane + 32 * j == arg) {
+        mine = score[j];
+        biased[j] = -INFINITY;  // taken
+      }
+    const float sc = __shfl_sync(0xffffffffu, mine, arg & 31);
     if (lane == k) {
       my_id = arg;
       my_score = sc;
@@ -167,16 +222,33 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
 void launch_router_logits(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
                           float* logits, cudaStream_t s) {
   if (tokens == 0) return;
-  dim3 grid(static_cast<unsigned>((tokens + kRouterTokens - 1) / kRouterTokens), static_cast<unsigned>((experts + 7) / 8));
-  router_logits_kernel<<<grid, 256, 0, s>>>(x, tokens, hidden, w, experts, logits);
+  dim3 grid(static_cast<unsigned>((tokens + kRouterTokens - 1) / kRouterTokens),
+            static_cast<unsigned>((experts + kExpertsPerBlock - 1) / kExpertsPerBlock));
+  router_logits_kernel<<<grid, kSliceWarps * kExpertsPerBlock * 32, 0, s>>>(x, tokens, hidden, w, experts, logits);
 }
 
 void launch_router_select(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k,
                           int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
                           float* weights, cudaStream_t s) {
   if (tokens == 0) return;
-  router_select_kernel<<<static_cast<unsigned>((tokens + kSelectWarps - 1) / kSelectWarps), kSelectWarps * 32, 0, s>>>(
-      logits, bias, tokens, experts, top_k, groups, top_groups, normalize, scaling, ids, weights);
+  const unsigned blocks = static_cast<unsigned>((tokens + kSelectWarps - 1) / kSelectWarps);
+  auto run = [&](auto per_lane) {
+    constexpr int kPerLane = decltype(per_lane)::value;
+    auto kernel = groups > 1 ? router_select_kernel<kPerLane, true> : router_select_kernel<kPerLane, false>;
+    kernel<<<blocks, kSelectWarps * 32, 0, s>>>(logits, bias, tokens, experts, top_k, groups, top_groups, normalize,
+                                                scaling, ids, weights);
+  };
+  if (experts <= 4 * 32) {
+    run(std::integral_constant<int, 4>{});
+  } else if (experts <= 8 * 32) {
+    run(std::integral_constant<int, 8>{});
+  } else if (experts <= 12 * 32) {
+    run(std::integral_constant<int, 12>{});
+  } else if (experts <= 16 * 32) {
+    run(std::integral_constant<int, 16>{});
+  } else {
+    run(std::integral_constant<int, kMaxExperts / 32>{});
+  }
 }
 
 }  // namespace tessera::ops::cuda

@@ -13,8 +13,10 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/stream_load.cuh"
 
 namespace tessera::ops::cuda {
 
@@ -33,17 +35,6 @@ __device__ inline void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Read-only, not kept in L1: weights are streamed once. Volatile: a plain asm counts as free of
-// side effects, and the compiler speculated it one 32-wide chunk past the end of the K loop, a
-// 16-byte read past the last weight row (an illegal address whenever the row ended a mapping).
-__device__ inline uint4 load_stream(const __nv_bfloat16* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
 }
 
 __device__ inline uint4 load_or_zero(const __nv_bfloat16* p) {
@@ -125,17 +116,26 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                           const int32_t* __restrict__ sorted, const int32_t* __restrict__ offsets,
                           const int32_t* __restrict__ active, const int32_t* __restrict__ num_active,
                           const __nv_bfloat16* const* __restrict__ w, int n_dim, float* __restrict__ out,
-                          int64_t out_slice) {
+                          int64_t out_slice, int min_pairs) {
   if (static_cast<int>(blockIdx.y) >= *num_active) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int n0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
   if (n0 >= n_dim) return;
   const int e = active[blockIdx.y];
   const int begin = offsets[e], end = offsets[e + 1];
+  float* out_z = out + static_cast<int64_t>(blockIdx.z) * out_slice;
+  if (end - begin < min_pairs) {
+    // The matrix-vector kernels take this expert. Gate/up partials are zeroed, so that the finish
+    // kernel reads defined values for its rows (act is rewritten there afterwards).
+    if (!kPairRowsOut)
+      for (int m = begin + g; m < end; m += 8)
+        *reinterpret_cast<float2*>(out_z + static_cast<int64_t>(m) * n_dim + n0 + 2 * c) = make_float2(0.0f, 0.0f);
+    return;
+  }
   const __nv_bfloat16* wr = w[e] + static_cast<int64_t>(n0 + g) * k_dim + 8 * c;
+  const uint64_t policy = l2_evict_first_policy();
   const int k_len = k_dim / static_cast<int>(gridDim.z), k_begin = static_cast<int>(blockIdx.z) * k_len;
   const int k_end = k_begin + k_len;
-  float* out_z = out + static_cast<int64_t>(blockIdx.z) * out_slice;
   auto a_row = [&](int m) { return kTokenRows ? sorted[m] / top_k : m; };
   for (int m0 = begin; m0 < end; m0 += 16) {
     const int m_lo = m0 + g, m_hi = m0 + g + 8;
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
       uint4 b[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wr + k0 + 32 * u);
+      for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wr + k0 + 32 * u, policy);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         mma_chunk(acc, load_or_zero(alo_p ? alo_p + k0 + 32 * u : nullptr),
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     for (; k0 < k_end; k0 += 32)
       mma_chunk(acc, load_or_zero(alo_p ? alo_p + k0 : nullptr), load_or_zero(ahi_p ? ahi_p + k0 : nullptr),
-                load_stream(wr + k0));
+                load_stream(wr + k0, policy));
     // C fragment: rows (pairs) g and g + 8, columns (weight rows) n0 + 2c, n0 + 2c + 1.
     if (m_lo < end) {
       const int64_t r = kPairRowsOut ? sorted[m_lo] : m_lo;
@@ -216,14 +216,49 @@ void launch_moe_append_slot(const int32_t* ids, const float* weights, int64_t to
         ext_weights);
 }
 
-int64_t moe_grouped_gate_up_splits(int64_t pairs, int64_t hidden) {
-  // A decode step of a few tokens has few (expert, row) warps; four hidden slices multiply them.
-  return pairs <= 64 && hidden % (4 * 32) == 0 ? 4 : 1;
+int64_t moe_grouped_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter) {
+  // Few (expert, row) warps, four hidden slices multiply them: a step of few pairs, or one whose
+  // light experts go to the matrix-vector kernels, leaving the tensor cores a handful of heavy ones
+  // (the shared expert alone at batch 16: 32 blocks without the split, 0.3 TB/s).
+  if (hidden % (4 * 32) != 0) return 1;
+  return pairs <= 64 || (moe_gemv_supported(hidden, inter) && tokens > kMoeGemvMaxPairs) ? 4 : 1;
 }
 
 bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts) {
   return experts <= kMaxExperts && hidden % 32 == 0 && inter % 32 == 0;
 }
+
+namespace {
+
+// Gate and up (split over the hidden dimension for few pairs), then the finish kernel, on tensor
+// cores, for the experts with at least min_pairs pairs.
+void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, int64_t top_k,
+                        const MoeGroupedScratch& s, unsigned expert_slots, int min_pairs,
+                        const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w, int64_t inter,
+                        cudaStream_t stream) {
+  const int pairs = static_cast<int>(tokens * top_k);
+  const int64_t splits = moe_grouped_gate_up_splits(tokens, pairs, hidden, inter);
+  const int64_t slice = static_cast<int64_t>(pairs) * inter;
+  dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
+               static_cast<unsigned>(splits));
+  for (int matrix = 0; matrix < 2; ++matrix)
+    expert_project_kernel<true, false><<<gu_grid, kWarpsPerBlock * 32, 0, stream>>>(
+        x, static_cast<int>(hidden), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active,
+        matrix == 0 ? gate_w : up_w, static_cast<int>(inter), s.gate_up_part + matrix * splits * slice, slice,
+        min_pairs);
+  gate_up_finish_kernel<<<static_cast<unsigned>((slice + 255) / 256), 256, 0, stream>>>(
+      s.gate_up_part, s.gate_up_part + splits * slice, static_cast<int>(splits), slice, s.act);
+}
+
+void launch_mma_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, unsigned expert_slots, int min_pairs,
+                     const __nv_bfloat16* const* down_w, int64_t inter, cudaStream_t stream) {
+  dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
+  expert_project_kernel<false, true><<<d_grid, kWarpsPerBlock * 32, 0, stream>>>(
+      s.act, static_cast<int>(inter), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, down_w,
+      static_cast<int>(hidden), s.y, 0, min_pairs);
+}
+
+}  // namespace
 
 void launch_moe_grouped(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, const int32_t* ids,
                         const float* weights, int64_t top_k, int64_t experts, const __nv_bfloat16* const* gate_w,
@@ -235,20 +270,19 @@ void launch_moe_grouped(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
                                          s.sorted);
   // At most min(experts, pairs) experts have work; blocks past *num_active return at once.
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
-  const int64_t splits = moe_grouped_gate_up_splits(pairs, hidden);
-  const int64_t slice = static_cast<int64_t>(pairs) * inter;
-  dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
-               static_cast<unsigned>(splits));
-  for (int matrix = 0; matrix < 2; ++matrix)
-    expert_project_kernel<true, false><<<gu_grid, kWarpsPerBlock * 32, 0, stream>>>(
-        x, static_cast<int>(hidden), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active,
-        matrix == 0 ? gate_w : up_w, static_cast<int>(inter), s.gate_up_part + matrix * splits * slice, slice);
-  gate_up_finish_kernel<<<static_cast<unsigned>((slice + 255) / 256), 256, 0, stream>>>(
-      s.gate_up_part, s.gate_up_part + splits * slice, static_cast<int>(splits), slice, s.act);
-  dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
-  expert_project_kernel<false, true><<<d_grid, kWarpsPerBlock * 32, 0, stream>>>(
-      s.act, static_cast<int>(inter), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, down_w,
-      static_cast<int>(hidden), s.y, 0);
+  // Experts with at most kMoeGemvMaxPairs pairs go to the matrix-vector kernels (moe_gemv.cu), the
+  // others to the tensor-core kernels; a step of at most that many tokens has no other kind. The
+  // order matters: the finish kernel writes act for every pair, the matrix-vector gate/up then
+  // rewrites its experts' rows.
+  const bool gemv = moe_gemv_supported(hidden, inter);
+  const bool mma = !gemv || tokens > kMoeGemvMaxPairs;
+  // (Without the tensor-core kernels the matrix-vector ones take every expert, however many pairs.)
+  const int gemv_max = !gemv ? 0 : mma ? kMoeGemvMaxPairs : std::numeric_limits<int>::max();
+  const int mma_min = gemv ? kMoeGemvMaxPairs + 1 : 0;
+  if (mma) launch_mma_gate_up(x, tokens, hidden, top_k, s, expert_slots, mma_min, gate_w, up_w, inter, stream);
+  if (gemv) launch_moe_gemv_gate_up(x, hidden, top_k, s, expert_slots, gemv_max, gate_w, up_w, inter, stream);
+  if (mma) launch_mma_down(hidden, top_k, s, expert_slots, mma_min, down_w, inter, stream);
+  if (gemv) launch_moe_gemv_down(hidden, top_k, s, expert_slots, gemv_max, down_w, inter, stream);
   dim3 c_grid(static_cast<unsigned>((hidden + 255) / 256), static_cast<unsigned>(tokens));
   combine_kernel<<<c_grid, 256, 0, stream>>>(s.y, ids, weights, static_cast<int>(top_k), static_cast<int>(experts),
                                              static_cast<int>(hidden), out);
