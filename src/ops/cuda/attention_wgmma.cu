@@ -6,11 +6,11 @@
 //                                          latent columns [256 w, 256 w + 256)
 // V is the first 512 columns of the same cache tile, read as a transposed (MN-major) operand.
 // Tiles of 64 cache positions (576 bf16 each, 72 KB) stream through two shared-memory stages with
-// cp.async (the next tile loads while this one is computed); Q (scaled, bf16) stays in shared
-// memory; warpgroup 0 computes S, the online softmax in fp32 (rows spread over the 4 lanes of a
-// quad) and writes P (bf16) for both warpgroups. Shared memory per block: Q 72 KB + 2 x 72 KB of
-// K + 8 KB of P + 256 B + 1 KB alignment slack = 225.25 KB (H100/H200 allow 227 KB a block, so one
-// block per SM; 256 threads). Partials per context split are merged by the combine kernel
+// cp.async, two tiles in flight (a stage is refilled as soon as both warpgroups are done with it);
+// Q (scaled, bf16) stays in shared memory; warpgroup 0 computes S, the online softmax in fp32
+// (rows spread over the 4 lanes of a quad) and writes P (bf16) for both warpgroups. Shared memory
+// per block: Q 72 KB + 2 x 72 KB of K + 8 KB of P + 256 B + 1 KB alignment slack = 225.25 KB
+// (H100/H200 allow 227 KB a block, so one block per SM; 256 threads). Partials per context split are merged by the combine kernel
 // (attention.cu), as for the other decode kernels.
 //
 // Layouts and descriptors: wgmma_primitives.cuh. Register fragments of an m64nN fp32 accumulator
@@ -77,8 +77,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tile >= ntiles || pos >= end) return nullptr;
     return cache + (static_cast<int64_t>(tables[ti.table_offset + pos / page]) * page + pos % page) * kEntry;
   };
-  auto load_tile = [&](const __nv_bfloat16* src, int stage) {
+  // One cp.async group per tile, committed even when the tile is past the end (then empty), so
+  // that "all but the newest group" always means "everything up to this tile".
+  auto load_tile = [&](int tile, const __nv_bfloat16* src, int stage) {
     unsigned char* dst = smem + kKOff + stage * kTileBytes;
+    if (tile < ntiles)
 #pragma unroll
     for (int j = 0; j < kEntry / 8 / 4; ++j) {
       const int v = my_sub + 4 * j;  // 16-byte chunk of the row: column block v / 8, chunk v % 8
@@ -88,8 +91,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     cp_async_commit();
   };
-  if (ntiles > 0) load_tile(row_source(0), 0);
-  const __nv_bfloat16* next_src = row_source(1);
+  // Two tiles in flight from the start: tile t + 2 is issued as soon as tile t's stage is free, so
+  // while a block waits for one tile the next is already on its way (a memory-bound block would
+  // otherwise have only one 72 KB tile outstanding at a time).
+  load_tile(0, row_source(0), 0);
+  load_tile(1, row_source(1), 1);
+  const __nv_bfloat16* next_src = row_source(2);
 
   // Q (pre-scaled, bf16) into the swizzled layout: 64 rows x 144 float4; all of a batch's loads
   // are issued before any is used. Splits past the visible context skip it.
@@ -127,11 +134,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t q_addr = s_base + kQOff, p_addr = s_base + kPOff;
   for (int tile = 0; tile < ntiles; ++tile) {
     const int stage = tile & 1;
-    cp_async_wait<0>();          // this thread's copies of tile `tile` have landed
+    cp_async_wait<1>();          // this thread's copies of tile `tile` have landed (tile + 1 may not have)
     wgmma::fence_proxy_async();  // ... and are visible to wgmma
-    __syncthreads();             // every thread's copies; every warpgroup done with tile - 1 (its stage, P)
-    if (tile + 1 < ntiles) load_tile(next_src, stage ^ 1);
-    next_src = row_source(tile + 2);
+    __syncthreads();             // every thread's copies; every warpgroup done with tile - 1's P
     const uint32_t k_addr = s_base + kKOff + stage * kTileBytes;
 
     if (wg == 0) {
@@ -217,6 +222,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(o);
+    __syncthreads();  // both warpgroups are done with this stage: refill it with tile + 2
+    load_tile(tile + 2, next_src, stage);
+    next_src = row_source(tile + 3);
   }
 
   // Partials: O unnormalised [split, t, h, 512]; m and l per head from warpgroup 0.
