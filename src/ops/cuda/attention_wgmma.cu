@@ -6,12 +6,16 @@
 //                                          latent columns [256 w, 256 w + 256)
 // V is the first 512 columns of the same cache tile, read as a transposed (MN-major) operand.
 // Tiles of 64 cache positions (576 bf16 each, 72 KB) stream through two shared-memory stages with
-// cp.async, two tiles in flight (a stage is refilled as soon as both warpgroups are done with it);
-// Q (scaled, bf16) stays in shared memory; warpgroup 0 computes S, the online softmax in fp32
-// (rows spread over the 4 lanes of a quad) and writes P (bf16) for both warpgroups. Shared memory
-// per block: Q 72 KB + 2 x 72 KB of K + 8 KB of P + 256 B + 1 KB alignment slack = 225.25 KB
-// (H100/H200 allow 227 KB a block, so one block per SM; 256 threads). Partials per context split are merged by the combine kernel
-// (attention.cu), as for the other decode kernels.
+// cp.async, two tiles in flight; Q (scaled, bf16) stays in shared memory. Warpgroup 0 computes S,
+// the online softmax in fp32 (rows spread over the 4 lanes of a quad), hands P (bf16) and the
+// rescale factors to warpgroup 1 through shared memory, and multiplies its own P·V with P straight
+// from registers; warpgroup 1 runs P·V of tile t while warpgroup 0 is already on S of tile t + 1.
+// The two meet only at one-way named barriers, and each refills the column blocks of a stage it
+// read last (0-3 and the rope block 8 for warpgroup 0, 4-7 for warpgroup 1) as soon as it is done
+// with them. Shared memory per block: Q 72 KB + 2 x 72 KB of K + 8 KB of P + 256 B + 1 KB
+// alignment slack = 225.25 KB (H100/H200 allow 227 KB a block, so one block per SM; 256 threads).
+// Partials per context split are merged by the combine kernel (attention.cu), as for the other
+// decode kernels.
 //
 // Layouts and descriptors: wgmma_primitives.cuh. Register fragments of an m64nN fp32 accumulator
 // (PTX ISA, wgmma "Register Fragments", matrix D): thread i of the warpgroup, warp w = i / 32,
@@ -46,6 +50,17 @@ static_assert(kSmemBytes <= 227 * 1024, "must fit the 227 KB a block may opt in 
 static_assert(kTp == 64 && kHeads == 64, "the MMA shapes below are m64n64k16 (S) and m64n256k16 x 2 (O)");
 static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kTileBytes % 1024 == 0, "swizzle atoms are 1024-aligned");
 
+// Named barriers (0 is __syncthreads): bar.sync waits until `count` threads have arrived, counting
+// itself; bar.arrive counts itself and goes on. Both order this thread's earlier memory accesses
+// before the barrier completes.
+constexpr int kBarKReady = 1, kBarPReady = 2, kBarPFree = 3, kBarWg0 = 4, kBarWg1 = 5;
+__device__ inline void named_barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ inline void named_barrier_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     attend_wgmma_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
                         const int32_t* __restrict__ tables, const __nv_bfloat16* __restrict__ cache, int page,
@@ -69,31 +84,42 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int begin = split * chunk, end = min(visible, begin + chunk);
   const int ntiles = end > begin ? (end - begin + kTp - 1) / kTp : 0;
 
-  // Cache tile loads: 4 threads per row, each copying every 4th 16-byte chunk of the 72 a row
-  // has; one page-table lookup per thread per tile, done a tile ahead.
-  const int my_row = tid >> 2, my_sub = tid & 3;
+  // Cache tile loads, split by who reads what last: warpgroup 0 copies column blocks 0-3 (its V)
+  // and 8 (rope, read only by S), warpgroup 1 blocks 4-7 (its V), so each refills its own blocks
+  // of a stage as soon as it is done with them, with no barrier between the two. 2 threads per row;
+  // one page-table lookup per thread per tile, done a tile ahead. One cp.async group per tile,
+  // committed even when the tile is past the end (then empty), so that "all but the newest group"
+  // always means "everything up to this tile".
+  const int my_row = wtid >> 1, my_sub = wtid & 1;
   auto row_source = [&](int tile) -> const __nv_bfloat16* {
     const int pos = begin + tile * kTp + my_row;
     if (tile >= ntiles || pos >= end) return nullptr;
     return cache + (static_cast<int64_t>(tables[ti.table_offset + pos / page]) * page + pos % page) * kEntry;
   };
-  // One cp.async group per tile, committed even when the tile is past the end (then empty), so
-  // that "all but the newest group" always means "everything up to this tile".
   auto load_tile = [&](int tile, const __nv_bfloat16* src, int stage) {
     unsigned char* dst = smem + kKOff + stage * kTileBytes;
-    if (tile < ntiles)
+    if (tile < ntiles) {
+      if (wg == 0) {
 #pragma unroll
-    for (int j = 0; j < kEntry / 8 / 4; ++j) {
-      const int v = my_sub + 4 * j;  // 16-byte chunk of the row: column block v / 8, chunk v % 8
-      // Rows past the end are zero-filled: their probability is 0, and 0 x stale data could be NaN.
-      cp_async16(dst + (v >> 3) * kBlockBytes + wgmma::sw128_offset(my_row, v & 7), src ? src + v * 8 : cache,
-                 src != nullptr);
+        for (int j = 0; j < 20; ++j) {
+          const int q = my_sub + 2 * j, blk = q < 32 ? q >> 3 : 8, ch = q & 7;  // 5 blocks x 8 chunks
+          // Rows past the end are zero-filled: their probability is 0, and 0 x stale data could be NaN.
+          cp_async16(dst + blk * kBlockBytes + wgmma::sw128_offset(my_row, ch), src ? src + (blk * 8 + ch) * 8 : cache,
+                     src != nullptr);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const int q = my_sub + 2 * j, blk = 4 + (q >> 3), ch = q & 7;  // 4 blocks x 8 chunks
+          cp_async16(dst + blk * kBlockBytes + wgmma::sw128_offset(my_row, ch), src ? src + (blk * 8 + ch) * 8 : cache,
+                     src != nullptr);
+        }
+      }
     }
     cp_async_commit();
   };
-  // Two tiles in flight from the start: tile t + 2 is issued as soon as tile t's stage is free, so
-  // while a block waits for one tile the next is already on its way (a memory-bound block would
-  // otherwise have only one 72 KB tile outstanding at a time).
+  // Two tiles in flight from the start: tile t + 2 is issued as soon as tile t's blocks are free,
+  // so while a block waits for one tile the next is already on its way.
   load_tile(0, row_source(0), 0);
   load_tile(1, row_source(1), 1);
   const __nv_bfloat16* next_src = row_source(2);
@@ -124,22 +150,32 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  wgmma::fence_proxy_async();  // Q is read by wgmma (published by the loop's first barrier)
+  wgmma::fence_proxy_async();  // Q is read by wgmma
+  __syncthreads();
 
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   float m_run[2] = {-FLT_MAX, -FLT_MAX}, l_run[2] = {0.0f, 0.0f};  // warpgroup 0: rows r0, r1
 
+  // The two warpgroups run their own loops and meet only at named barriers, each used one way
+  // (one warpgroup arrives, the other waits), so warpgroup 1's P·V of tile t overlaps warpgroup 0's
+  // S of tile t + 1:
+  //   kBarKReady: warpgroup 1's copies of tile t have landed      (1 arrives, 0 waits, before S)
+  //   kBarPReady: P and alpha of tile t are in shared memory      (0 arrives, 1 waits, before P·V)
+  //   kBarPFree:  warpgroup 1 is done reading P of tile t         (1 arrives, 0 waits, before P t+1)
+  // Neither side can arrive twice before the other has waited once (each arrival of a warpgroup
+  // follows its wait on the other's previous arrival), so a barrier never mixes two tiles.
   const uint32_t q_addr = s_base + kQOff, p_addr = s_base + kPOff;
-  for (int tile = 0; tile < ntiles; ++tile) {
-    const int stage = tile & 1;
-    cp_async_wait<1>();          // this thread's copies of tile `tile` have landed (tile + 1 may not have)
-    wgmma::fence_proxy_async();  // ... and are visible to wgmma
-    __syncthreads();             // every thread's copies; every warpgroup done with tile - 1's P
-    const uint32_t k_addr = s_base + kKOff + stage * kTileBytes;
+  if (wg == 0) {
+    for (int tile = 0; tile < ntiles; ++tile) {
+      const int stage = tile & 1;
+      const uint32_t k_addr = s_base + kKOff + stage * kTileBytes;
+      cp_async_wait<1>();          // this thread's copies of tile `tile` have landed (tile + 1 may not have)
+      wgmma::fence_proxy_async();  // ... and are visible to wgmma
+      // ... for every thread of both warpgroups (all 256 must arrive: warpgroup 1 after its copies).
+      named_barrier_sync(kBarKReady, kThreads);
 
-    if (wg == 0) {
       // S = Q · Kᵀ over the 9 column blocks x 4 k-steps of 16.
       float s[32];
 #pragma unroll
@@ -178,16 +214,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         alpha[a] = __expf(m_run[a] - m_new);
         m_run[a] = m_new;
       }
+      // p[j][a] = bf16 pair (P[row a][8 j + 2 c], P[row a][8 j + 2 c + 1]), row 0 = r0, 1 = r1.
+      uint32_t p[8][2];
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int a = 0; a < 2; ++a) {
           const float p0 = __expf(s[4 * j + 2 * a] - m_run[a]), p1 = __expf(s[4 * j + 2 * a + 1] - m_run[a]);
           sum[a] += p0 + p1;
-          // P[row][8 j + 2 c .. + 1]: chunk j of the row, bytes 4 c within it.
-          const int row = a ? r1 : r0;
-          *reinterpret_cast<__nv_bfloat162*>(smem + kPOff + wgmma::sw128_offset(row, j) + 4 * c) =
-              __floats2bfloat162_rn(p0, p1);
+          const __nv_bfloat162 pair = __floats2bfloat162_rn(p0, p1);
+          p[j][a] = *reinterpret_cast<const uint32_t*>(&pair);
         }
 #pragma unroll
       for (int a = 0; a < 2; ++a) {
@@ -195,36 +231,89 @@ __global__ void __launch_bounds__(kThreads, 1)
         sum[a] += __shfl_xor_sync(0xffffffffu, sum[a], 2);
         l_run[a] = l_run[a] * alpha[a] + sum[a];
       }
+      // P and alpha for warpgroup 1, once it is done with the previous tile's.
+      if (tile > 0) named_barrier_sync(kBarPFree, kThreads);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int a = 0; a < 2; ++a)  // P[row][8 j + 2 c ..]: chunk j of the row, bytes 4 c within it
+          *reinterpret_cast<uint32_t*>(smem + kPOff + wgmma::sw128_offset(a ? r1 : r0, j) + 4 * c) = p[j][a];
       if (c == 0) {
         alpha_s[r0] = alpha[0];
         alpha_s[r1] = alpha[1];
       }
       wgmma::fence_proxy_async();  // P is read by wgmma
-    }
-    __syncthreads();  // P and alpha are complete
+      named_barrier_arrive(kBarPReady, kThreads);
 
-    // O = alpha · O + P · V over this warpgroup's 256 latent columns.
-    const float a0 = alpha_s[r0], a1 = alpha_s[r1];
+      // O = alpha · O + P · V over latent columns [0, 256), P straight from registers: the
+      // m64n64 accumulator of S is laid out as the A fragments of four k16 steps.
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      o[4 * j] *= a0;
-      o[4 * j + 1] *= a0;
-      o[4 * j + 2] *= a1;
-      o[4 * j + 3] *= a1;
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+      }
+      wgmma::fence_operands(o);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kTp / 16; ++kk) {
+        const uint32_t a_frag[4] = {p[2 * kk][0], p[2 * kk][1], p[2 * kk + 1][0], p[2 * kk + 1][1]};
+        wgmma::wgmma_m64n256k16_rs_tb(o, a_frag, wgmma::desc_sw128(k_addr + kk * 16 * 128, kBlockBytes, 1024), 1);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+      // Every thread of this warpgroup is done with blocks 0-3 and 8 of the stage (S read all
+      // nine, but warpgroup 1 refills 4-7 only after kBarPReady, which follows S).
+      named_barrier_sync(kBarWg0, 128);
+      load_tile(tile + 2, next_src, stage);
+      next_src = row_source(tile + 3);
     }
-    wgmma::fence_operands(o);
-    wgmma::fence();
-    const uint32_t v_addr = k_addr + (4 * wg) * kBlockBytes;  // column blocks 4 wg .. 4 wg + 3
+  } else {
+    // Tile t + 1's blocks are announced (kBarKReady) while this warpgroup's P·V of tile t is still
+    // running, so that warpgroup 0 can start S of tile t + 1 at once.
+    if (ntiles > 0) {
+      cp_async_wait<1>();          // this thread's copies of tile 0 (tile 1 may still be in flight)
+      wgmma::fence_proxy_async();  // ... visible to wgmma
+      named_barrier_arrive(kBarKReady, kThreads);
+    }
+    for (int tile = 0; tile < ntiles; ++tile) {
+      const int stage = tile & 1;
+      const uint32_t k_addr = s_base + kKOff + stage * kTileBytes;
+      // P and alpha of this tile; also every thread of this warpgroup has announced its copies of
+      // the tile (all 256 arrive before anyone passes), so blocks 4-7 are complete.
+      named_barrier_sync(kBarPReady, kThreads);
+      const float a0 = alpha_s[r0], a1 = alpha_s[r1];
 #pragma unroll
-    for (int kk = 0; kk < kTp / 16; ++kk)
-      wgmma::wgmma_m64n256k16_ss_tb(o, wgmma::desc_sw128(p_addr + kk * 32, 16, 1024),
-                                    wgmma::desc_sw128(v_addr + kk * 16 * 128, kBlockBytes, 1024), 1);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(o);
-    __syncthreads();  // both warpgroups are done with this stage: refill it with tile + 2
-    load_tile(tile + 2, next_src, stage);
-    next_src = row_source(tile + 3);
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j] *= a0;
+        o[4 * j + 1] *= a0;
+        o[4 * j + 2] *= a1;
+        o[4 * j + 3] *= a1;
+      }
+      wgmma::fence_operands(o);
+      wgmma::fence();
+      const uint32_t v_addr = k_addr + 4 * kBlockBytes;  // latent columns [256, 512)
+#pragma unroll
+      for (int kk = 0; kk < kTp / 16; ++kk)
+        wgmma::wgmma_m64n256k16_ss_tb(o, wgmma::desc_sw128(p_addr + kk * 32, 16, 1024),
+                                      wgmma::desc_sw128(v_addr + kk * 16 * 128, kBlockBytes, 1024), 1);
+      wgmma::commit();
+      if (tile + 1 < ntiles) {
+        cp_async_wait<0>();  // this thread's copies of tile + 1 (the only other group committed)
+        wgmma::fence_proxy_async();
+        named_barrier_arrive(kBarKReady, kThreads);
+      }
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+      if (tile + 1 < ntiles) named_barrier_arrive(kBarPFree, kThreads);
+      // Blocks 4-7 of the stage are free: warpgroup 0's S finished before kBarPReady, and every
+      // thread of this warpgroup has passed its P·V (the barrier below).
+      named_barrier_sync(kBarWg1, 128);
+      load_tile(tile + 2, next_src, stage);
+      next_src = row_source(tile + 3);
+    }
   }
 
   // Partials: O unnormalised [split, t, h, 512]; m and l per head from warpgroup 0.
