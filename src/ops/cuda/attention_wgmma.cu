@@ -50,16 +50,8 @@ static_assert(kSmemBytes <= 227 * 1024, "must fit the 227 KB a block may opt in 
 static_assert(kTp == 64 && kHeads == 64, "the MMA shapes below are m64n64k16 (S) and m64n256k16 x 2 (O)");
 static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kTileBytes % 1024 == 0, "swizzle atoms are 1024-aligned");
 
-// Named barriers (0 is __syncthreads): bar.sync waits until `count` threads have arrived, counting
-// itself; bar.arrive counts itself and goes on. Both order this thread's earlier memory accesses
-// before the barrier completes.
-constexpr int kBarKReady = 1, kBarPReady = 2, kBarPFree = 3, kBarWg0 = 4, kBarWg1 = 5;
-__device__ inline void named_barrier_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ inline void named_barrier_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
+// Named barrier ids (0 is __syncthreads).
+enum NamedBarrier : int { kBarKReady = 1, kBarPReady = 2, kBarPFree = 3, kBarWg0 = 4, kBarWg1 = 5 };
 
 __global__ void __launch_bounds__(kThreads, 1)
     attend_wgmma_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
@@ -174,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async_wait<1>();          // this thread's copies of tile `tile` have landed (tile + 1 may not have)
       wgmma::fence_proxy_async();  // ... and are visible to wgmma
       // ... for every thread of both warpgroups (all 256 must arrive: warpgroup 1 after its copies).
-      named_barrier_sync(kBarKReady, kThreads);
+      wgmma::named_barrier_sync(kBarKReady, kThreads);
 
       // S = Q · Kᵀ over the 9 column blocks x 4 k-steps of 16.
       float s[32];
@@ -232,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         l_run[a] = l_run[a] * alpha[a] + sum[a];
       }
       // P and alpha for warpgroup 1, once it is done with the previous tile's.
-      if (tile > 0) named_barrier_sync(kBarPFree, kThreads);
+      if (tile > 0) wgmma::named_barrier_sync(kBarPFree, kThreads);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -243,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         alpha_s[r1] = alpha[1];
       }
       wgmma::fence_proxy_async();  // P is read by wgmma
-      named_barrier_arrive(kBarPReady, kThreads);
+      wgmma::named_barrier_arrive(kBarPReady, kThreads);
 
       // O = alpha · O + P · V over latent columns [0, 256), P straight from registers: the
       // m64n64 accumulator of S is laid out as the A fragments of four k16 steps.
@@ -266,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::fence_operands(o);
       // Every thread of this warpgroup is done with blocks 0-3 and 8 of the stage (S read all
       // nine, but warpgroup 1 refills 4-7 only after kBarPReady, which follows S).
-      named_barrier_sync(kBarWg0, 128);
+      wgmma::named_barrier_sync(kBarWg0, 128);
       load_tile(tile + 2, next_src, stage);
       next_src = row_source(tile + 3);
     }
@@ -276,14 +268,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (ntiles > 0) {
       cp_async_wait<1>();          // this thread's copies of tile 0 (tile 1 may still be in flight)
       wgmma::fence_proxy_async();  // ... visible to wgmma
-      named_barrier_arrive(kBarKReady, kThreads);
+      wgmma::named_barrier_arrive(kBarKReady, kThreads);
     }
     for (int tile = 0; tile < ntiles; ++tile) {
       const int stage = tile & 1;
       const uint32_t k_addr = s_base + kKOff + stage * kTileBytes;
       // P and alpha of this tile; also every thread of this warpgroup has announced its copies of
       // the tile (all 256 arrive before anyone passes), so blocks 4-7 are complete.
-      named_barrier_sync(kBarPReady, kThreads);
+      wgmma::named_barrier_sync(kBarPReady, kThreads);
       const float a0 = alpha_s[r0], a1 = alpha_s[r1];
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
@@ -303,14 +295,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tile + 1 < ntiles) {
         cp_async_wait<0>();  // this thread's copies of tile + 1 (the only other group committed)
         wgmma::fence_proxy_async();
-        named_barrier_arrive(kBarKReady, kThreads);
+        wgmma::named_barrier_arrive(kBarKReady, kThreads);
       }
       wgmma::wait<0>();
       wgmma::fence_operands(o);
-      if (tile + 1 < ntiles) named_barrier_arrive(kBarPFree, kThreads);
+      if (tile + 1 < ntiles) wgmma::named_barrier_arrive(kBarPFree, kThreads);
       // Blocks 4-7 of the stage are free: warpgroup 0's S finished before kBarPReady, and every
       // thread of this warpgroup has passed its P·V (the barrier below).
-      named_barrier_sync(kBarWg1, 128);
+      wgmma::named_barrier_sync(kBarWg1, 128);
       load_tile(tile + 2, next_src, stage);
       next_src = row_source(tile + 3);
     }

@@ -60,6 +60,15 @@ __device__ inline void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
+// Named barriers, for warpgroups that hand work to each other: bar.sync waits until `count`
+// threads have arrived, counting itself; bar.arrive counts itself and goes on. Both order this
+// thread's earlier memory accesses before the barrier completes.
+__device__ inline void named_barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ inline void named_barrier_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 // Pins accumulator registers in program order: the compiler may not move reads or writes of `r`
 // across this point (used right after wait() and right before an MMA that accumulates into r).
 template <int N>
