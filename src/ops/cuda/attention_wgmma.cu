@@ -8,11 +8,10 @@
 // Tiles of 64 cache positions (576 bf16 each, 72 KB) stream through two shared-memory stages with
 // cp.async, two tiles in flight; Q (scaled, bf16) stays in shared memory. Warpgroup 0 computes S,
 // the online softmax in fp32 (rows spread over the 4 lanes of a quad), hands P (bf16) and the
-// rescale factors to warpgroup 1 through shared memory, and multiplies its own P·V with P straight
-// from registers; warpgroup 1 runs P·V of tile t while warpgroup 0 is already on S of tile t + 1.
-// The two meet only at one-way named barriers, and each refills the column blocks of a stage it
-// read last (0-3 and the rope block 8 for warpgroup 0, 4-7 for warpgroup 1) as soon as it is done
-// with them. Shared memory per block: Q 72 KB + 2 x 72 KB of K + 8 KB of P + 256 B + 1 KB
+// rescale factors to warpgroup 1 through shared memory, and multiplies its own half of P·V with P
+// straight from registers while warpgroup 1 runs the other half. The two meet only at one-way
+// named barriers, and each refills the column blocks of a stage it read last (0-3 and the rope
+// block 8 for warpgroup 0, 4-7 for warpgroup 1) as soon as it is done with them. Shared memory per block: Q 72 KB + 2 x 72 KB of K + 8 KB of P + 256 B + 1 KB
 // alignment slack = 225.25 KB (H100/H200 allow 227 KB a block, so one block per SM; 256 threads).
 // Partials per context split are merged by the combine kernel (attention.cu), as for the other
 // decode kernels.
@@ -51,7 +50,7 @@ static_assert(kTp == 64 && kHeads == 64, "the MMA shapes below are m64n64k16 (S)
 static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kTileBytes % 1024 == 0, "swizzle atoms are 1024-aligned");
 
 // Named barrier ids (0 is __syncthreads).
-enum NamedBarrier : int { kBarKReady = 1, kBarPReady = 2, kBarPFree = 3, kBarWg0 = 4, kBarWg1 = 5 };
+enum NamedBarrier : int { kBarKReady = 1, kBarPReady = 2, kBarWg0 = 3, kBarWg1 = 4 };
 
 __global__ void __launch_bounds__(kThreads, 1)
     attend_wgmma_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
@@ -151,11 +150,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   float m_run[2] = {-FLT_MAX, -FLT_MAX}, l_run[2] = {0.0f, 0.0f};  // warpgroup 0: rows r0, r1
 
   // The two warpgroups run their own loops and meet only at named barriers, each used one way
-  // (one warpgroup arrives, the other waits), so warpgroup 1's P·V of tile t overlaps warpgroup 0's
-  // S of tile t + 1:
-  //   kBarKReady: warpgroup 1's copies of tile t have landed      (1 arrives, 0 waits, before S)
-  //   kBarPReady: P and alpha of tile t are in shared memory      (0 arrives, 1 waits, before P·V)
-  //   kBarPFree:  warpgroup 1 is done reading P of tile t         (1 arrives, 0 waits, before P t+1)
+  // (one warpgroup arrives, the other waits):
+  //   kBarKReady: warpgroup 1's copies of tile t have landed, and its P·V of tile t - 1 is done
+  //               (so P and alpha may be overwritten)          (1 arrives, 0 waits, before S)
+  //   kBarPReady: P and alpha of tile t are in shared memory  (0 arrives, 1 waits, before P·V)
   // Neither side can arrive twice before the other has waited once (each arrival of a warpgroup
   // follows its wait on the other's previous arrival), so a barrier never mixes two tiles.
   const uint32_t q_addr = s_base + kQOff, p_addr = s_base + kPOff;
@@ -223,8 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         sum[a] += __shfl_xor_sync(0xffffffffu, sum[a], 2);
         l_run[a] = l_run[a] * alpha[a] + sum[a];
       }
-      // P and alpha for warpgroup 1, once it is done with the previous tile's.
-      if (tile > 0) wgmma::named_barrier_sync(kBarPFree, kThreads);
+      // P and alpha for warpgroup 1 (done with the previous tile's: kBarKReady above).
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -263,8 +260,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       next_src = row_source(tile + 3);
     }
   } else {
-    // Tile t + 1's blocks are announced (kBarKReady) while this warpgroup's P·V of tile t is still
-    // running, so that warpgroup 0 can start S of tile t + 1 at once.
     if (ntiles > 0) {
       cp_async_wait<1>();          // this thread's copies of tile 0 (tile 1 may still be in flight)
       wgmma::fence_proxy_async();  // ... visible to wgmma
@@ -292,19 +287,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::wgmma_m64n256k16_ss_tb(o, wgmma::desc_sw128(p_addr + kk * 32, 16, 1024),
                                       wgmma::desc_sw128(v_addr + kk * 16 * 128, kBlockBytes, 1024), 1);
       wgmma::commit();
-      if (tile + 1 < ntiles) {
-        cp_async_wait<0>();  // this thread's copies of tile + 1 (the only other group committed)
-        wgmma::fence_proxy_async();
-        wgmma::named_barrier_arrive(kBarKReady, kThreads);
-      }
       wgmma::wait<0>();
       wgmma::fence_operands(o);
-      if (tile + 1 < ntiles) wgmma::named_barrier_arrive(kBarPFree, kThreads);
-      // Blocks 4-7 of the stage are free: warpgroup 0's S finished before kBarPReady, and every
-      // thread of this warpgroup has passed its P·V (the barrier below).
+      // Blocks 4-7 of the stage are free (warpgroup 0's S finished before kBarPReady, and every
+      // thread of this warpgroup has passed its P·V): refill them first, then announce tile + 1,
+      // so that two tiles stay in flight while this warpgroup waits for the next one. (Its P·V
+      // runs beside warpgroup 0's, which warpgroup 0 finishes before S of tile + 1 anyway.)
       wgmma::named_barrier_sync(kBarWg1, 128);
       load_tile(tile + 2, next_src, stage);
       next_src = row_source(tile + 3);
+      if (tile + 1 < ntiles) {
+        cp_async_wait<1>();  // this thread's copies of tile + 1 (tile + 2 may still be in flight)
+        wgmma::fence_proxy_async();
+        wgmma::named_barrier_arrive(kBarKReady, kThreads);
+      }
     }
   }
 
