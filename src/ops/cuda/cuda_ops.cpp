@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -484,7 +485,7 @@ class CudaOps final : public Ops {
   MlaKernel mla_kernel(const MlaDims& d, std::span<const AttentionSeq> seqs) const {
     const bool mma = mla_attend_mma_supported(d.latent, d.rope);
     const bool kv_major = mla_attend_kv_major_supported(d.latent, d.rope);
-    const std::string wgmma_problem = mla_wgmma_problem(sm_, smem_optin_, d.heads, d.latent, d.rope);
+    const std::string& wgmma_problem = wgmma_problem_for(d);
     TESSERA_CHECK(mma || forced_.mla != "mma",
                   "MLA kernel 'mma' was forced but latent {} + rope {} is not a supported shape", d.latent, d.rope);
     TESSERA_CHECK(kv_major || forced_.mla != "kv-major",
@@ -500,6 +501,15 @@ class CudaOps final : public Ops {
     if (!decode_only) return MlaKernel::kCudaCore;
     if (wgmma_problem.empty()) return MlaKernel::kWgmma;
     return kv_major ? MlaKernel::kKvMajor : MlaKernel::kTensorCore;
+  }
+
+  // Why the wgmma kernel cannot run these dims here ("" = it can); formatted once per shape, not
+  // once per layer and step.
+  const std::string& wgmma_problem_for(const MlaDims& d) const {
+    const std::tuple<int64_t, int64_t, int64_t> key{d.heads, d.latent, d.rope};
+    if (!wgmma_problem_ || wgmma_problem_->first != key)
+      wgmma_problem_.emplace(key, mla_wgmma_problem(sm_, smem_optin_, d.heads, d.latent, d.rope));
+    return wgmma_problem_->second;
   }
 
   StepMeta upload_meta(std::span<const AttentionSeq> seqs, int64_t page, int64_t num_pages) {
@@ -618,6 +628,7 @@ class CudaOps final : public Ops {
   int num_sms_ = 1;
   int sm_ = 0;               // compute capability of device 0, e.g. 90
   int64_t smem_optin_ = 0;   // shared memory a block may opt in to
+  mutable std::optional<std::pair<std::tuple<int64_t, int64_t, int64_t>, std::string>> wgmma_problem_;
   cudaStream_t stream_ = nullptr;  // the legacy default stream: every op is ordered
   Tensor workspace_;
 };
