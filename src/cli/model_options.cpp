@@ -13,7 +13,7 @@ void ModelOptions::add_to(CLI::App& app) {
                  "KV cache element type: auto (checkpoint hint if supported, else backend default), fp32, bf16, fp8")
       ->capture_default_str();
   app.add_option("--kernels", kernels,
-                 "force CUDA kernels: op=kernel[,op=kernel] with mla=auto|kv-major|mma|cuda-core, moe=auto|grouped|per-expert "
+                 "force CUDA kernels: op=kernel[,op=kernel] with mla=auto|wgmma|kv-major|mma|cuda-core, moe=auto|grouped|per-expert "
                  "(default: the registry's choice, or TESSERA_KERNELS)");
   app.add_option("--latent-norm-eps", latent_norm_eps,
                  "epsilon of the q_a/kv_a latent RMSNorms (default: 1e-6, as the transformers reference)");

@@ -198,6 +198,102 @@ TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
   }
 }
 
+// The Hopper wgmma decode kernel (64 heads a block) at the real latent width, 64 and 128 heads:
+// decode tokens at contexts 1, 70, 128, 1500, 5000 and around the 64-position tile edges (partial
+// tiles, several context splits, empty trailing splits), beside a prefill chunk whose decode rows
+// come back through the same kernel; each token checked on its own, so a failure names its
+// context. Skips on GPUs or builds the kernel does not run on; forcing it on a head count it
+// cannot take is refused by name on any GPU.
+TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
+  const int64_t nope = 128, rope = 64, v = 128, latent = 512, page = 64, entry = latent + rope;
+  const auto caps = ops::cuda::query_device_caps();
+  const std::string problem = ops::cuda::mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, 64, latent, rope);
+  for (int64_t heads : {int64_t{64}, int64_t{128}}) {
+    if (!problem.empty()) break;
+    struct Seq {
+      int64_t cached, fresh;
+    };
+    const std::vector<Seq> seqs = {{0, 1},  {69, 1},   {127, 1}, {1499, 1}, {4999, 1}, {63, 1},
+                                   {64, 1}, {3, 40},   {65, 1},  {191, 1},  {31, 1}};
+    int64_t pages = 0;
+    for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
+    Tensor cache_c = cpu_.empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kF32);
+    Tensor cache_g = gpu_->empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kBF16);
+    ops::KvLayerView kc{cache_c, page}, kg{cache_g, page};
+    std::vector<int32_t> order(static_cast<size_t>(pages));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng_);
+    std::vector<std::vector<int32_t>> tables;
+    size_t next = 0;
+    for (const auto& s : seqs) {
+      std::vector<int32_t> t;
+      for (int64_t p = 0; p < (s.cached + s.fresh + page - 1) / page; ++p) t.push_back(order[next++]);
+      tables.push_back(t);
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (seqs[i].cached == 0) continue;
+      auto lat = random(seqs[i].cached * entry);
+      ops::AttentionSeq a{0, seqs[i].cached, 0, tables[i]};
+      cpu_.kv_cache_write(kc, cpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
+      gpu_->kv_cache_write(kg, gpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
+    }
+    std::vector<ops::AttentionSeq> step;
+    int64_t T = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      step.push_back({T, seqs[i].fresh, seqs[i].cached, tables[i]});
+      T += seqs[i].fresh;
+    }
+    auto lat = random(T * entry);
+    cpu_.kv_cache_write(kc, cpu({T, entry}, lat), step);
+    gpu_->kv_cache_write(kg, gpu({T, entry}, lat), step);
+    HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
+    auto qv = random(T * heads * (nope + rope));
+    ops::MlaDims dims{heads, nope, rope, v, latent, 0.14f};
+    Tensor oc = cpu_.empty({T, heads * v});
+    cpu_.mla_attention(cpu({T, heads * (nope + rope)}, qv), kc, kv_b.w, dims, step, oc);
+    const auto ref = cpu_.to_host_f32(oc);
+    // Forced and chosen by the registry (auto picks wgmma for these decode rows on Hopper).
+    for (const std::string kernels : {"mla=wgmma", ""}) {
+      auto backend = ops::cuda::make_cuda_ops(kernels);
+      auto kv_b_g = backend->upload_linear(kv_b.w);
+      ops::KvLayerView kv{cache_g, page};
+      Tensor og = backend->empty({T, heads * v});
+      backend->mla_attention(backend->from_host_f32({T, heads * (nope + rope)}, qv.data()), kv, kv_b_g, dims, step,
+                             og);
+      const auto got = backend->to_host_f32(og);
+      ASSERT_EQ(got.size(), ref.size());
+      int64_t row = 0;
+      for (const auto& s : seqs) {
+        for (int64_t i = 0; i < s.fresh; ++i, ++row) {
+          const auto first = static_cast<std::ptrdiff_t>(row * heads * v), last = first + heads * v;
+          const std::vector<float> a(got.begin() + first, got.begin() + last), b(ref.begin() + first, ref.begin() + last);
+          // bf16 q and p as in the KV-major kernel (~2^-9 each).
+          EXPECT_LE(test::rel_rms(a, b), 1e-2) << "wgmma (" << (kernels.empty() ? "auto" : kernels) << ") " << heads
+                                               << " heads, context " << s.cached + i + 1;
+        }
+      }
+    }
+  }
+  // 40 heads is not a multiple of 64: forcing the kernel is refused by name, on any GPU.
+  const int64_t heads = 40;
+  std::vector<int32_t> table = {0};
+  Tensor cache = gpu_->empty_kv_pages({1, page, entry}, io::KvCacheDtype::kBF16);
+  ops::KvLayerView kv{cache, page};
+  ops::AttentionSeq a{0, 1, 0, table};
+  HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
+  auto backend = ops::cuda::make_cuda_ops("mla=wgmma");
+  auto kv_b_g = backend->upload_linear(kv_b.w);
+  Tensor og = backend->empty({1, heads * v});
+  try {
+    backend->mla_attention(gpu({1, heads * (nope + rope)}, random(heads * (nope + rope))), kv, kv_b_g,
+                           {heads, nope, rope, v, latent, 0.14f}, std::span(&a, 1), og);
+    ADD_FAILURE() << "forcing the wgmma kernel on 40 heads was accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'wgmma' was forced"), std::string::npos) << e.what();
+  }
+  if (!problem.empty()) GTEST_SKIP() << problem;
+}
+
 TEST_F(CudaOpsTest, MoeRoutingAndExpertsWithUnevenRouting) {
   for (auto [T, E, K, G, TG] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
            {1, 16, 4, 4, 2}, {37, 384, 8, 1, 1}, {64, 256, 8, 8, 4}}) {
@@ -348,6 +444,7 @@ TEST_F(CudaOpsTest, MoeExpertsGroupedKernelsOverShapes) {
 TEST(KernelOverrides, ParsesAndRefusesByName) {
   auto o = ops::cuda::parse_kernel_overrides("mla=mma, moe=grouped");
   EXPECT_EQ(o.mla, "mma");
+  EXPECT_EQ(ops::cuda::parse_kernel_overrides("mla=wgmma").mla, "wgmma");
   EXPECT_EQ(o.moe, "grouped");
   EXPECT_EQ(ops::cuda::parse_kernel_overrides("").mla, "auto");
   for (const auto& [spec, needle] : std::vector<std::pair<std::string, std::string>>{
@@ -358,6 +455,41 @@ TEST(KernelOverrides, ParsesAndRefusesByName) {
     } catch (const core::Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
+  }
+}
+
+// Which MLA decode kernel the plan names, decided from made-up device capabilities (no GPU needed).
+TEST(KernelRegistry, WgmmaOnHopperForMultiplesOf64Heads) {
+  const bool sm90a = ops::cuda::compiled_architectures().find("90a-real") != std::string::npos;
+  auto decode = [](const ops::cuda::DeviceCaps& caps, int64_t heads, const std::string& forced) {
+    ops::cuda::MlaShape shape{heads, 512, 64, 128, 128};
+    ops::cuda::KernelOverrides o;
+    o.mla = forced;
+    for (const auto& k : ops::cuda::plan_kernels(caps, shape, 384, 7168, 2048, o))
+      if (k.op == "mla decode") return k;
+    return ops::cuda::KernelChoice{};
+  };
+  ops::cuda::DeviceCaps hopper{"H200", 90, 132, 227 * 1024, 0, 0}, blackwell{"RTX PRO 6000", 120, 188, 99 * 1024, 0, 0};
+  if (ops::cuda::architecture_problem(90).empty()) {
+    for (int64_t heads : {int64_t{64}, int64_t{128}}) {
+      const auto k = decode(hopper, heads, "auto");
+      EXPECT_EQ(k.kernel.find("wgmma") != std::string::npos, sm90a) << heads << " heads: " << k.kernel << " / "
+                                                                     << k.reason;
+      EXPECT_TRUE(k.available) << k.reason;
+    }
+    // 8 and 16 heads keep the KV-major kernel; 96 heads is not a multiple of 64.
+    for (int64_t heads : {int64_t{8}, int64_t{16}, int64_t{96}})
+      EXPECT_NE(decode(hopper, heads, "auto").kernel.find("kv_major"), std::string::npos) << heads;
+    const auto bad_heads = decode(hopper, 40, "wgmma");
+    EXPECT_FALSE(bad_heads.available);
+    EXPECT_NE(bad_heads.reason.find("40 heads"), std::string::npos) << bad_heads.reason;
+  }
+  // Not on other architectures; forcing it there is refused, naming the architecture.
+  if (ops::cuda::architecture_problem(120).empty()) {
+    EXPECT_EQ(decode(blackwell, 64, "auto").kernel.find("wgmma"), std::string::npos);
+    const auto forced = decode(blackwell, 64, "wgmma");
+    EXPECT_FALSE(forced.available);
+    EXPECT_NE(forced.reason.find("sm_90"), std::string::npos) << forced.reason;
   }
 }
 

@@ -247,12 +247,14 @@ void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t 
   absorb_q_kernel<<<grid, 128, nope * sizeof(float), s>>>(q, heads, nope, rope, kv_b, v, latent, q_full);
 }
 
-int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms) {
-  // The tensor-core kernels take 16 heads a block; one or two blocks fit on an SM. Pick the fewest
-  // context splits (each adds partials for the combine kernel) whose blocks fill whole waves of two
-  // blocks per SM to 90% (a 1.5-wave grid leaves a quarter of the GPU idle), else the best fill,
-  // with at least 128 positions a split.
-  const int64_t groups = (heads + 15) / 16, slots = 2 * static_cast<int64_t>(num_sms);
+int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms, MlaKernel kernel) {
+  // The mma.sync kernels take 16 heads a block and one or two blocks fit on an SM; the wgmma kernel
+  // takes 64 heads and ~225 KB of shared memory, one block an SM. Pick the fewest context splits
+  // (each adds partials for the combine kernel) whose blocks fill whole waves to 90% (a 1.5-wave
+  // grid leaves a quarter of the GPU idle), else the best fill, with at least 128 positions a split.
+  const bool wgmma = kernel == MlaKernel::kWgmma;
+  const int64_t per_block = wgmma ? 64 : 16, per_sm = wgmma ? 1 : 2;
+  const int64_t groups = (heads + per_block - 1) / per_block, slots = per_sm * static_cast<int64_t>(num_sms);
   const int64_t base = std::max<int64_t>(1, tokens * groups);
   const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, max_visible / 128));
   int64_t best = 1;
@@ -276,10 +278,15 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   if (tokens == 0) return;
   const int64_t entry = latent + rope;
   int64_t chunk = (max_visible + splits - 1) / splits;
-  chunk = (chunk + kTile - 1) / kTile * kTile;
+  // Whole tiles per split: 32 positions for the mma.sync kernels, 64 for the wgmma kernel.
+  const int64_t tile = kernel == MlaKernel::kWgmma ? 2 * kTile : kTile;
+  chunk = (chunk + tile - 1) / tile * tile;
   float* o_part = scratch;
   float* ml_part = scratch + splits * tokens * heads * latent;
-  if (kernel == MlaKernel::kKvMajor) {
+  if (kernel == MlaKernel::kWgmma) {
+    launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, chunk,
+                                     scale, o_part, ml_part, s);
+  } else if (kernel == MlaKernel::kKvMajor) {
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, chunk,
                                         scale, o_part, ml_part, s);
   } else if (kernel == MlaKernel::kTensorCore) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -67,6 +68,12 @@ class CudaOps final : public Ops {
     TESSERA_CUDA_CHECK(cudaSetDevice(0));
     TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt_));
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, 0));
+    int major = 0, minor = 0, smem_optin = 0;
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    sm_ = major * 10 + minor;
+    smem_optin_ = smem_optin;
     workspace_ = alloc(DType::kU8, {kWorkspaceBytes});
   }
   ~CudaOps() override {
@@ -275,7 +282,7 @@ class CudaOps final : public Ops {
       launch_mla_absorb_q(ptr<float>(q), T, H, d.nope, d.rope, kv_b_w, d.v, d.latent, ptr<float>(q_full), stream_);
     }
     Tensor o_lat = alloc(DType::kF32, {T, H, d.latent});
-    const int64_t splits = mla_attend_splits(T, H, meta.max_visible, num_sms_);
+    const int64_t splits = mla_attend_splits(T, H, meta.max_visible, num_sms_, kernel);
     Tensor scratch = alloc(DType::kF32, {mla_attend_scratch_floats(T, H, d.latent, splits)});
     launch_mla_attend(ptr<float>(q_full), T, H, d.latent, d.rope, meta.info.data<TokenInfo>(),
                       ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, meta.max_visible,
@@ -506,23 +513,37 @@ class CudaOps final : public Ops {
     int64_t max_visible = 0;  // longest context any token of the step attends to
   };
   // Kernel for the absorbed path. Decode-only steps run on tensor cores where the shape allows
-  // (KV-major first); prefill chunks reach here only when the decompressed-K/V prefill path cannot
-  // take their head dims, and then keep the fp32 kernel (bf16 q/p rounding over long prompts costs
-  // top-1 agreement). A forced choice wins.
+  // (wgmma on Hopper with a multiple of 64 heads, else KV-major); prefill chunks reach here only
+  // when the decompressed-K/V prefill path cannot take their head dims, and then keep the fp32
+  // kernel (bf16 q/p rounding over long prompts costs top-1 agreement). A forced choice wins.
   MlaKernel mla_kernel(const MlaDims& d, std::span<const AttentionSeq> seqs) const {
     const bool mma = mla_attend_mma_supported(d.latent, d.rope);
     const bool kv_major = mla_attend_kv_major_supported(d.latent, d.rope);
+    const std::string& wgmma_problem = wgmma_problem_for(d);
     TESSERA_CHECK(mma || forced_.mla != "mma",
                   "MLA kernel 'mma' was forced but latent {} + rope {} is not a supported shape", d.latent, d.rope);
     TESSERA_CHECK(kv_major || forced_.mla != "kv-major",
                   "MLA kernel 'kv-major' was forced but latent {} + rope {} is not a supported shape", d.latent, d.rope);
+    TESSERA_CHECK(wgmma_problem.empty() || forced_.mla != "wgmma", "MLA kernel 'wgmma' was forced but {}",
+                  wgmma_problem);
+    if (forced_.mla == "wgmma") return MlaKernel::kWgmma;
     if (forced_.mla == "mma") return MlaKernel::kTensorCore;
     if (forced_.mla == "kv-major") return MlaKernel::kKvMajor;
     if (forced_.mla == "cuda-core" || !mma) return MlaKernel::kCudaCore;
     const bool decode_only =
         std::all_of(seqs.begin(), seqs.end(), [](const AttentionSeq& s) { return s.num_tokens <= 1; });
     if (!decode_only) return MlaKernel::kCudaCore;
+    if (wgmma_problem.empty()) return MlaKernel::kWgmma;
     return kv_major ? MlaKernel::kKvMajor : MlaKernel::kTensorCore;
+  }
+
+  // Why the wgmma kernel cannot run these dims here ("" = it can); formatted once per shape, not
+  // once per layer and step.
+  const std::string& wgmma_problem_for(const MlaDims& d) const {
+    const std::tuple<int64_t, int64_t, int64_t> key{d.heads, d.latent, d.rope};
+    if (!wgmma_problem_ || wgmma_problem_->first != key)
+      wgmma_problem_.emplace(key, mla_wgmma_problem(sm_, smem_optin_, d.heads, d.latent, d.rope));
+    return wgmma_problem_->second;
   }
 
   StepMeta upload_meta(std::span<const AttentionSeq> seqs, int64_t page, int64_t num_pages) {
@@ -639,6 +660,9 @@ class CudaOps final : public Ops {
       expert_tables_;
   cublasLtHandle_t lt_ = nullptr;
   int num_sms_ = 1;
+  int sm_ = 0;               // compute capability of device 0, e.g. 90
+  int64_t smem_optin_ = 0;   // shared memory a block may opt in to
+  mutable std::optional<std::pair<std::tuple<int64_t, int64_t, int64_t>, std::string>> wgmma_problem_;
   cudaStream_t stream_ = nullptr;  // the legacy default stream: every op is ordered
   Tensor workspace_;
 };

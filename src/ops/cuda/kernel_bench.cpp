@@ -12,6 +12,7 @@
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels.h"
 
 namespace tessera::ops::cuda {
@@ -134,16 +135,22 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
   // MLA decode (absorbed) at Kimi-K2.5 shapes: latent 512 + rope 64, pages of 64 tokens.
   const int64_t latent = 512, rope = 64, entry = latent + rope, page = 64;
   const float scale = 0.14467962580268923f;
-  for (MlaKernel kernel : {MlaKernel::kKvMajor, MlaKernel::kTensorCore, MlaKernel::kCudaCore})
+  // The wgmma kernel (Hopper only) runs where the backend would pick it: 64, 128, ... heads.
+  const DeviceCaps caps = query_device_caps();
+  for (MlaKernel kernel : {MlaKernel::kWgmma, MlaKernel::kKvMajor, MlaKernel::kTensorCore, MlaKernel::kCudaCore})
   for (int64_t heads : o.heads)
     for (int64_t B : o.batches)
       for (int64_t ctx : o.contexts) {
         const std::string name = fmt::format("mla_decode {} h{} b{} ctx{}",
-                                             kernel == MlaKernel::kKvMajor      ? "kvmajor"
+                                             kernel == MlaKernel::kWgmma        ? "wgmma"
+                                             : kernel == MlaKernel::kKvMajor    ? "kvmajor"
                                              : kernel == MlaKernel::kTensorCore ? "mma"
                                                                                 : "fp32",
                                              heads, B, ctx);
         if (!wanted(name)) continue;
+        if (kernel == MlaKernel::kWgmma &&
+            !mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, heads, latent, rope).empty())
+          continue;
         const int64_t pages_per_seq = (ctx + page - 1) / page, pages = B * pages_per_seq;
         DeviceMem cache(pages * page * entry * 2), q(B * heads * entry * 4), out(B * heads * latent * 4);
         fill_random_bf16(cache.p, pages * page * entry, 3);
@@ -156,7 +163,7 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
         DeviceMem d_table(table.size() * 4), d_info(info.size() * sizeof(TokenInfo));
         int sms = 1;
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-        const int64_t splits = mla_attend_splits(B, heads, ctx, sms);
+        const int64_t splits = mla_attend_splits(B, heads, ctx, sms, kernel);
         DeviceMem scratch(mla_attend_scratch_floats(B, heads, latent, splits) * 4);
         cudaMemcpy(d_table.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(d_info.p, info.data(), info.size() * sizeof(TokenInfo), cudaMemcpyHostToDevice);

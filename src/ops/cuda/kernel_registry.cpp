@@ -63,6 +63,34 @@ int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope) {
 
 bool mla_kv_major_supported(int64_t latent, int64_t rope) { return mla_attend_kv_major_supported(latent, rope); }
 
+namespace {
+// True when the build carries sm_90a machine code ("90a-real"): only that target has wgmma, and a
+// plain sm_90 build compiles the wgmma kernel as a trap.
+bool has_sm90a_code() {
+  std::stringstream ss(compiled_architectures());
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (item.rfind("90a", 0) == 0 && item.find("virtual") == std::string::npos) return true;
+  return false;
+}
+}  // namespace
+
+std::string mla_wgmma_problem(int sm, int64_t smem_per_block_optin, int64_t heads, int64_t latent, int64_t rope) {
+  if (!mla_attend_wgmma_supported(latent, rope, heads))
+    return fmt::format("the wgmma kernel needs latent 512 + rope 64 and a multiple of 64 heads (got latent {} + rope "
+                       "{}, {} heads)",
+                       latent, rope, heads);
+  if (sm != 90) return fmt::format("the wgmma kernel needs an sm_90 (Hopper) GPU, this one is sm_{}", sm);
+  if (!has_sm90a_code())
+    return fmt::format("the wgmma kernel needs sm_90a code, this build carries {} (rebuild with "
+                       "-DCMAKE_CUDA_ARCHITECTURES=90a-real)",
+                       compiled_architectures());
+  if (mla_wgmma_smem_bytes() > smem_per_block_optin)
+    return fmt::format("the wgmma kernel needs {} KB of shared memory, the GPU allows {} KB",
+                       mla_wgmma_smem_bytes() / 1024, smem_per_block_optin / 1024);
+  return "";
+}
+
 int64_t mla_cuda_core_smem_bytes(int64_t heads, int64_t latent, int64_t rope) {
   const int64_t entry = latent + rope;
   return (32 * (entry + 1) + std::min<int64_t>(heads, 8) * entry) * 4;
@@ -86,7 +114,7 @@ KernelOverrides parse_kernel_overrides(const std::string& spec) {
       core::fail("--kernels '{}': kernel '{}' for op '{}' is not one of {}", spec, kernel, op, list);
     };
     if (op == "mla") {
-      pick(o.mla, {"auto", "kv-major", "mma", "cuda-core"});
+      pick(o.mla, {"auto", "wgmma", "kv-major", "mma", "cuda-core"});
     } else if (op == "moe") {
       pick(o.moe, {"auto", "grouped", "per-expert"});
     } else {
@@ -154,6 +182,20 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
     decode_reason = fmt::format("{}sm_{} >= 80, latent {} + rope {}, {} KB shared memory of {} KB",
                                 forced_mla == "mma" ? "forced by --kernels mla=mma; " : "", caps.sm, mla.latent,
                                 mla.rope, mma_smem / 1024, caps.smem_per_block_optin / 1024);
+  }
+  // Hopper with 64, 128, ... heads a GPU: the wgmma kernel (64 heads as one warpgroup MMA's M);
+  // the mma.sync kernels above stay for 8/16 heads and other GPUs.
+  if (const std::string wgmma_problem =
+          mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, mla.heads, mla.latent, mla.rope);
+      forced_mla == "wgmma" || (forced_mla == "auto" && wgmma_problem.empty())) {
+    decode_kernel = "attend_wgmma_kernel (wgmma m64n64k16 / m64n256k16 bf16, 64 heads a block, cp.async 2 stages)";
+    decode_ok = wgmma_problem.empty();
+    decode_reason = !decode_ok ? "--kernels mla=wgmma was forced but " + wgmma_problem
+                               : fmt::format("{}sm_90 with sm_90a code, {} heads in blocks of 64, latent {} + rope {}, "
+                                             "{} KB shared memory of {} KB",
+                                             forced_mla == "wgmma" ? "forced by --kernels mla=wgmma; " : "", mla.heads,
+                                             mla.latent, mla.rope, mla_wgmma_smem_bytes() / 1024,
+                                             caps.smem_per_block_optin / 1024);
   }
   if (!core_fits && decode_kernel.find("fp32") != std::string::npos)
     decode_reason += fmt::format("; fp32 kernel needs {} KB of shared memory, the GPU allows {} KB", core_smem / 1024,

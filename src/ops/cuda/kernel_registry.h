@@ -39,7 +39,7 @@ struct KernelChoice {
 };
 
 // Kernels forced or disabled by the user (--kernels / TESSERA_KERNELS), "auto" = the registry's
-// choice. mla: auto | kv-major | mma | cuda-core (decode steps); moe: auto | grouped | per-expert.
+// choice. mla: auto | wgmma | kv-major | mma | cuda-core (decode steps); moe: auto | grouped | per-expert.
 struct KernelOverrides {
   std::string mla = "auto";
   std::string moe = "auto";
@@ -58,6 +58,10 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
 
 // Whether the KV-major tensor-core decode kernel has an instance for this latent + rope.
 bool mla_kv_major_supported(int64_t latent, int64_t rope);
+// Whether the Hopper wgmma decode kernel can run: shapes (latent 512 + rope 64, heads a multiple of
+// 64), a device of compute capability exactly 9.0, sm_90a code in this binary, and its shared
+// memory. Empty when it can; otherwise the reason.
+std::string mla_wgmma_problem(int sm, int64_t smem_per_block_optin, int64_t heads, int64_t latent, int64_t rope);
 // Shared memory (bytes) the MLA kernels need for an entry of latent + rope.
 int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope);
 int64_t mla_cuda_core_smem_bytes(int64_t heads, int64_t latent, int64_t rope);

@@ -49,11 +49,14 @@ void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t 
 // o_lat[t, h, :] = softmax_s(scale · q_full[t, h] · cache[s]) · cache[s, :latent] over s <= pos(t).
 // The context is split over `splits` blocks (mla_attend_splits) when the batch is small; partials
 // are merged by a second kernel; `scratch` holds them (mla_attend_scratch_floats). latent <= 512.
-// Two implementations: CUDA cores in fp32 (any shape), or tensor cores (mma.sync bf16, 16 heads a
-// block; needs mla_attend_mma_supported).
-enum class MlaKernel { kCudaCore, kTensorCore, kKvMajor };
+// Implementations: CUDA cores in fp32 (any shape), tensor cores with mma.sync (16 heads a block;
+// needs mla_attend_mma_supported), KV-major mma.sync, or Hopper wgmma (64 heads a block, sm_90a).
+enum class MlaKernel { kCudaCore, kTensorCore, kKvMajor, kWgmma };
 bool mla_attend_mma_supported(int64_t latent, int64_t rope);
-int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms);
+// Context splits for a step: the fewest whose blocks fill whole waves of the GPU. The wgmma kernel
+// runs 64 heads a block and one block an SM, the mma.sync kernels 16 heads and two.
+int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
+                          MlaKernel kernel = MlaKernel::kKvMajor);
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int64_t page,
                        int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch,
@@ -71,6 +74,16 @@ void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, in
                                          int64_t rope, const TokenInfo* info, const int32_t* tables,
                                          const __nv_bfloat16* cache, int64_t page, int64_t splits, int64_t chunk,
                                          float scale, float* o_part, float* ml_part, cudaStream_t s);
+// attention_wgmma.cu: Hopper warpgroup MMA (sm_90a only), 64 heads a block as the wgmma M, cache
+// tiles of 64 positions, two cp.async stages. Shapes: latent 512 + rope 64, heads a multiple of 64.
+// Callers also need a device of compute capability exactly 9.0 and a binary with sm_90a code
+// (kernel_registry.h: mla_wgmma_available).
+bool mla_attend_wgmma_supported(int64_t latent, int64_t rope, int64_t heads);
+int64_t mla_wgmma_smem_bytes();
+void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
+                                      const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
+                                      int64_t page, int64_t splits, int64_t chunk, float scale, float* o_part,
+                                      float* ml_part, cudaStream_t s);
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
 // out[t, h * v + j] = W_UV[h, j] · o_lat[t, h].
 void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
