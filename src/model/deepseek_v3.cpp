@@ -145,14 +145,18 @@ Tensor DeepseekV3Model::forward(const StepBatch& batch, KvCache& cache) {
   o.embedding(w_.embed, batch.token_ids, x);
   Tensor h = o.empty({T, H}), y = o.empty({T, H});
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  // Each residual add is fused with the norm that follows it (the next layer's input norm).
+  if (cfg_.num_hidden_layers > 0) o.rms_norm(x, w_.layers[0].input_norm, eps, h);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const auto& L = w_.layers[static_cast<size_t>(l)];
-    o.rms_norm(x, L.input_norm, eps, h);
     attention(l, h, rope, seqs, cache, y);
-    o.add_inplace(x, y);
-    o.rms_norm(x, L.post_attention_norm, eps, h);
+    o.add_rms_norm(x, y, L.post_attention_norm, eps, h);
     feed_forward(l, h, y);
-    o.add_inplace(x, y);
+    if (l + 1 < cfg_.num_hidden_layers) {
+      o.add_rms_norm(x, y, w_.layers[static_cast<size_t>(l + 1)].input_norm, eps, h);
+    } else {
+      o.add_inplace(x, y);
+    }
   }
   Tensor last = o.empty({static_cast<int64_t>(logit_rows.size()), H});
   o.gather_rows(x, logit_rows, last);

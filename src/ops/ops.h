@@ -87,6 +87,13 @@ class Ops {
   virtual void linear(const core::Tensor& x, const LinearWeight& w, core::Tensor& out) = 0;
   // x += y
   virtual void add_inplace(core::Tensor& x, const core::Tensor& y) = 0;
+  // x += y, then out = rms_norm(x, weight) over all of x's columns: the residual add in front of a
+  // layer's norm, which a backend may fuse (the result must equal the two ops in sequence).
+  virtual void add_rms_norm(core::Tensor& x, const core::Tensor& y, const core::Tensor& weight, float eps,
+                            core::Tensor& out) {
+    add_inplace(x, y);
+    rms_norm(x, weight, eps, out);
+  }
   // out = silu(gate) * up, all [T, I].
   virtual void silu_mul(const core::Tensor& gate, const core::Tensor& up, core::Tensor& out) = 0;
 

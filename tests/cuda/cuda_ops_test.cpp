@@ -115,6 +115,16 @@ TEST_F(CudaOpsTest, ElementwiseAndRope) {
   cpu_.add_inplace(ac, cpu({T, W}, b));
   gpu_->add_inplace(ag, gpu({T, W}, b));
   expect_close(ac, ag, 1e-7, "add");
+  {
+    // The fused residual add + norm equals the two ops in sequence (x updated, out normalised).
+    auto xv = random(T * W), yv = random(T * W), wv = random(W);
+    Tensor xc = cpu({T, W}, xv), xg = gpu({T, W}, xv), wc = cpu({W}, wv), wg = gpu({W}, wv);
+    Tensor nc = cpu_.empty({T, W}), ng = gpu_->empty({T, W});
+    cpu_.add_rms_norm(xc, cpu({T, W}, yv), wc, 1e-6f, nc);
+    gpu_->add_rms_norm(xg, gpu({T, W}, yv), wg, 1e-6f, ng);
+    expect_close(xc, xg, 1e-7, "add_rms_norm residual");
+    expect_close(nc, ng, 1e-6, "add_rms_norm norm");
+  }
   Tensor sc = cpu_.empty({T, W}), sg = gpu_->empty({T, W});
   cpu_.silu_mul(cpu({T, W}, a), cpu({T, W}, b), sc);
   gpu_->silu_mul(gpu({T, W}, a), gpu({T, W}, b), sg);

@@ -205,6 +205,15 @@ class CudaOps final : public Ops {
     gemm_bf16(ptr<__nv_bfloat16>(w.weight), ptr<__nv_bfloat16>(xb), ptr<float>(out), w.out, T, w.in);
   }
 
+  void add_rms_norm(Tensor& x, const Tensor& y, const Tensor& weight, float eps, Tensor& out) override {
+    TESSERA_CHECK(x.shape() == y.shape() && x.shape() == out.shape() && weight.numel() == x.dim(1),
+                  "add_rms_norm: x {}, y {}, out {} and weight [{}] do not fit", core::shape_str(x.shape()),
+                  core::shape_str(y.shape()), core::shape_str(out.shape()), weight.numel());
+    launch_add_rms_norm(ptr<float>(x), ptr<float>(y), x.dim(0), x.dim(1), ptr<float>(weight), eps, ptr<float>(out),
+                        stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+
   void add_inplace(Tensor& x, const Tensor& y) override {
     launch_add(ptr<float>(x), ptr<float>(y), x.numel(), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();

@@ -50,10 +50,14 @@ __device__ float block_sum(float v) {
   return total;
 }
 
-__global__ void __launch_bounds__(kRowThreads) rms_norm_kernel(const float* x, int64_t width, int64_t col_begin, const float* weight, int64_t d,
-                                float eps, float* out, int64_t out_width) {
+// out = norm(x) over columns [col_begin, col_begin + d); with `add`, x += add first (written back),
+// the residual add fused with the norm after it.
+__global__ void __launch_bounds__(kRowThreads)
+    rms_norm_kernel(float* x, const float* add, int64_t width, int64_t col_begin, const float* weight, int64_t d,
+                    float eps, float* out, int64_t out_width) {
   const int64_t r = blockIdx.x;
-  const float* xr = x + r * width + col_begin;
+  float* xr = x + r * width + col_begin;
+  const float* ar = add ? add + r * width + col_begin : nullptr;
   float* yr = out_width == d ? out + r * d : out + r * out_width + col_begin;
   if (d <= static_cast<int64_t>(kRowThreads) * kPerThread) {
     // The row stays in registers between the two passes.
@@ -61,7 +65,14 @@ __global__ void __launch_bounds__(kRowThreads) rms_norm_kernel(const float* x, i
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int64_t i = threadIdx.x + j * static_cast<int64_t>(blockDim.x);
-      v[j] = i < d ? xr[i] : 0.0f;
+      v[j] = i < d ? xr[i] + (ar ? ar[i] : 0.0f) : 0.0f;
+    }
+    if (ar) {
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        const int64_t i = threadIdx.x + j * static_cast<int64_t>(blockDim.x);
+        if (i < d) xr[i] = v[j];
+      }
     }
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) ss += v[j] * v[j];
@@ -74,7 +85,10 @@ __global__ void __launch_bounds__(kRowThreads) rms_norm_kernel(const float* x, i
     return;
   }
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float v = ar ? (xr[i] = xr[i] + ar[i]) : xr[i];
+    ss += v * v;
+  }
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * inv * weight[i];
 }
@@ -158,9 +172,17 @@ void launch_embedding(const __nv_bfloat16* table, const int32_t* ids, int64_t to
 
 void launch_rms_norm(const float* x, int64_t rows, int64_t width, int64_t col_begin, const float* weight, int64_t d,
                      float eps, float* out, int64_t out_width, cudaStream_t s) {
+  // Without `add` the kernel only reads x.
   if (rows > 0)
-    rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, width, col_begin, weight, d, eps, out,
-                                                                         out_width);
+    rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(const_cast<float*>(x), nullptr, width, col_begin,
+                                                                         weight, d, eps, out, out_width);
+}
+
+void launch_add_rms_norm(float* x, const float* add, int64_t rows, int64_t width, const float* weight, float eps,
+                         float* out, cudaStream_t s) {
+  if (rows > 0)
+    rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, add, width, 0, weight, width, eps, out,
+                                                                         width);
 }
 
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t s) {

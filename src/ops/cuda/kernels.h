@@ -17,6 +17,9 @@ void launch_embedding(const __nv_bfloat16* table, const int32_t* ids, int64_t to
 // or as wide as x (same columns written).
 void launch_rms_norm(const float* x, int64_t rows, int64_t width, int64_t col_begin, const float* weight, int64_t d,
                      float eps, float* out, int64_t out_width, cudaStream_t s);
+// x [rows, width] += add, then out = rms_norm(x) over the whole row (one kernel).
+void launch_add_rms_norm(float* x, const float* add, int64_t rows, int64_t width, const float* weight, float eps,
+                         float* out, cudaStream_t s);
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t s);
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
 // Interleaved-pair rotation; cos/sin [rows, half].
