@@ -62,6 +62,9 @@ int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope) {
 }
 
 bool mla_kv_major_supported(int64_t latent, int64_t rope) { return mla_attend_kv_major_supported(latent, rope); }
+int64_t mla_kv_major_shared_bytes(int64_t heads, int64_t latent, int64_t rope, bool fp8) {
+  return mla_kv_major_smem_bytes(heads, latent, rope, fp8);
+}
 
 int64_t mla_cuda_core_smem_bytes(int64_t heads, int64_t latent, int64_t rope) {
   const int64_t entry = latent + rope;
@@ -123,7 +126,36 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
   std::string decode_reason;
   std::string decode_kernel;
   bool decode_ok = true;
-  if (forced_mla == "cuda-core" || !mma_shape || !mma_fits || caps.sm < 80) {
+  const int64_t kv_smem = mla_kv_major_smem_bytes(mla.heads, mla.latent, mla.rope, mla.fp8_cache);
+  const bool kv_major_ok = mla_attend_kv_major_supported(mla.latent, mla.rope) && kv_smem <= caps.smem_per_block_optin;
+  if (mla.fp8_cache && forced_mla == "mma") {
+    // The heads-as-M kernel reads bf16 only.
+    decode_kernel = "attend_mma_kernel";
+    decode_reason = "--kernels mla=mma was forced but it cannot read an fp8_e4m3 KV cache (--kv-cache-dtype fp8); "
+                    "use mla=kv-major or mla=cuda-core, or --kv-cache-dtype bf16";
+    decode_ok = false;
+  } else if (mla.fp8_cache && forced_mla != "cuda-core" && caps.sm >= 80 && kv_major_ok) {
+    decode_kernel = fmt::format("attend_kv_major_kernel (fp8 cache: cp.async of the bytes, bf16 in shared memory, "
+                                "mma.sync bf16, positions x {} heads)",
+                                mla.heads <= 8 ? 8 : 16);
+    decode_reason = fmt::format("{}sm_{} >= 80, latent {} + rope {}, {} KB shared memory of {} KB",
+                                forced_mla == "kv-major" ? "forced by --kernels mla=kv-major; " : "", caps.sm,
+                                mla.latent, mla.rope, kv_smem / 1024, caps.smem_per_block_optin / 1024);
+  } else if (mla.fp8_cache) {
+    decode_kernel = "attend_kernel (fp32, CUDA cores; fp8 cache dequantized on load)";
+    decode_reason = forced_mla == "cuda-core" ? "forced by --kernels mla=cuda-core"
+                    : caps.sm < 80            ? "tensor cores need sm_80+"
+                                              : fmt::format("the KV-major kernel has no instance for latent {} + rope "
+                                                            "{} or needs {} KB of shared memory (the GPU allows {} KB), "
+                                                            "and the heads-as-M kernel reads bf16 only",
+                                                            mla.latent, mla.rope, kv_smem / 1024,
+                                                            caps.smem_per_block_optin / 1024);
+    decode_ok = core_fits;
+    if (forced_mla == "kv-major") {
+      decode_ok = false;
+      decode_reason = "--kernels mla=kv-major was forced but " + decode_reason;
+    }
+  } else if (forced_mla == "cuda-core" || !mma_shape || !mma_fits || caps.sm < 80) {
     decode_kernel = "attend_kernel (fp32, CUDA cores)";
     decode_reason = forced_mla == "cuda-core" ? "forced by --kernels mla=cuda-core"
                     : !mma_shape ? fmt::format("latent {} + rope {} is not a tensor-core shape", mla.latent, mla.rope)
@@ -135,9 +167,7 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
       decode_ok = false;
       decode_reason = "--kernels mla=mma was forced but " + decode_reason;
     }
-  } else if (const int64_t kv_smem = mla_kv_major_smem_bytes(mla.heads, mla.latent, mla.rope);
-             forced_mla != "mma" && mla_attend_kv_major_supported(mla.latent, mla.rope) &&
-             kv_smem <= caps.smem_per_block_optin) {
+  } else if (forced_mla != "mma" && kv_major_ok) {
     decode_kernel = fmt::format("attend_kv_major_kernel (mma.sync bf16, positions x {} heads, cp.async 2 stages)",
                                 mla.heads <= 8 ? 8 : 16);
     decode_reason = fmt::format("{}sm_{} >= 80, latent {} + rope {}, {} KB shared memory of {} KB",
@@ -165,7 +195,10 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
   if (forced_mla != "cuda-core" && mla_prefill_attend_supported(mla.nope, mla.rope, mla.v, mla.latent) &&
       prefill_smem > 0 && prefill_smem <= caps.smem_per_block_optin) {
     out.push_back({"mla prefill",
-                   "gather latents + kv_b GEMM (cuBLASLt) + mla_prefill_attend (mma.sync, split bf16 operands)",
+                   mla.fp8_cache ? "gather latents (fp8 -> bf16, exact) + kv_b GEMM (cuBLASLt, alpha = KV scale) + "
+                                   "mla_prefill_attend (mma.sync, split bf16 operands)"
+                                 : "gather latents + kv_b GEMM (cuBLASLt) + mla_prefill_attend (mma.sync, split bf16 "
+                                   "operands)",
                    arch.empty() ? fmt::format("qk {} + {}, v {}: {} KB shared memory of {} KB", mla.nope, mla.rope,
                                               mla.v, prefill_smem / 1024, caps.smem_per_block_optin / 1024)
                                 : arch,

@@ -29,6 +29,7 @@ std::string architecture_problem(int sm);
 struct MlaShape {
   int64_t heads = 0, latent = 0, rope = 0;
   int64_t nope = 0, v = 0;  // per-head query/key and value widths (the prefill kernel's shapes)
+  bool fp8_cache = false;   // the KV cache holds fp8 e4m3 (else bf16)
 };
 
 struct KernelChoice {
@@ -58,6 +59,8 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
 
 // Whether the KV-major tensor-core decode kernel has an instance for this latent + rope.
 bool mla_kv_major_supported(int64_t latent, int64_t rope);
+// Its shared memory per block (bytes) for a bf16 or fp8 cache.
+int64_t mla_kv_major_shared_bytes(int64_t heads, int64_t latent, int64_t rope, bool fp8);
 // Shared memory (bytes) the MLA kernels need for an entry of latent + rope.
 int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope);
 int64_t mla_cuda_core_smem_bytes(int64_t heads, int64_t latent, int64_t rope);
