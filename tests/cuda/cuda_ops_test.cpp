@@ -473,5 +473,53 @@ TEST(KernelOverrides, ParsesAndRefusesByName) {
   }
 }
 
+// The registry's choice for an fp8 cache, on a described GPU (no device needed): the KV-major kernel
+// where it has an instance (within SM120's 99 KB a block), else the fp32 kernel, never the
+// heads-as-M kernel, which is refused by name when forced; prefill gathers fp8 to bf16.
+TEST(KernelPlan, Fp8CachePicksKernelsThatReadIt) {
+  ops::cuda::DeviceCaps caps;
+  caps.name = "described";
+  caps.sm = 90;
+  caps.num_sms = 132;
+  caps.smem_per_block_optin = 99 * 1024;  // SM120's limit
+  if (!ops::cuda::architecture_problem(caps.sm).empty()) GTEST_SKIP() << "this build carries no sm_90 code";
+  auto decode = [&](ops::cuda::MlaShape shape, const std::string& mla) {
+    ops::cuda::KernelOverrides forced;
+    forced.mla = mla;
+    for (const auto& k : ops::cuda::plan_kernels(caps, shape, 384, 7168, 2048, forced))
+      if (k.op == "mla decode") return k;
+    ADD_FAILURE() << "no mla decode line";
+    return ops::cuda::KernelChoice{};
+  };
+  auto prefill = [&](ops::cuda::MlaShape shape) {
+    for (const auto& k : ops::cuda::plan_kernels(caps, shape, 384, 7168, 2048, {}))
+      if (k.op == "mla prefill") return k;
+    return ops::cuda::KernelChoice{};
+  };
+  const ops::cuda::MlaShape kimi_fp8{16, 512, 64, 128, 128, true}, kimi_bf16{16, 512, 64, 128, 128, false};
+  auto k = decode(kimi_fp8, "auto");
+  EXPECT_TRUE(k.available) << k.reason;
+  EXPECT_NE(k.kernel.find("attend_kv_major_kernel (fp8 cache"), std::string::npos) << k.kernel;
+  EXPECT_NE(k.reason.find("94 KB shared memory of 99 KB"), std::string::npos) << k.reason;
+  k = decode(kimi_bf16, "auto");
+  EXPECT_TRUE(k.available) << k.reason;
+  EXPECT_NE(k.kernel.find("attend_kv_major_kernel (mma.sync bf16"), std::string::npos) << k.kernel;
+  k = decode(kimi_fp8, "mma");
+  EXPECT_FALSE(k.available);
+  EXPECT_NE(k.reason.find("mla=mma"), std::string::npos) << k.reason;
+  EXPECT_NE(k.reason.find("fp8"), std::string::npos) << k.reason;
+  k = decode(kimi_fp8, "cuda-core");
+  EXPECT_TRUE(k.available) << k.reason;
+  EXPECT_NE(k.kernel.find("fp8 cache dequantized on load"), std::string::npos) << k.kernel;
+  // A latent without a KV-major instance: the fp32 kernel, not the heads-as-M one.
+  k = decode({8, 32, 16, 16, 24, true}, "auto");
+  EXPECT_TRUE(k.available) << k.reason;
+  EXPECT_NE(k.kernel.find("attend_kernel (fp32"), std::string::npos) << k.kernel;
+  k = decode({8, 32, 16, 16, 24, false}, "auto");
+  EXPECT_NE(k.kernel.find("attend_mma_kernel"), std::string::npos) << k.kernel;
+  EXPECT_NE(prefill(kimi_fp8).kernel.find("fp8 -> bf16"), std::string::npos) << prefill(kimi_fp8).kernel;
+  EXPECT_EQ(prefill(kimi_bf16).kernel.find("fp8"), std::string::npos) << prefill(kimi_bf16).kernel;
+}
+
 }  // namespace
 }  // namespace tessera
