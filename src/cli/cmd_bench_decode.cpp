@@ -33,6 +33,7 @@ struct DecodeArgs {
   int steps = 10;
   std::string device = "cuda";
   std::string kernels;
+  std::string kv_cache_dtype = "auto";  // auto: the backend's default
 };
 
 using Clock = std::chrono::steady_clock;
@@ -66,11 +67,12 @@ double host_copy_bandwidth() {
 
 #ifdef TESSERA_HAVE_CUDA
 // Layers that fit in `free_bytes`, leaving room for the embedding, lm_head, KV and activations.
-int64_t layers_that_fit(const std::string& preset, uint64_t free_bytes, int64_t max_batch, int64_t context) {
+int64_t layers_that_fit(const std::string& preset, uint64_t free_bytes, int64_t max_batch, int64_t context,
+                        double kv_elem_bytes) {
   const auto one = model::synthetic_config(preset, 1), two = model::synthetic_config(preset, 2);
   const double per_layer = 2.0 * static_cast<double>(two.parameter_count() - one.parameter_count());
   const double fixed = 2.0 * static_cast<double>(one.parameter_count()) - per_layer;
-  const double kv_layer = 2.0 * static_cast<double>(one.kv_cache_entry_dim()) * static_cast<double>(max_batch) *
+  const double kv_layer = kv_elem_bytes * static_cast<double>(one.kv_cache_entry_dim()) * static_cast<double>(max_batch) *
                           static_cast<double>(context + 64);
   const double margin = 4.0 * (1 << 30) + 0.04 * static_cast<double>(free_bytes);
   const int64_t n =
@@ -91,6 +93,10 @@ int run(const DecodeArgs& a) {
   (void)model::synthetic_config(a.preset, 1);  // validates the preset name first
 
   std::unique_ptr<ops::Ops> backend = model::make_backend(a.device, a.kernels);
+  // No checkpoint, so no hint: an explicit --kv-cache-dtype or the backend's default.
+  const io::KvCacheDtype kv_dtype = io::resolve_kv_cache_dtype(a.kv_cache_dtype, {}, backend->supported_kv_dtypes(),
+                                                               backend->default_kv_dtype(), backend->name())
+                                        .dtype;
   model::RandomBf16 random;
   double bandwidth = 0;
   int64_t layers = a.layers;
@@ -100,7 +106,8 @@ int run(const DecodeArgs& a) {
     fmt::print("device       {}\n", ops::cuda::device_description());
     bandwidth = ops::cuda::measure_copy_bandwidth(size_t{2} << 30, 10);
     if (layers == 0)
-      layers = layers_that_fit(a.preset, ops::cuda::query_device_caps().free_bytes, max_batch, a.context);
+      layers = layers_that_fit(a.preset, ops::cuda::query_device_caps().free_bytes, max_batch, a.context,
+                               static_cast<double>(model::KvCache::bytes_per_token(1, 1, kv_dtype)));
     random = [&seed](core::Shape s, float scale) { return ops::cuda::random_bf16_tensor(std::move(s), scale, seed++); };
 #endif
   } else {
@@ -117,7 +124,6 @@ int run(const DecodeArgs& a) {
   ops::Ops& o = m.ops();
   const int64_t max_tokens = a.context + 2 + a.steps + 1;
   const int64_t pages_per_seq = model::pages_for_tokens(max_tokens);
-  const io::KvCacheDtype kv_dtype = o.default_kv_dtype();
   model::KvCache cache(o, layers, max_batch * pages_per_seq, cfg.kv_cache_entry_dim(), kv_dtype);
   fmt::print("model        synthetic {} with {} MoE layers of the real shapes (hidden {}, {} experts, {} active + {} "
              "shared, {} heads), random bf16 weights: {}\n",
@@ -201,6 +207,8 @@ CommandRegistration reg{
        app.add_option("--device", a->device, "cuda, or cpu (the fp32 reference; small presets)")
            ->capture_default_str();
        app.add_option("--kernels", a->kernels, "force CUDA kernels, as for serve");
+       app.add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV cache element type: auto (the backend's default), fp32, bf16, fp8")
+           ->capture_default_str();
        return [a] { return run(*a); };
      },
      "bench"}};

@@ -98,7 +98,8 @@ int run(const PlanArgs& a) {
     fmt::print("kernels\n");
     for (const auto& k : ops::cuda::plan_kernels(
              caps,
-             {cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.qk_nope_head_dim, cfg.v_head_dim},
+             {cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.qk_nope_head_dim, cfg.v_head_dim,
+              kv.dtype == io::KvCacheDtype::kFp8E4M3},
              cfg.n_routed_experts,
              cfg.hidden_size, cfg.moe_intermediate_size, ops::cuda::kernel_overrides_from(a.model.kernels))) {
       fmt::print("  {:<12} {:<3} {} — {}\n", k.op, k.available ? "ok" : "NO", k.kernel, k.reason);

@@ -71,6 +71,27 @@ float fp8_e4m3_to_f32(uint8_t b) {
   return table[b];
 }
 
+uint8_t f32_to_fp8_e4m3(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return 0x7f;             // NaN
+  if (abs >= 0x43e80000u) return sign | 0x7eu;     // >= 464 = 448 + half an ulp (ties to 448): saturate
+  if (abs < 0x3c800000u) {                         // below 2^-6, the smallest normal: multiples of 2^-9
+    float a;
+    std::memcpy(&a, &abs, 4);
+    // a * 512 is exact (a power-of-two scaling of a number below 8); rounding it to an integer
+    // in the default mode is round-to-nearest-even. 8 becomes 0x08, the smallest normal: right.
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f)));
+  }
+  // Normal: keep 3 of the 23 mantissa bits, round to nearest even at bit 20 (a carry moves into
+  // the exponent, which is what rounding up across a power of two means).
+  const uint32_t r = abs + 0x7ffffu + ((abs >> 20) & 1u);
+  const uint32_t exp = (r >> 23) - 127 + 7, mant = (r >> 20) & 7u;
+  return static_cast<uint8_t>(sign | (exp << 3) | mant);
+}
+
 float fp8_e5m2_to_f32(uint8_t b) { return f16_to_f32(static_cast<uint16_t>(b) << 8); }
 
 void convert_to_f32(DType t, const void* src, float* dst, size_t n) {

@@ -43,6 +43,12 @@ inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 float f16_to_f32(uint16_t v);
 // float8 e4m3fn: bias 7, no infinities, 0x7f / 0xff are NaN, max 448.
 float fp8_e4m3_to_f32(uint8_t v);
+// f32 -> float8 e4m3fn, round to nearest even, saturating: |x| beyond 448 (infinities included)
+// becomes ±448, never NaN; a NaN input becomes the canonical NaN 0x7f. Underflow keeps the sign
+// (±0). For every number, bit for bit what CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE,
+// __NV_E4M3) returns (its exact emulation below SM89, the cvt instruction above), so a cache written
+// on either backend holds the same bytes; NaN inputs are not part of that promise.
+uint8_t f32_to_fp8_e4m3(float f);
 // float8 e5m2: bias 15, IEEE-like with infinities.
 float fp8_e5m2_to_f32(uint8_t v);
 // e2m1 (NVFP4 element): bit 3 sign, bits 2..0 index {0, .5, 1, 1.5, 2, 3, 4, 6}.

@@ -1,9 +1,10 @@
 // The paged latent KV cache: per layer [num_pages, page_size, kv_lora_rank + qk_rope_head_dim],
 // each entry [c_kv | k_pe (rotated)]. Pages are handed out by the engine's block manager; this
-// class only owns the storage.
+// class only owns the storage (and, for an fp8 cache, each layer's scale: see ops::KvLayerView).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -16,9 +17,11 @@ inline constexpr int64_t kKvPageSize = 64;
 
 class KvCache {
  public:
-  // Storage comes from the backend (`ops`), so pages live where the kernels run.
+  // Storage comes from the backend (`ops`), so pages live where the kernels run. `layer_scales`:
+  // one fp8 scale per layer (positive, finite), or empty for 1.0 everywhere; caches of other
+  // dtypes keep 1.0 whatever is given.
   KvCache(ops::Ops& ops, int64_t num_layers, int64_t num_pages, int64_t entry_dim, io::KvCacheDtype dtype,
-          int64_t page_size = kKvPageSize);
+          int64_t page_size = kKvPageSize, const std::vector<float>& layer_scales = {});
 
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   int64_t num_pages() const { return num_pages_; }
@@ -34,6 +37,13 @@ class KvCache {
   io::KvCacheDtype dtype_;
   std::vector<ops::KvLayerView> layers_;
 };
+
+// Per-layer scales of an fp8 latent cache from the checkpoint's calibrated scales: MLA caches one
+// latent that is both K and V, so a layer uses its k_scale (as vLLM does for MLA), else 1.0. A
+// layer whose v_scale differs from its k_scale is logged (once per call). Throws naming the layer
+// for a scale that is not a positive finite number.
+std::vector<float> fp8_kv_layer_scales(const std::vector<std::optional<float>>& k_scales,
+                                       const std::vector<std::optional<float>>& v_scales);
 
 // Pages needed to hold `tokens` tokens.
 inline int64_t pages_for_tokens(int64_t tokens, int64_t page_size = kKvPageSize) {

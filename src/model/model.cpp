@@ -58,6 +58,14 @@ LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& opti
   if (m.config.architecture != "DeepseekV3ForCausalLM" && m.config.architecture != "KimiK25ForConditionalGeneration")
     core::fail("{}: no model implementation for architecture '{}'", config_path.string(), m.config.architecture);
   ModelWeights weights = load_deepseek_v3_weights(*m.checkpoint, m.config, m.quant);
+  if (m.kv_cache.dtype == io::KvCacheDtype::kFp8E4M3) {
+    std::vector<std::optional<float>> k, v;
+    for (const auto& L : weights.layers) {
+      k.push_back(L.attn.k_scale);
+      v.push_back(L.attn.v_scale);
+    }
+    m.kv_scales = fp8_kv_layer_scales(k, v);
+  }
   m.model = std::make_unique<DeepseekV3Model>(m.config, std::move(weights), std::move(backend));
   return m;
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "io/checkpoint.h"
@@ -43,10 +44,13 @@ struct LoadedModel {
   io::ModelConfig config;
   io::QuantConfig quant;
   io::KvCacheDtypeResolution kv_cache;
+  // fp8 cache: each layer's scale (fp8_kv_layer_scales); empty for other dtypes.
+  std::vector<float> kv_scales;
   std::unique_ptr<Model> model;
 
   KvCache make_kv_cache(int64_t num_pages) const {
-    return KvCache(model->ops(), config.num_hidden_layers, num_pages, config.kv_cache_entry_dim(), kv_cache.dtype);
+    return KvCache(model->ops(), config.num_hidden_layers, num_pages, config.kv_cache_entry_dim(), kv_cache.dtype,
+                   kKvPageSize, kv_scales);
   }
 };
 

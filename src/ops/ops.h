@@ -23,9 +23,19 @@ struct RopeTables {
 };
 
 // One latent-KV cache layer: [num_pages, page_size, entry_dim] with entry = [c_kv | k_pe].
+//
+// Element formats (pages.dtype()): F32 (CPU), BF16 (CUDA), or U8 holding float8 e4m3fn bytes
+// (KvCacheDtype::kFp8E4M3, both backends). An fp8 cache stores each element x of an entry as
+//   q = sat_e4m3_rne(x / scale)   (round to nearest even; |x / scale| beyond 448 saturates to ±448,
+//                                  so no NaN is ever made from a number; core::f32_to_fp8_e4m3)
+// and every reader uses q · scale (fp32 product). `scale` is one fp32 value per layer: MLA caches a
+// single latent that serves as both K and V, so it is the checkpoint's k_scale for the layer (as
+// vLLM's concat_and_cache_mla uses layer._k_scale), or 1.0 when the checkpoint has none. Caches
+// of other element types ignore it (it stays 1.0).
 struct KvLayerView {
   core::Tensor pages;
   int64_t page_size = 64;
+  float scale = 1.0f;
 };
 
 // Where one sequence's new tokens sit in the flat step and in the cache.
@@ -71,7 +81,8 @@ class Ops {
   // KV-cache element types this backend can store, and its default.
   virtual std::vector<io::KvCacheDtype> supported_kv_dtypes() const = 0;
   virtual io::KvCacheDtype default_kv_dtype() const = 0;
-  // Zeroed storage for one layer of KV pages [pages, page_size, entry_dim] of `dtype`.
+  // Zeroed storage for one layer of KV pages [pages, page_size, entry_dim] of `dtype` (fp8: U8
+  // bytes, see KvLayerView).
   virtual core::Tensor empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) = 0;
   // A new activation tensor holding `data` (host fp32, shape_numel(shape) values).
   virtual core::Tensor from_host_f32(core::Shape shape, const float* data) = 0;

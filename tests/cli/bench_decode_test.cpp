@@ -29,6 +29,17 @@ TEST(BenchDecode, TinyPresetOnTheCpuReportsEveryBatch) {
   EXPECT_NE(out.find(" 4.0 "), std::string::npos) << out;
 }
 
+TEST(BenchDecode, Fp8KvCacheOnRequest) {
+  int rc = 0;
+  std::string out = tessera(
+      "bench decode --synthetic tiny --device cpu --layers 1 --batch 2 --context 70 --steps 1 --kv-cache-dtype fp8", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("(fp8_e4m3)"), std::string::npos) << out;
+  out = tessera("bench decode --synthetic tiny --device cpu --layers 1 --kv-cache-dtype bf16", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--kv-cache-dtype"), std::string::npos) << out;
+}
+
 TEST(BenchDecode, BadFlagsAreRefusedByName) {
   int rc = 0;
   std::string out = tessera("bench decode --synthetic kimi-k3 --device cpu", &rc);

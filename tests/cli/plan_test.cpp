@@ -15,13 +15,27 @@ std::string tessera(const std::string& args, int* rc) {
 TEST(Plan, CpuPlanReportsKvDtypeCapacityAndContext) {
   int rc = 0;
   const auto dir = (test::fixtures_dir() / "models" / "kimi-k25-tiny-nvfp4").string();
-  std::string out = tessera("plan --model " + dir + " --kv-cache-bytes 1MiB", &rc);
+  std::string out = tessera("plan --model " + dir + " --kv-cache-bytes 1MiB --kv-cache-dtype fp32", &rc);
   ASSERT_EQ(rc, 0) << out;
   // 3 layers x (32 + 16) x 4 bytes = 576 bytes per token; 1 MiB holds 1820 tokens = 28 pages of 64.
+  EXPECT_NE(out.find("kv cache     fp32"), std::string::npos) << out;
   EXPECT_NE(out.find("576 bytes per token"), std::string::npos) << out;
   EXPECT_NE(out.find("28 pages of 64 = 1792 tokens"), std::string::npos) << out;
-  EXPECT_NE(out.find("kv_cache_scheme"), std::string::npos) << out;  // why the KV dtype is what it is
+  EXPECT_NE(out.find("kv_cache_scheme"), std::string::npos) << out;  // the hint it overrides
   EXPECT_NE(out.find("max context  1024"), std::string::npos) << out;
+}
+
+TEST(Plan, CpuPlanOfTheCheckpointsFp8HintCountsOneBytePerElement) {
+  int rc = 0;
+  const auto dir = (test::fixtures_dir() / "models" / "kimi-k25-tiny-nvfp4").string();
+  std::string out = tessera("plan --model " + dir + " --kv-cache-bytes 1MiB", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  // The checkpoint asks for FP8 KV and the cpu backend stores it: 3 x (32 + 16) x 1 = 144 bytes per
+  // token; 1 MiB holds 7281 tokens = 113 whole pages of 64 = 7232 tokens (four times fp32's).
+  EXPECT_NE(out.find("kv cache     fp8_e4m3"), std::string::npos) << out;
+  EXPECT_NE(out.find("kv_cache_scheme"), std::string::npos) << out;
+  EXPECT_NE(out.find("144 bytes per token"), std::string::npos) << out;
+  EXPECT_NE(out.find("113 pages of 64 = 7232 tokens"), std::string::npos) << out;
 }
 
 TEST(Plan, ContextThatCannotFitIsRefusedWithTheNumbers) {

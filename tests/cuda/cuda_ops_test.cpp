@@ -304,6 +304,129 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
   if (!problem.empty()) GTEST_SKIP() << problem;
 }
 
+// fp8 KV cache (ops::KvLayerView): the GPU writes the CPU's bytes exactly (both round x / scale to
+// nearest even and saturate), over page-crossing ragged writes, ties, subnormals and saturation.
+TEST_F(CudaOpsTest, Fp8KvCacheWriteGivesTheCpusBytes) {
+  const int64_t page = 16;
+  for (int64_t entry : {48, 80, 576, 40}) {
+    for (float scale : {1.0f, 0.0096342135f, 0.37f, 3.0f}) {
+      const int64_t pages = 5;
+      Tensor cc = cpu_.empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kFp8E4M3);
+      Tensor cg = gpu_->empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kFp8E4M3);
+      ops::KvLayerView kc{cc, page, scale}, kg{cg, page, scale};
+      std::vector<int32_t> t0 = {3, 1}, t1 = {0, 4, 2};
+      // Sequence 0: positions 10..21 (crosses a page); sequence 1: positions 0..35.
+      std::vector<ops::AttentionSeq> step = {{0, 12, 10, t0}, {12, 36, 0, t1}};
+      const int64_t T = 48;
+      auto x = random(T * entry, 2.0f * scale);
+      // Special values at the start of the first rows: saturation, signed zeros, e4m3 ties and
+      // subnormals (exact after / scale only when scale is 1, but harmless otherwise).
+      const float specials[] = {1e6f,   -1e6f,  0.0f,          -0.0f,          1.0625f,        -1.1875f,
+                                464.0f, 456.0f, 0.0029296875f, 0.0009765625f, 0.0048828125f, 3e-7f};
+      for (size_t i = 0; i < std::size(specials); ++i) x[i] = specials[i] * (scale == 1.0f ? 1.0f : scale);
+      cpu_.kv_cache_write(kc, cpu({T, entry}, x), step);
+      gpu_->kv_cache_write(kg, gpu({T, entry}, x), step);
+      const std::vector<uint8_t> got = ops::cuda::device_bytes(cg);
+      ASSERT_EQ(got.size(), cc.nbytes());
+      const uint8_t* want = cc.data<uint8_t>();
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], want[i]) << "entry " << entry << " scale " << scale << ": byte " << i << " (page "
+                                   << i / (page * entry) << ", slot " << (i / entry) % page << ", element "
+                                   << i % entry << ")";
+    }
+  }
+}
+
+// MLA attention over an fp8 cache, GPU against the CPU reading the same bytes, over the ragged
+// shapes of MlaAttentionRaggedBatchWithCachedPrefixes: the same tolerances as the bf16 cache (the
+// dequantized values are exact on both sides; the tensor-core kernels round q and p to bf16 as with
+// a bf16 cache). The heads-as-M kernel reads bf16 only: forcing it is an error naming both.
+TEST_F(CudaOpsTest, MlaAttentionFp8CacheMatchesTheCpuFp8Cache) {
+  for (auto [heads, nope, rope, v, latent] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
+           {8, 16, 16, 24, 32}, {16, 128, 64, 128, 512}, {8, 128, 64, 128, 512}, {20, 32, 16, 32, 64},
+           {40, 128, 64, 128, 512}}) {
+    const int64_t page = 64, entry = latent + rope;
+    const float scale = 0.37f;  // not a power of two: the scale must be applied, not just the bytes
+    struct Seq {
+      int64_t cached, fresh;
+    };
+    const std::vector<Seq> seqs = {{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {1500, 1}, {31, 1}};
+    int64_t pages = 0;
+    for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
+    Tensor cache_c = cpu_.empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kFp8E4M3);
+    Tensor cache_g = gpu_->empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kFp8E4M3);
+    ops::KvLayerView kc{cache_c, page, scale}, kg{cache_g, page, scale};
+    std::vector<int32_t> order(static_cast<size_t>(pages));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng_);
+    std::vector<std::vector<int32_t>> tables;
+    size_t next = 0;
+    for (const auto& s : seqs) {
+      std::vector<int32_t> t;
+      for (int64_t p = 0; p < (s.cached + s.fresh + page - 1) / page; ++p) t.push_back(order[next++]);
+      tables.push_back(t);
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (seqs[i].cached == 0) continue;
+      auto lat = random(seqs[i].cached * entry);
+      ops::AttentionSeq a{0, seqs[i].cached, 0, tables[i]};
+      cpu_.kv_cache_write(kc, cpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
+      gpu_->kv_cache_write(kg, gpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
+    }
+    std::vector<ops::AttentionSeq> step;
+    int64_t T = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      step.push_back({T, seqs[i].fresh, seqs[i].cached, tables[i]});
+      T += seqs[i].fresh;
+    }
+    auto lat = random(T * entry);
+    cpu_.kv_cache_write(kc, cpu({T, entry}, lat), step);
+    gpu_->kv_cache_write(kg, gpu({T, entry}, lat), step);
+    ASSERT_EQ(ops::cuda::device_bytes(cache_g), std::vector<uint8_t>(cache_c.data<uint8_t>(),
+                                                                     cache_c.data<uint8_t>() + cache_c.nbytes()));
+    HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
+    auto kv_b_g = gpu_->upload_linear(kv_b.w);
+    auto qv = random(T * heads * (nope + rope));
+    ops::MlaDims dims{heads, nope, rope, v, latent, 0.14f};
+    Tensor oc = cpu_.empty({T, heads * v});
+    cpu_.mla_attention(cpu({T, heads * (nope + rope)}, qv), kc, kv_b.w, dims, step, oc);
+    // "auto": prefill rows through the prefill path (fp8 gathered to bf16, split precision), decode
+    // rows through the KV-major kernel where it has an instance, else the fp32 kernel.
+    for (const auto& [kernel, tol] :
+         {std::pair<std::string, double>{"cuda-core", 1e-4}, {"kv-major", 1e-2}, {"auto", 1e-2}}) {
+      if (kernel == "kv-major" && !ops::cuda::mla_kv_major_supported(latent, rope)) continue;
+      auto backend = ops::cuda::make_cuda_ops("mla=" + kernel);
+      Tensor og = backend->empty({T, heads * v});
+      backend->mla_attention(gpu({T, heads * (nope + rope)}, qv), kg, kv_b_g, dims, step, og);
+      expect_close(oc, og, tol, "fp8 cache mla_attention " + kernel + " latent " + std::to_string(latent));
+    }
+    auto mma = ops::cuda::make_cuda_ops("mla=mma");
+    Tensor og = mma->empty({T, heads * v});
+    try {
+      mma->mla_attention(gpu({T, heads * (nope + rope)}, qv), kg, kv_b_g, dims, step, og);
+      ADD_FAILURE() << "mla=mma read an fp8 cache";
+    } catch (const core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("mla=mma"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("fp8"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(mma->empty_kv_pages({1, page, entry}, io::KvCacheDtype::kFp8E4M3), core::Error);
+  }
+}
+
+// The KV-major kernel's shared memory with an fp8 cache fits SM120's 99 KB a block, and the bf16
+// path's is what it was. At 512 + 64 (bytes): Q 16 (8) x 584 x 2, one bf16 tile 32 x 584 x 2,
+// staging 2 x 32 x 576, P 16 (8) x 40 x 2, reductions 2 x 16 x 16 (8) x 4 + 8 x 16 (8) x 4.
+TEST(KvMajorSmem, Fp8InstancesFitSm120) {
+  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(16, 512, 64, true), 18688 + 37376 + 36864 + 1280 + 2048 + 512);
+  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(8, 512, 64, true), 9344 + 37376 + 36864 + 640 + 1024 + 256);
+  for (int64_t heads : {8, 16}) {
+    EXPECT_LE(ops::cuda::mla_kv_major_shared_bytes(heads, 512, 64, true), 99 * 1024) << heads;
+    EXPECT_LE(ops::cuda::mla_kv_major_shared_bytes(heads, 64, 16, true), 99 * 1024) << heads;
+  }
+  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(16, 512, 64, false), 97280);
+  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(8, 512, 64, false), 86016);
+}
+
 TEST_F(CudaOpsTest, MoeRoutingAndExpertsWithUnevenRouting) {
   for (auto [T, E, K, G, TG] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
            {1, 16, 4, 4, 2}, {37, 384, 8, 1, 1}, {64, 256, 8, 8, 4}}) {
@@ -501,6 +624,54 @@ TEST(KernelRegistry, WgmmaOnHopperForMultiplesOf64Heads) {
     EXPECT_FALSE(forced.available);
     EXPECT_NE(forced.reason.find("sm_90"), std::string::npos) << forced.reason;
   }
+}
+
+// The registry's choice for an fp8 cache, on a described GPU (no device needed): the KV-major kernel
+// where it has an instance (within SM120's 99 KB a block), else the fp32 kernel, never the
+// heads-as-M kernel, which is refused by name when forced; prefill gathers fp8 to bf16.
+TEST(KernelPlan, Fp8CachePicksKernelsThatReadIt) {
+  ops::cuda::DeviceCaps caps;
+  caps.name = "described";
+  caps.sm = 90;
+  caps.num_sms = 132;
+  caps.smem_per_block_optin = 99 * 1024;  // SM120's limit
+  if (!ops::cuda::architecture_problem(caps.sm).empty()) GTEST_SKIP() << "this build carries no sm_90 code";
+  auto decode = [&](ops::cuda::MlaShape shape, const std::string& mla) {
+    ops::cuda::KernelOverrides forced;
+    forced.mla = mla;
+    for (const auto& k : ops::cuda::plan_kernels(caps, shape, 384, 7168, 2048, forced))
+      if (k.op == "mla decode") return k;
+    ADD_FAILURE() << "no mla decode line";
+    return ops::cuda::KernelChoice{};
+  };
+  auto prefill = [&](ops::cuda::MlaShape shape) {
+    for (const auto& k : ops::cuda::plan_kernels(caps, shape, 384, 7168, 2048, {}))
+      if (k.op == "mla prefill") return k;
+    return ops::cuda::KernelChoice{};
+  };
+  const ops::cuda::MlaShape kimi_fp8{16, 512, 64, 128, 128, true}, kimi_bf16{16, 512, 64, 128, 128, false};
+  auto k = decode(kimi_fp8, "auto");
+  EXPECT_TRUE(k.available) << k.reason;
+  EXPECT_NE(k.kernel.find("attend_kv_major_kernel (fp8 cache"), std::string::npos) << k.kernel;
+  EXPECT_NE(k.reason.find("94 KB shared memory of 99 KB"), std::string::npos) << k.reason;
+  k = decode(kimi_bf16, "auto");
+  EXPECT_TRUE(k.available) << k.reason;
+  EXPECT_NE(k.kernel.find("attend_kv_major_kernel (mma.sync bf16"), std::string::npos) << k.kernel;
+  k = decode(kimi_fp8, "mma");
+  EXPECT_FALSE(k.available);
+  EXPECT_NE(k.reason.find("mla=mma"), std::string::npos) << k.reason;
+  EXPECT_NE(k.reason.find("fp8"), std::string::npos) << k.reason;
+  k = decode(kimi_fp8, "cuda-core");
+  EXPECT_TRUE(k.available) << k.reason;
+  EXPECT_NE(k.kernel.find("fp8 cache dequantized on load"), std::string::npos) << k.kernel;
+  // A latent without a KV-major instance: the fp32 kernel, not the heads-as-M one.
+  k = decode({8, 32, 16, 16, 24, true}, "auto");
+  EXPECT_TRUE(k.available) << k.reason;
+  EXPECT_NE(k.kernel.find("attend_kernel (fp32"), std::string::npos) << k.kernel;
+  k = decode({8, 32, 16, 16, 24, false}, "auto");
+  EXPECT_NE(k.kernel.find("attend_mma_kernel"), std::string::npos) << k.kernel;
+  EXPECT_NE(prefill(kimi_fp8).kernel.find("fp8 -> bf16"), std::string::npos) << prefill(kimi_fp8).kernel;
+  EXPECT_EQ(prefill(kimi_bf16).kernel.find("fp8"), std::string::npos) << prefill(kimi_bf16).kernel;
 }
 
 }  // namespace

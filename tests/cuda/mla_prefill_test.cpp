@@ -94,8 +94,9 @@ class MlaPrefillTest : public ::testing::Test {
     const int64_t entry = d.latent + d.rope;
     int64_t pages = 0;
     for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
-    cache_c_ = cpu_.empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kF32);
-    cache_g_ = gpu_->empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kBF16);
+    // fp8_scale_ > 0: both caches fp8 e4m3 with that scale (the CPU reads the bytes the GPU holds).
+    cache_c_ = cpu_.empty_kv_pages({pages, page, entry}, fp8_scale_ > 0 ? io::KvCacheDtype::kFp8E4M3 : io::KvCacheDtype::kF32);
+    cache_g_ = gpu_->empty_kv_pages({pages, page, entry}, fp8_scale_ > 0 ? io::KvCacheDtype::kFp8E4M3 : io::KvCacheDtype::kBF16);
     std::vector<int32_t> order(static_cast<size_t>(pages));
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng_);
@@ -130,24 +131,27 @@ class MlaPrefillTest : public ::testing::Test {
     if (n <= 0) return;
     auto lat = random(n * entry, 1.0f);
     ops::AttentionSeq a{0, n, from, tables_[i]};
-    ops::KvLayerView kc{cache_c_, page_}, kg{cache_g_, page_};
+    ops::KvLayerView kc = view(cache_c_), kg = view(cache_g_);
     cpu_.kv_cache_write(kc, cpu_.from_host_f32({n, entry}, lat.data()), std::span(&a, 1));
     gpu_->kv_cache_write(kg, gpu_->from_host_f32({n, entry}, lat.data()), std::span(&a, 1));
   }
 
+  ops::KvLayerView view(const Tensor& pages) const {
+    return {pages, page_, fp8_scale_ > 0 ? fp8_scale_ : 1.0f};
+  }
   ops::MlaDims dims() const {
     return {d_.heads, d_.nope, d_.rope, d_.v, d_.latent, 1.0f / std::sqrt(static_cast<float>(d_.nope + d_.rope))};
   }
   std::vector<float> run_gpu() {
     Tensor q = gpu_->from_host_f32({T_, d_.heads * (d_.nope + d_.rope)}, q_.data());
     Tensor out = gpu_->empty({T_, d_.heads * d_.v});
-    gpu_->mla_attention(q, ops::KvLayerView{cache_g_, page_}, kv_b_g_, dims(), step_, out);
+    gpu_->mla_attention(q, view(cache_g_), kv_b_g_, dims(), step_, out);
     return gpu_->to_host_f32(out);
   }
   std::vector<float> run_cpu() {
     Tensor q = cpu_.from_host_f32({T_, d_.heads * (d_.nope + d_.rope)}, q_.data());
     Tensor out = cpu_.empty({T_, d_.heads * d_.v});
-    cpu_.mla_attention(q, ops::KvLayerView{cache_c_, page_}, kv_b_, dims(), step_, out);
+    cpu_.mla_attention(q, view(cache_c_), kv_b_, dims(), step_, out);
     return cpu_.to_host_f32(out);
   }
 
@@ -190,6 +194,7 @@ class MlaPrefillTest : public ::testing::Test {
   }
 
   std::mt19937_64 rng_{7};
+  float fp8_scale_ = 0;  // > 0: fp8 caches with this scale
   ops::cpu::CpuOps cpu_;
   std::unique_ptr<ops::Ops> gpu_;
   Dims d_{};
@@ -269,6 +274,31 @@ TEST_F(MlaPrefillTest, PrefillOnlyDecodeOnlyAndEmptySequences) {
     build(d, 64, {{70, 1}, {0, 1}}, 1.0f);
     expect_matches_cpu("decode only", kPrecisions[1]);
   }
+}
+
+// An fp8 cache: the prefill gather turns the bytes into their exact bf16 values and the scale is
+// applied in fp32 (K/V GEMM alpha, q's rope part), so the CPU reading the same bytes is matched to
+// the same tolerances as with a bf16 cache, at a scale of 1 and at one that is not a power of two
+// (and a real checkpoint's k_scale ~0.01 with latents to match). One pass and several.
+TEST_F(MlaPrefillTest, Fp8CacheMatchesTheCpuReadingTheSameBytes) {
+  for (const Precision& p : kPrecisions) {
+    ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
+    for (float scale : {1.0f, 0.37f}) {
+      fp8_scale_ = scale;
+      for (const Dims& d : kDims) {
+        build(d, 64, kRagged, 1.0f);
+        expect_matches_cpu("fp8 cache, scale " + std::to_string(scale).substr(0, 4), p);
+      }
+    }
+    fp8_scale_ = 0.0096f;
+    build(kDims[0], 16, kRagged, 1.0f);
+    expect_matches_cpu("fp8 cache, scale 0.0096 (latents saturate at 4.3)", p);
+    fp8_scale_ = 0.37f;
+    ScopedEnv env("TESSERA_MLA_PREFILL_PASS_ROWS", "64");
+    build(kDims[0], 64, {{0, 150}, {130, 70}, {0, 1}, {250, 5}}, 1.0f);
+    expect_matches_cpu("fp8 cache, passes of 64 positions", p);
+  }
+  fp8_scale_ = 0;
 }
 
 TEST_F(MlaPrefillTest, BadPrecisionSettingIsNamed) {

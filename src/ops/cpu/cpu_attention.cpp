@@ -15,7 +15,8 @@ using core::Tensor;
 
 namespace {
 
-// Copies positions [0, len) of one sequence's cache into a contiguous [len, entry] buffer.
+// Copies positions [0, len) of one sequence's cache into a contiguous fp32 [len, entry] buffer
+// (an fp8 cache is dequantized here, so everything after it is the same for both formats).
 std::vector<float> gather_context(const KvLayerView& cache, const AttentionSeq& s, int64_t len) {
   const int64_t entry = cache.pages.dim(2), page = cache.page_size;
   std::vector<float> ctx(static_cast<size_t>(len * entry));
@@ -23,8 +24,8 @@ std::vector<float> gather_context(const KvLayerView& cache, const AttentionSeq& 
     const size_t block = static_cast<size_t>(pos / page);
     TESSERA_CHECK(block < s.block_table.size(), "mla_attention: position {} has no page in the block table", pos);
     const int64_t page_id = s.block_table[block];
-    std::memcpy(ctx.data() + pos * entry, cache.pages.data<float>() + (page_id * page + pos % page) * entry,
-                static_cast<size_t>(entry) * 4);
+    TESSERA_CHECK(page_id >= 0 && page_id < cache.pages.dim(0), "mla_attention: page id {} out of range", page_id);
+    read_kv_entry(cache, page_id * page + pos % page, ctx.data() + pos * entry);
   }
   return ctx;
 }
@@ -119,6 +120,10 @@ void CpuOps::mla_attention(const Tensor& q, const KvLayerView& cache, const Line
   TESSERA_CHECK(kv_b.out == dims.heads * (dims.nope + dims.v) && kv_b.in == dims.latent,
                 "mla_attention: kv_b [{}, {}] does not fit {} heads x ({} + {}) x latent {}", kv_b.out, kv_b.in,
                 dims.heads, dims.nope, dims.v, dims.latent);
+  TESSERA_CHECK(cache.pages.rank() == 3 && cache.pages.dim(2) == dims.latent + dims.rope,
+                "mla_attention: KV pages {} do not hold entries of latent {} + rope {}",
+                core::shape_str(cache.pages.shape()), dims.latent, dims.rope);
+  kv_is_fp8(cache, "mla_attention");
   std::vector<float> wkvb;
   for (const auto& s : seqs) {
     if (s.num_tokens == 0) continue;

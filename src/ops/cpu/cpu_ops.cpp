@@ -28,9 +28,30 @@ Tensor CpuOps::empty(core::Shape shape) { return Tensor::zeros(DType::kF32, std:
 Tensor CpuOps::empty_i32(core::Shape shape) { return Tensor::zeros(DType::kI32, std::move(shape)); }
 
 Tensor CpuOps::empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) {
-  TESSERA_CHECK(dtype == io::KvCacheDtype::kF32, "the cpu backend stores the KV cache in fp32 only, not {}",
-                io::kv_cache_dtype_name(dtype));
+  TESSERA_CHECK(dtype == io::KvCacheDtype::kF32 || dtype == io::KvCacheDtype::kFp8E4M3,
+                "the cpu backend stores the KV cache in fp32 or fp8_e4m3, not {}", io::kv_cache_dtype_name(dtype));
+  if (dtype == io::KvCacheDtype::kFp8E4M3) return Tensor::zeros(DType::kU8, std::move(shape));
   return empty(std::move(shape));
+}
+
+bool kv_is_fp8(const KvLayerView& cache, const char* op) {
+  const DType t = cache.pages.dtype();
+  TESSERA_CHECK(t == DType::kF32 || t == DType::kU8, "{}: KV pages of dtype {} (the cpu backend stores F32 or U8 fp8)",
+                op, core::dtype_name(t));
+  if (t == DType::kF32) return false;
+  TESSERA_CHECK(std::isfinite(cache.scale) && cache.scale > 0.0f,
+                "{}: the fp8 KV cache scale {} is not a positive finite number", op, cache.scale);
+  return true;
+}
+
+void read_kv_entry(const KvLayerView& cache, int64_t row, float* dst) {
+  const int64_t entry = cache.pages.dim(2);
+  if (cache.pages.dtype() == DType::kF32) {
+    std::memcpy(dst, cache.pages.data<float>() + row * entry, static_cast<size_t>(entry) * 4);
+    return;
+  }
+  const uint8_t* q = cache.pages.data<uint8_t>() + row * entry;
+  for (int64_t i = 0; i < entry; ++i) dst[i] = core::fp8_e4m3_to_f32(q[i]) * cache.scale;
 }
 
 Tensor CpuOps::from_host_f32(core::Shape shape, const float* data) {
@@ -119,6 +140,7 @@ void CpuOps::kv_cache_write(KvLayerView& cache, const Tensor& latent, std::span<
   const int64_t entry = latent.dim(1), page = cache.page_size;
   TESSERA_CHECK(cache.pages.dim(2) == entry, "kv_cache_write: cache entry {} != latent width {}",
                 cache.pages.dim(2), entry);
+  const bool fp8 = kv_is_fp8(cache, "kv_cache_write");
   for (const auto& s : seqs) {
     for (int64_t i = 0; i < s.num_tokens; ++i) {
       const int64_t pos = s.start_pos + i;
@@ -127,8 +149,14 @@ void CpuOps::kv_cache_write(KvLayerView& cache, const Tensor& latent, std::span<
                     pos, s.block_table.size());
       const int64_t page_id = s.block_table[block];
       TESSERA_CHECK(page_id >= 0 && page_id < cache.pages.dim(0), "kv_cache_write: page id {} out of range", page_id);
-      std::memcpy(cache.pages.data<float>() + (page_id * page + pos % page) * entry,
-                  latent.data<float>() + (s.token_begin + i) * entry, static_cast<size_t>(entry) * 4);
+      const int64_t row = page_id * page + pos % page;
+      const float* src = latent.data<float>() + (s.token_begin + i) * entry;
+      if (!fp8) {
+        std::memcpy(cache.pages.data<float>() + row * entry, src, static_cast<size_t>(entry) * 4);
+        continue;
+      }
+      uint8_t* dst = cache.pages.data<uint8_t>() + row * entry;
+      for (int64_t j = 0; j < entry; ++j) dst[j] = core::f32_to_fp8_e4m3(src[j] / cache.scale);
     }
   }
 }

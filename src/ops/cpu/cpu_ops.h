@@ -13,8 +13,11 @@ class CpuOps final : public Ops {
   core::Tensor empty(core::Shape shape) override;
   core::Tensor empty_i32(core::Shape shape) override;
   core::Tensor from_host_f32(core::Shape shape, const float* data) override;
-  // The reference backend keeps the cache in fp32 so that it stays exact.
-  std::vector<io::KvCacheDtype> supported_kv_dtypes() const override { return {io::KvCacheDtype::kF32}; }
+  // The reference backend keeps the cache in fp32 by default so that it stays exact; fp8 (e4m3 with
+  // a per-layer scale, see KvLayerView) is the reference for the GPU's fp8 cache.
+  std::vector<io::KvCacheDtype> supported_kv_dtypes() const override {
+    return {io::KvCacheDtype::kF32, io::KvCacheDtype::kFp8E4M3};
+  }
   io::KvCacheDtype default_kv_dtype() const override { return io::KvCacheDtype::kF32; }
   core::Tensor empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) override;
   void embedding(const core::Tensor& table, std::span<const int32_t> ids, core::Tensor& out) override;
@@ -42,5 +45,11 @@ class CpuOps final : public Ops {
 
 // Dot product with several accumulators (vectorisable without -ffast-math).
 float dot(const float* a, const float* b, int64_t n);
+
+// Whether `cache` holds fp8 e4m3 bytes (else fp32); throws naming `op` for any other element type
+// or, for fp8, a scale that is not a positive finite number.
+bool kv_is_fp8(const KvLayerView& cache, const char* op);
+// Entry `row` (page_id * page_size + slot) of the cache as fp32: copied, or dequantized (q · scale).
+void read_kv_entry(const KvLayerView& cache, int64_t row, float* dst);
 
 }  // namespace tessera::ops::cpu

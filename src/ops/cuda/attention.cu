@@ -6,6 +6,7 @@
 #include <cfloat>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/kv_fp8.cuh"
 
 namespace tessera::ops::cuda {
 
@@ -18,6 +19,16 @@ __global__ void kv_cache_write_kernel(const float* latent, int64_t entry, const 
   const int64_t page_id = tables[ti.table_offset + ti.pos / page];
   __nv_bfloat16* dst = cache + (page_id * page + ti.pos % page) * entry;
   for (int64_t i = threadIdx.x; i < entry; i += blockDim.x) dst[i] = __float2bfloat16_rn(latent[t * entry + i]);
+}
+
+// fp8 cache: each element stored as sat_e4m3_rne(x / scale) (ops::KvLayerView).
+__global__ void kv_cache_write_fp8_kernel(const float* latent, int64_t entry, const TokenInfo* info,
+                                          const int32_t* tables, uint8_t* cache, int64_t page, float scale) {
+  const int64_t t = blockIdx.x;
+  const TokenInfo ti = info[t];
+  const int64_t page_id = tables[ti.table_offset + ti.pos / page];
+  uint8_t* dst = cache + (page_id * page + ti.pos % page) * entry;
+  for (int64_t i = threadIdx.x; i < entry; i += blockDim.x) dst[i] = kvfp8::encode(latent[t * entry + i], scale);
 }
 
 // One block per (token, head); threads stride over the latent dimension, so W_UK rows are read
@@ -43,13 +54,58 @@ constexpr int kTile = 32;              // cache positions per shared-memory tile
 constexpr int kMaxHeadsPerBlock = 8;   // one warp per head; a tile is loaded once for all of them
 constexpr int kMaxLatentPerLane = 16;  // latent <= 512
 
+// Cache row `row` (entry elements) -> fp32 `dst` (shared memory), with 16-byte loads where the
+// entry allows. bf16: 8 elements a load. fp8: 16 a load, each q · kv_scale (fp32 product, as the
+// CPU reference reads it).
+__device__ inline void load_row_f32(const __nv_bfloat16* cache, int64_t row, int entry, float /*kv_scale*/,
+                                    float* dst, int lane) {
+  if (entry % 8 != 0) {
+    for (int i = lane; i < entry; i += 32) dst[i] = __bfloat162float(cache[row * entry + i]);
+    return;
+  }
+  const uint4* src = reinterpret_cast<const uint4*>(cache + row * entry);
+  for (int v = lane; v < entry / 8; v += 32) {
+    const uint4 raw = src[v];
+    const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(pair[k]);
+      dst[v * 8 + 2 * k] = f.x;
+      dst[v * 8 + 2 * k + 1] = f.y;
+    }
+  }
+}
+__device__ inline void load_row_f32(const uint8_t* cache, int64_t row, int entry, float kv_scale, float* dst,
+                                    int lane) {
+  if (entry % 16 != 0) {
+    for (int i = lane; i < entry; i += 32) dst[i] = kvfp8::decode2(cache[row * entry + i]).x * kv_scale;
+    return;
+  }
+  const uint4* src = reinterpret_cast<const uint4*>(cache + row * entry);
+  for (int v = lane; v < entry / 16; v += 32) {
+    const uint4 raw = src[v];
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 a = kvfp8::decode2(static_cast<uint16_t>(w[k] & 0xffffu));
+      const float2 b = kvfp8::decode2(static_cast<uint16_t>(w[k] >> 16));
+      dst[v * 16 + 4 * k] = a.x * kv_scale;
+      dst[v * 16 + 4 * k + 1] = a.y * kv_scale;
+      dst[v * 16 + 4 * k + 2] = b.x * kv_scale;
+      dst[v * 16 + 4 * k + 3] = b.y * kv_scale;
+    }
+  }
+}
+
 // One block per (split of the context, token, group of heads). Each tile of 32 cache rows is
 // loaded once (16-byte loads, one page lookup per row) and shared by the block's heads; lane p
 // scores position p; the output accumulates per lane over latent dims lane, lane + 32, ... with an
 // online softmax. Each split writes its unnormalised partial (o, max, sum) for the combine kernel.
+// CacheT: __nv_bfloat16, or uint8_t for an fp8 e4m3 cache read as q · kv_scale.
+template <class CacheT>
 __global__ void attend_kernel(const float* q_full, int heads, int heads_per_block, int latent, int rope,
-                              const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int page,
-                              float scale, int chunk, float* o_part, float* ml_part) {
+                              const TokenInfo* info, const int32_t* tables, const CacheT* cache, int page,
+                              float scale, float kv_scale, int chunk, float* o_part, float* ml_part) {
   extern __shared__ float smem[];
   const int entry = latent + rope;
   const int row_stride = entry + 1;  // +1 float: lanes reading different rows hit different banks
@@ -68,29 +124,13 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
 #pragma unroll
   for (int i = 0; i < kMaxLatentPerLane; ++i) acc[i] = 0.0f;
   float m = -FLT_MAX, l = 0.0f;
-  const int vec_per_row = entry / 8;  // 16-byte vectors of 8 bf16 (entry is a multiple of 8)
   for (int base = begin; base < end; base += kTile) {
     __syncthreads();
     const int n = min(kTile, end - base);
     for (int p = warp; p < n; p += warps) {
       const int pos = base + p;
       const int64_t row = static_cast<int64_t>(tables[ti.table_offset + pos / page]) * page + pos % page;
-      const uint4* src = reinterpret_cast<const uint4*>(cache + row * entry);
-      float* dst = tile + p * row_stride;
-      if (entry % 8 != 0) {
-        for (int i = lane; i < entry; i += 32) dst[i] = __bfloat162float(cache[row * entry + i]);
-        continue;
-      }
-      for (int v = lane; v < vec_per_row; v += 32) {
-        const uint4 raw = src[v];
-        const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float2 f = __bfloat1622float2(pair[k]);
-          dst[v * 8 + 2 * k] = f.x;
-          dst[v * 8 + 2 * k + 1] = f.y;
-        }
-      }
+      load_row_f32(cache, row, entry, kv_scale, tile + p * row_stride, lane);
     }
     __syncthreads();
     if (!active) continue;
@@ -240,6 +280,13 @@ void launch_kv_cache_write(const float* latent, int64_t tokens, int64_t entry, c
     kv_cache_write_kernel<<<static_cast<unsigned>(tokens), 128, 0, s>>>(latent, entry, info, tables, cache, page);
 }
 
+void launch_kv_cache_write_fp8(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
+                               const int32_t* tables, uint8_t* cache, int64_t page, float scale, cudaStream_t s) {
+  if (tokens > 0)
+    kv_cache_write_fp8_kernel<<<static_cast<unsigned>(tokens), 128, 0, s>>>(latent, entry, info, tables, cache, page,
+                                                                           scale);
+}
+
 void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t nope, int64_t rope,
                          const __nv_bfloat16* kv_b, int64_t v, int64_t latent, float* q_full, cudaStream_t s) {
   if (tokens == 0) return;
@@ -271,8 +318,26 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   return best;
 }
 
+namespace {
+template <class CacheT>
+void launch_attend_cuda_core(dim3 grid, int heads_per_block, size_t smem, cudaStream_t s, const float* q_full,
+                             int64_t heads, int64_t latent, int64_t rope, const TokenInfo* info,
+                             const int32_t* tables, const CacheT* cache, int64_t page, float scale, float kv_scale,
+                             int64_t chunk, float* o_part, float* ml_part) {
+  static bool configured = false;
+  if (!configured) {
+    // 576-wide entries need ~90 KB: above the 48 KB default, within every target's limit (SM120: 99 KB).
+    cudaFuncSetAttribute(attend_kernel<CacheT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
+    configured = true;
+  }
+  attend_kernel<CacheT><<<grid, 32 * heads_per_block, smem, s>>>(
+      q_full, static_cast<int>(heads), heads_per_block, static_cast<int>(latent), static_cast<int>(rope), info, tables,
+      cache, static_cast<int>(page), scale, kv_scale, static_cast<int>(chunk), o_part, ml_part);
+}
+}  // namespace
+
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
-                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int64_t page,
+                       const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t page,
                        int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch,
                        MlaKernel kernel, cudaStream_t s) {
   if (tokens == 0) return;
@@ -283,35 +348,34 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   chunk = (chunk + tile - 1) / tile * tile;
   float* o_part = scratch;
   float* ml_part = scratch + splits * tokens * heads * latent;
-  if (kernel == MlaKernel::kWgmma) {
-    launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, chunk,
-                                     scale, o_part, ml_part, s);
+  if (kernel == MlaKernel::kWgmma && !cache.fp8) {
+    // (The wgmma kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
+    launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), page, splits,
+                                     chunk, scale, o_part, ml_part, s);
   } else if (kernel == MlaKernel::kKvMajor) {
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, chunk,
                                         scale, o_part, ml_part, s);
-  } else if (kernel == MlaKernel::kTensorCore) {
-    launch_mla_attend_mma_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, chunk, scale,
-                                   o_part, ml_part, s);
+  } else if (kernel == MlaKernel::kTensorCore && !cache.fp8) {
+    // (The heads-as-M kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
+    launch_mla_attend_mma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), page, splits,
+                                   chunk, scale, o_part, ml_part, s);
   } else {
     const int heads_per_block = static_cast<int>(std::min<int64_t>(heads, kMaxHeadsPerBlock));
     const int64_t head_groups = (heads + heads_per_block - 1) / heads_per_block;
     const size_t smem = (kTile * (entry + 1) + heads_per_block * entry) * sizeof(float);
-    static bool configured = false;
-    if (!configured) {
-      // 576-wide entries need ~90 KB: above the 48 KB default, within every target's limit (SM120: 99 KB).
-      cudaFuncSetAttribute(attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
-      configured = true;
-    }
     dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(head_groups));
-    attend_kernel<<<grid, 32 * heads_per_block, smem, s>>>(q_full, static_cast<int>(heads), heads_per_block,
-                                                           static_cast<int>(latent), static_cast<int>(rope), info,
-                                                           tables, cache, static_cast<int>(page), scale,
-                                                           static_cast<int>(chunk), o_part, ml_part);
+    if (cache.fp8)
+      launch_attend_cuda_core(grid, heads_per_block, smem, s, q_full, heads, latent, rope, info, tables, cache.bytes(),
+                              page, scale, cache.scale, chunk, o_part, ml_part);
+    else
+      launch_attend_cuda_core(grid, heads_per_block, smem, s, q_full, heads, latent, rope, info, tables, cache.bf16(),
+                              page, scale, 1.0f, chunk, o_part, ml_part);
   }
   dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads),
              static_cast<unsigned>((latent + 4 * kCombineCols - 1) / (4 * kCombineCols)));
-  combine_kernel<<<cgrid, kCombineCols * kCombineGroups, 0, s>>>(o_part, ml_part, static_cast<int>(splits), static_cast<int>(tokens),
-                                       static_cast<int>(heads), static_cast<int>(latent), o_lat);
+  combine_kernel<<<cgrid, kCombineCols * kCombineGroups, 0, s>>>(o_part, ml_part, static_cast<int>(splits),
+                                                                 static_cast<int>(tokens), static_cast<int>(heads),
+                                                                 static_cast<int>(latent), o_lat);
 }
 
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits) {

@@ -7,10 +7,19 @@
 // pipeline (the next tile loads while this one is computed); fragments come from shared memory
 // with ldmatrix (.trans for Vᵀ). Online softmax in fp32 per head; q (pre-scaled) and p are rounded
 // to bf16 for the MMAs. Partials per context split are merged by the combine kernel (attention.cu).
+//
+// fp8 e4m3 cache (FP8 = true): the pipeline moves the cache's bytes (half of bf16's) with cp.async
+// into a two-stage staging buffer; each thread converts the bytes it copied into the one bf16 tile
+// the MMAs read (exact: every e4m3 value is a bf16 value). The cache scale is folded into the
+// query's pre-scale (S = (scale · kv_scale · q) · k8) and into the output partials (O = kv_scale ·
+// P · V8), so the inner loops are the bf16 path's. Shared memory at 16 heads, 512 + 64: Q 18.3 KB +
+// bf16 tile 36.5 KB + staging 2 x 18 KB + P, reductions 3.8 KB = 94.5 KB (bf16 path: 95 KB), under
+// the 99 KB a block may use on SM120.
 #include <cfloat>
 #include <cstdint>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/kv_fp8.cuh"
 #include "ops/cuda/mma_primitives.cuh"
 
 namespace tessera::ops::cuda {
@@ -23,7 +32,7 @@ constexpr int kPad = 8;     // bf16 padding per shared row: row strides become a
 
 using namespace mma;
 
-template <int NH, int LAT, int ROPE, int STAGES>
+template <int NH, int LAT, int ROPE, int STAGES, bool FP8 = false>
 struct Layout {
   static constexpr int kEntry = LAT + ROPE;
   static constexpr int kStride = kEntry + kPad;    // Q and K rows
@@ -33,26 +42,33 @@ struct Layout {
   static constexpr int kMTiles = kLatPerWarp / 16;
   static constexpr int kNTiles = NH / 8;
   static constexpr size_t kQBytes = NH * kStride * 2;
-  static constexpr size_t kKBytes = STAGES * kTp * kStride * 2;
+  // bf16: STAGES tiles the cp.async pipeline fills and the MMAs read; fp8: one bf16 tile the MMAs
+  // read, filled by conversion from STAGES staging tiles of unpadded fp8 rows (cp.async targets).
+  static constexpr size_t kKBytes = (FP8 ? 1 : STAGES) * kTp * kStride * 2;
+  static constexpr size_t kStageBytes = FP8 ? STAGES * kTp * kEntry : 0;
   static constexpr size_t kPBytes = NH * kPStride * 2;
   static constexpr size_t kSredBytes = 2 * 16 * NH * 4;  // Sᵀ partials of warps 2 and 3
   static constexpr size_t kStatBytes = (2 * 2 * NH + 4 * NH) * 4;  // col max/sum of warps 0,1; m, l, alpha, spare
-  static constexpr size_t kSmem = kQBytes + kKBytes + kPBytes + kSredBytes + kStatBytes;
+  static constexpr size_t kSmem = kQBytes + kKBytes + kStageBytes + kPBytes + kSredBytes + kStatBytes;
   static_assert(LAT % (16 * kWarps) == 0 && ROPE % 16 == 0, "latent must split into 16-row tiles over 4 warps");
+  static_assert(kEntry % 16 == 0 && kStageBytes % 16 == 0, "fp8 rows must be whole 16-byte pieces");
 };
 
-template <int NH, int LAT, int ROPE, int STAGES>
+// CacheT: __nv_bfloat16 (FP8 false), or uint8_t holding e4m3 values q · kv_scale (FP8 true).
+template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT>
 __global__ void __launch_bounds__(kWarps * 32)
     attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
-                           const int32_t* __restrict__ tables, const __nv_bfloat16* __restrict__ cache, int page,
-                           float scale, int chunk, float* __restrict__ o_part, float* __restrict__ ml_part) {
-  using L = Layout<NH, LAT, ROPE, STAGES>;
+                           const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page,
+                           float scale, float kv_scale, int chunk, float* __restrict__ o_part,
+                           float* __restrict__ ml_part) {
+  using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);                        // [NH][S]
-  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kQBytes);           // [STAGES][kTp][S]
-  __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kQBytes + L::kKBytes);  // [NH][PS]
-  float* sred = reinterpret_cast<float*>(smem_raw + L::kQBytes + L::kKBytes + L::kPBytes);   // [2][16][NH]
+  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kQBytes);           // [STAGES or 1][kTp][S]
+  uint8_t* stage_bytes = smem_raw + L::kQBytes + L::kKBytes;                             // fp8: [STAGES][kTp][E]
+  __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(stage_bytes + L::kStageBytes);    // [NH][PS]
+  float* sred = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(ps) + L::kPBytes);  // [2][16][NH]
   float* colmax = sred + 2 * 16 * NH;  // [2][NH]
   float* colsum = colmax + 2 * NH;     // [2][NH]
   float* m_s = colsum + 2 * NH;        // [NH]
@@ -71,25 +87,34 @@ __global__ void __launch_bounds__(kWarps * 32)
   // one load per thread per tile, done a tile ahead: a lookup per 16-byte piece would put a
   // dependent L2 round trip in front of every copy.
   static_assert(kTp * 4 == kWarps * 32, "4 threads per tile row");
-  constexpr int kChunks = E / 8;  // 16-byte pieces per row
+  constexpr int kPerPiece = 16 / static_cast<int>(sizeof(CacheT));  // elements per 16-byte piece
+  constexpr int kChunks = E / kPerPiece;                           // 16-byte pieces per row
   const int my_row = threadIdx.x >> 2, my_sub = threadIdx.x & 3;
-  auto row_source = [&](int tile) -> const __nv_bfloat16* {
+  auto row_source = [&](int tile) -> const CacheT* {
     const int pos = begin + tile * kTp + my_row;
     if (tile >= ntiles || pos >= end) return nullptr;
     return cache + (static_cast<int64_t>(tables[ti.table_offset + pos / page]) * page + pos % page) * E;
   };
-  auto load_tile = [&](const __nv_bfloat16* src, int stage) {
-    __nv_bfloat16* dst = ks + (stage * kTp + my_row) * S;
+  auto load_tile = [&](const CacheT* src, int stage) {
+    // bf16: straight into the MMA tile of this stage; fp8: into this stage's staging row.
+    CacheT* dst;
+    if constexpr (FP8)
+      dst = stage_bytes + (stage * kTp + my_row) * E;
+    else
+      dst = ks + (stage * kTp + my_row) * S;
     // Rows past the end are zero-filled: their probability is 0, and 0 x stale data could be NaN.
-    for (int v = my_sub; v < kChunks; v += 4) cp_async16(dst + v * 8, src ? src + v * 8 : cache, src != nullptr);
+    for (int v = my_sub; v < kChunks; v += 4)
+      cp_async16(dst + v * kPerPiece, src ? src + v * kPerPiece : cache, src != nullptr);
     cp_async_commit();
   };
   // Prologue: tiles 0 .. STAGES-2 in flight (a group is committed even when empty, so that the
   // wait below always counts the same number of groups).
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) load_tile(row_source(st), st);
-  const __nv_bfloat16* next_src = row_source(STAGES - 1);
+  const CacheT* next_src = row_source(STAGES - 1);
 
+  // fp8: the cache scale multiplies every score, so it joins the softmax scale in q.
+  const float q_scale = FP8 ? scale * kv_scale : scale;
   // Q rows (pre-scaled), zero for heads past the end; softmax state. The loop has a compile-time
   // trip count so that all of a thread's loads are in flight together (a load-use loop would pay a
   // memory latency per element, tens of microseconds per block).
@@ -108,8 +133,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (idx >= kVecs) continue;
       const int r = idx / (E / 4), i = (idx % (E / 4)) * 4;
       __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(qs + r * S + i);
-      dst[0] = __floats2bfloat162_rn(v[j].x * scale, v[j].y * scale);
-      dst[1] = __floats2bfloat162_rn(v[j].z * scale, v[j].w * scale);
+      dst[0] = __floats2bfloat162_rn(v[j].x * q_scale, v[j].y * q_scale);
+      dst[1] = __floats2bfloat162_rn(v[j].z * q_scale, v[j].w * q_scale);
     }
   }
   if (threadIdx.x < NH) {
@@ -133,7 +158,20 @@ __global__ void __launch_bounds__(kWarps * 32)
     // Refill the stage tile - 1 used with tile + STAGES - 1.
     load_tile(next_src, (tile + STAGES - 1) % STAGES);
     next_src = row_source(tile + STAGES);
-    const __nv_bfloat16* kt = ks + stage * kTp * S;
+    const __nv_bfloat16* kt = ks + (FP8 ? 0 : stage) * kTp * S;
+    if constexpr (FP8) {
+      // Each thread converts the pieces it copied (its own cp.async writes are visible to it after
+      // the wait); the barrier above means every warp is done reading the previous tile.
+      const uint8_t* src = stage_bytes + (stage * kTp + my_row) * E;
+      __nv_bfloat16* dst = ks + my_row * S;
+      for (int v = my_sub; v < kChunks; v += 4) {
+        uint4 lo, hi;
+        kvfp8::decode16_bf16(*reinterpret_cast<const uint4*>(src + 16 * v), lo, hi);
+        *reinterpret_cast<uint4*>(dst + 16 * v) = lo;
+        *reinterpret_cast<uint4*>(dst + 16 * v + 8) = hi;
+      }
+      __syncthreads();  // the bf16 tile is complete
+    }
     const int n = min(kTp, end - (begin + tile * kTp));
 
     // Sᵀ partial over this warp's half of the K steps.
@@ -264,7 +302,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
-  // Partials: Oᵀ unnormalised, m and l per head.
+  // Partials: Oᵀ unnormalised (fp8: times the cache scale, the values being q · kv_scale), m and l
+  // per head.
+  const float o_scale = FP8 ? kv_scale : 1.0f;
 #pragma unroll
   for (int nt = 0; nt < L::kNTiles; ++nt)
 #pragma unroll
@@ -274,8 +314,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       float* dst = o_part + ((static_cast<int64_t>(split) * tokens + t) * heads + h) * LAT + warp * L::kLatPerWarp;
 #pragma unroll
       for (int mi = 0; mi < L::kMTiles; ++mi) {
-        dst[16 * mi + g] = o[mi][nt][e];
-        dst[16 * mi + g + 8] = o[mi][nt][2 + e];
+        dst[16 * mi + g] = FP8 ? o[mi][nt][e] * o_scale : o[mi][nt][e];
+        dst[16 * mi + g + 8] = FP8 ? o[mi][nt][2 + e] * o_scale : o[mi][nt][2 + e];
       }
     }
   if (threadIdx.x < NH && h0 + static_cast<int>(threadIdx.x) < heads) {
@@ -290,21 +330,29 @@ __global__ void __launch_bounds__(kWarps * 32)
 // template parameter for such comparisons.
 constexpr int kStages = 2;
 
-template <int NH, int LAT, int ROPE, int STAGES = kStages>
+template <int NH, int LAT, int ROPE, bool FP8, class CacheT, int STAGES = kStages>
 void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
-            const __nv_bfloat16* cache, int64_t page, int64_t splits, int64_t chunk, float scale, float* o_part,
-            float* ml_part, cudaStream_t s) {
-  using L = Layout<NH, LAT, ROPE, STAGES>;
+            const CacheT* cache, int64_t page, int64_t splits, int64_t chunk, float scale, float kv_scale,
+            float* o_part, float* ml_part, cudaStream_t s) {
+  using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   static bool configured = false;
   if (!configured) {
-    cudaFuncSetAttribute(attend_kv_major_kernel<NH, LAT, ROPE, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(L::kSmem));
+    cudaFuncSetAttribute(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem));
     configured = true;
   }
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>((heads + NH - 1) / NH));
-  attend_kv_major_kernel<NH, LAT, ROPE, STAGES><<<grid, kWarps * 32, L::kSmem, s>>>(
-      q_full, static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, static_cast<int>(chunk),
-      o_part, ml_part);
+  attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT><<<grid, kWarps * 32, L::kSmem, s>>>(
+      q_full, static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, kv_scale,
+      static_cast<int>(chunk), o_part, ml_part);
+}
+
+template <int LAT, int ROPE, bool FP8, class CacheT>
+void launch_heads(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
+                  const CacheT* cache, int64_t page, int64_t splits, int64_t chunk, float scale, float kv_scale,
+                  float* o_part, float* ml_part, cudaStream_t s) {
+  (heads <= 8 ? launch<8, LAT, ROPE, FP8, CacheT> : launch<16, LAT, ROPE, FP8, CacheT>)(
+      tokens, heads, q_full, info, tables, cache, page, splits, chunk, scale, kv_scale, o_part, ml_part, s);
 }
 
 }  // namespace
@@ -314,23 +362,30 @@ bool mla_attend_kv_major_supported(int64_t latent, int64_t rope) {
 }
 
 // What the GPU must offer for the kernel to run.
-int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope) {
-  if (latent == 512 && rope == 64)
-    return heads <= 8 ? Layout<8, 512, 64, kStages>::kSmem : Layout<16, 512, 64, kStages>::kSmem;
-  return heads <= 8 ? Layout<8, 64, 16, kStages>::kSmem : Layout<16, 64, 16, kStages>::kSmem;
+int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope, bool fp8) {
+  const bool small = heads <= 8;
+  if (latent == 512 && rope == 64) {
+    if (fp8) return small ? Layout<8, 512, 64, kStages, true>::kSmem : Layout<16, 512, 64, kStages, true>::kSmem;
+    return small ? Layout<8, 512, 64, kStages>::kSmem : Layout<16, 512, 64, kStages>::kSmem;
+  }
+  if (fp8) return small ? Layout<8, 64, 16, kStages, true>::kSmem : Layout<16, 64, 16, kStages, true>::kSmem;
+  return small ? Layout<8, 64, 16, kStages>::kSmem : Layout<16, 64, 16, kStages>::kSmem;
 }
+// SM120 allows 99 KB a block: every instance must fit.
+static_assert(Layout<16, 512, 64, kStages>::kSmem <= 99 * 1024 && Layout<16, 512, 64, kStages, true>::kSmem <= 99 * 1024,
+              "the KV-major kernel must fit SM120's shared memory");
 
 void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
                                          int64_t rope, const TokenInfo* info, const int32_t* tables,
-                                         const __nv_bfloat16* cache, int64_t page, int64_t splits, int64_t chunk,
+                                         const KvCacheArg& cache, int64_t page, int64_t splits, int64_t chunk,
                                          float scale, float* o_part, float* ml_part, cudaStream_t s) {
-  const bool small = heads <= 8;
-  if (latent == 512 && rope == 64) {
-    (small ? launch<8, 512, 64> : launch<16, 512, 64>)(tokens, heads, q_full, info, tables, cache, page, splits,
-                                                       chunk, scale, o_part, ml_part, s);
+  const bool wide = latent == 512 && rope == 64;
+  if (cache.fp8) {
+    (wide ? launch_heads<512, 64, true, uint8_t> : launch_heads<64, 16, true, uint8_t>)(
+        tokens, heads, q_full, info, tables, cache.bytes(), page, splits, chunk, scale, cache.scale, o_part, ml_part, s);
   } else {
-    (small ? launch<8, 64, 16> : launch<16, 64, 16>)(tokens, heads, q_full, info, tables, cache, page, splits,
-                                                     chunk, scale, o_part, ml_part, s);
+    (wide ? launch_heads<512, 64, false, __nv_bfloat16> : launch_heads<64, 16, false, __nv_bfloat16>)(
+        tokens, heads, q_full, info, tables, cache.bf16(), page, splits, chunk, scale, 1.0f, o_part, ml_part, s);
   }
 }
 

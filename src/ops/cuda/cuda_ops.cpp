@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -120,14 +121,35 @@ class CudaOps final : public Ops {
   }
   Tensor empty_i32(core::Shape shape) override { return alloc(DType::kI32, std::move(shape)); }
 
-  std::vector<io::KvCacheDtype> supported_kv_dtypes() const override { return {io::KvCacheDtype::kBF16}; }
+  // bf16 by default; fp8 e4m3 with a per-layer scale (U8 pages, see KvLayerView) halves the bytes.
+  std::vector<io::KvCacheDtype> supported_kv_dtypes() const override {
+    return {io::KvCacheDtype::kBF16, io::KvCacheDtype::kFp8E4M3};
+  }
   io::KvCacheDtype default_kv_dtype() const override { return io::KvCacheDtype::kBF16; }
   Tensor empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) override {
-    TESSERA_CHECK(dtype == io::KvCacheDtype::kBF16, "the cuda backend stores the KV cache in bf16 for now, not {}",
-                  io::kv_cache_dtype_name(dtype));
-    Tensor t = alloc(DType::kBF16, std::move(shape));
+    TESSERA_CHECK(dtype == io::KvCacheDtype::kBF16 || dtype == io::KvCacheDtype::kFp8E4M3,
+                  "the cuda backend stores the KV cache in bf16 or fp8_e4m3, not {}", io::kv_cache_dtype_name(dtype));
+    check_mla_kernel_reads(dtype == io::KvCacheDtype::kFp8E4M3);  // refuse at start-up, not at the first decode
+    Tensor t = alloc(dtype == io::KvCacheDtype::kBF16 ? DType::kBF16 : DType::kU8, std::move(shape));
     TESSERA_CUDA_CHECK(cudaMemset(t.raw(), 0, t.nbytes()));
     return t;
+  }
+  // The forced heads-as-M and wgmma kernels read bf16 only.
+  void check_mla_kernel_reads(bool fp8) const {
+    TESSERA_CHECK(!fp8 || (forced_.mla != "mma" && forced_.mla != "wgmma"),
+                  "MLA kernel '{}' (--kernels mla={}) cannot read an fp8_e4m3 KV cache (--kv-cache-dtype fp8): it "
+                  "reads bf16 only; use --kernels mla=kv-major or mla=cuda-core, or --kv-cache-dtype bf16",
+                  forced_.mla, forced_.mla);
+  }
+  // The cache as the kernels take it; throws naming `op` for pages of another dtype or an fp8 scale
+  // that is not a positive finite number.
+  static KvCacheArg cache_arg(const KvLayerView& cache, const char* op) {
+    const DType t = cache.pages.dtype();
+    TESSERA_CHECK(t == DType::kBF16 || t == DType::kU8,
+                  "{}: KV pages of dtype {} (the cuda backend stores BF16 or U8 fp8 e4m3)", op, core::dtype_name(t));
+    TESSERA_CHECK(t == DType::kBF16 || (std::isfinite(cache.scale) && cache.scale > 0.0f),
+                  "{}: the fp8 KV cache scale {} is not a positive finite number", op, cache.scale);
+    return {cache.pages.raw(), t == DType::kU8, t == DType::kU8 ? cache.scale : 1.0f};
   }
 
   // Tensors already on the device in the backend's format (synthetic models) are kept as they are.
@@ -231,15 +253,26 @@ class CudaOps final : public Ops {
   }
 
   void kv_cache_write(KvLayerView& cache, const Tensor& latent, std::span<const AttentionSeq> seqs) override {
+    const KvCacheArg arg = cache_arg(cache, "kv_cache_write");
+    TESSERA_CHECK(cache.pages.rank() == 3 && cache.pages.dim(2) == latent.dim(1),
+                  "kv_cache_write: cache entry {} != latent width {}", cache.pages.rank() == 3 ? cache.pages.dim(2) : 0,
+                  latent.dim(1));
     StepMeta meta = upload_meta(seqs, cache.page_size, cache.pages.dim(0));
-    launch_kv_cache_write(ptr<float>(latent), latent.dim(0), latent.dim(1), meta.info.data<TokenInfo>(),
-                          ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, stream_);
+    if (arg.fp8)
+      launch_kv_cache_write_fp8(ptr<float>(latent), latent.dim(0), latent.dim(1), meta.info.data<TokenInfo>(),
+                                ptr<int32_t>(meta.tables), ptr<uint8_t>(cache.pages), cache.page_size, arg.scale,
+                                stream_);
+    else
+      launch_kv_cache_write(ptr<float>(latent), latent.dim(0), latent.dim(1), meta.info.data<TokenInfo>(),
+                            ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
   }
 
   void mla_attention(const Tensor& q, const KvLayerView& cache, const LinearWeight& kv_b, const MlaDims& d,
                      std::span<const AttentionSeq> seqs, Tensor& out) override {
     TESSERA_CHECK(d.latent <= 512, "cuda mla_attention: kv_lora_rank {} > 512 is not supported", d.latent);
+    const KvCacheArg cache_in = cache_arg(cache, "mla_attention");
+    check_mla_kernel_reads(cache_in.fp8);
     // --- MLA prefill over decompressed K/V (mla_prefill.h): sequences with more than one new token
     // run there unless mla=cuda-core (the fp32 reference) is forced; the step's decode tokens come
     // back here, compacted, as a decode-only step.
@@ -257,7 +290,7 @@ class CudaOps final : public Ops {
     // --- end MLA prefill
     const int64_t T = q.dim(0), H = d.heads, entry = d.latent + d.rope, qk = d.nope + d.rope;
     StepMeta meta = upload_meta(seqs, cache.page_size, cache.pages.dim(0));
-    const MlaKernel kernel = mla_kernel(d, seqs);
+    const MlaKernel kernel = mla_kernel(d, seqs, cache_in.fp8);
     const __nv_bfloat16* kv_b_w = ptr<__nv_bfloat16>(kv_b.weight);
     // The tensor-core path absorbs W_UK and applies W_UV as per-head batched bf16 GEMMs, each over
     // the hi and lo bf16 parts of its fp32 input (so only the weights are bf16, as in the fp32
@@ -294,7 +327,7 @@ class CudaOps final : public Ops {
     const int64_t splits = mla_attend_splits(T, H, meta.max_visible, num_sms_, kernel);
     Tensor scratch = alloc(DType::kF32, {mla_attend_scratch_floats(T, H, d.latent, splits)});
     launch_mla_attend(ptr<float>(q_full), T, H, d.latent, d.rope, meta.info.data<TokenInfo>(),
-                      ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, meta.max_visible,
+                      ptr<int32_t>(meta.tables), cache_in, cache.page_size, meta.max_visible,
                       splits, d.scale, ptr<float>(o_lat), ptr<float>(scratch), kernel, stream_);
     if (gemv) {
       // out[t, h*v + j] = o_lat[t, h] · W_UV[h][j], W_UV[h] = kv_b rows [h(nope+v)+nope, (h+1)(nope+v)).
@@ -525,9 +558,12 @@ class CudaOps final : public Ops {
   // (wgmma on Hopper with a multiple of 64 heads, else KV-major); prefill chunks reach here only
   // when the decompressed-K/V prefill path cannot take their head dims, and then keep the fp32
   // kernel (bf16 q/p rounding over long prompts costs top-1 agreement). A forced choice wins.
-  MlaKernel mla_kernel(const MlaDims& d, std::span<const AttentionSeq> seqs) const {
+  // fp8 cache: the heads-as-M and wgmma kernels read bf16 only, so auto never picks them and
+  // forcing them is an error; the KV-major and CUDA-core kernels read both formats.
+  MlaKernel mla_kernel(const MlaDims& d, std::span<const AttentionSeq> seqs, bool fp8) const {
     const bool mma = mla_attend_mma_supported(d.latent, d.rope);
     const bool kv_major = mla_attend_kv_major_supported(d.latent, d.rope);
+    check_mla_kernel_reads(fp8);
     const std::string& wgmma_problem = wgmma_problem_for(d);
     TESSERA_CHECK(mma || forced_.mla != "mma",
                   "MLA kernel 'mma' was forced but latent {} + rope {} is not a supported shape", d.latent, d.rope);
@@ -542,8 +578,8 @@ class CudaOps final : public Ops {
     const bool decode_only =
         std::all_of(seqs.begin(), seqs.end(), [](const AttentionSeq& s) { return s.num_tokens <= 1; });
     if (!decode_only) return MlaKernel::kCudaCore;
-    if (wgmma_problem.empty()) return MlaKernel::kWgmma;
-    return kv_major ? MlaKernel::kKvMajor : MlaKernel::kTensorCore;
+    if (wgmma_problem.empty() && !fp8) return MlaKernel::kWgmma;
+    return kv_major ? MlaKernel::kKvMajor : fp8 ? MlaKernel::kCudaCore : MlaKernel::kTensorCore;
   }
 
   // Why the wgmma kernel cannot run these dims here ("" = it can); formatted once per shape, not
@@ -679,6 +715,13 @@ class CudaOps final : public Ops {
 }  // namespace
 
 std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels) { return std::make_unique<CudaOps>(kernels); }
+
+std::vector<uint8_t> device_bytes(const Tensor& t) {
+  std::vector<uint8_t> v(t.nbytes());
+  // cudaMemcpy orders after the legacy default stream, the backend's stream.
+  if (!v.empty()) TESSERA_CUDA_CHECK(cudaMemcpy(v.data(), t.raw(), v.size(), cudaMemcpyDeviceToHost));
+  return v;
+}
 
 Tensor random_bf16_tensor(core::Shape shape, float scale, uint64_t seed) {
   const int64_t n = core::shape_numel(shape);

@@ -60,6 +60,18 @@ void fill_random_bf16(void* p, size_t n, uint64_t seed) {
   TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+// fp8 e4m3 bytes of magnitude 2^-3 .. 2 (no NaN codes): a 1 MiB random pattern, repeated by
+// doubling device-to-device copies (a host-generated cache of gigabytes would take too long).
+void fill_random_fp8(void* p, size_t n, uint64_t seed) {
+  std::vector<uint8_t> h(std::min<size_t>(n, size_t{1} << 20));
+  std::mt19937_64 rng(seed);
+  for (auto& b : h) b = static_cast<uint8_t>((rng() & 0x87u) | ((4u + rng() % 4u) << 3));
+  auto* d = static_cast<uint8_t*>(p);
+  TESSERA_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice));
+  for (size_t filled = h.size(); filled < n; filled *= 2)
+    TESSERA_CUDA_CHECK(cudaMemcpy(d + filled, d, std::min(filled, n - filled), cudaMemcpyDeviceToDevice));
+}
+
 void fill_random_f32(void* p, size_t n, uint64_t seed) {
   std::vector<float> h(n);
   std::mt19937_64 rng(seed);
@@ -132,28 +144,36 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
   };
   auto wanted = [&](const std::string& name) { return o.filter.empty() || name.find(o.filter) != std::string::npos; };
 
-  // MLA decode (absorbed) at Kimi-K2.5 shapes: latent 512 + rope 64, pages of 64 tokens.
+  // MLA decode (absorbed) at Kimi-K2.5 shapes: latent 512 + rope 64, pages of 64 tokens; each
+  // kernel over a bf16 cache and, where it reads one, an fp8 e4m3 cache (half the bytes; "-fp8").
   const int64_t latent = 512, rope = 64, entry = latent + rope, page = 64;
   const float scale = 0.14467962580268923f;
-  // The wgmma kernel (Hopper only) runs where the backend would pick it: 64, 128, ... heads.
+  // The wgmma kernel (Hopper only) runs where the backend would pick it: 64, 128, ... heads; it and
+  // the heads-as-M kernel read bf16 only.
   const DeviceCaps caps = query_device_caps();
   for (MlaKernel kernel : {MlaKernel::kWgmma, MlaKernel::kKvMajor, MlaKernel::kTensorCore, MlaKernel::kCudaCore})
+  for (bool fp8 : {false, true})
   for (int64_t heads : o.heads)
     for (int64_t B : o.batches)
       for (int64_t ctx : o.contexts) {
-        const std::string name = fmt::format("mla_decode {} h{} b{} ctx{}",
+        if (fp8 && (kernel == MlaKernel::kTensorCore || kernel == MlaKernel::kWgmma)) continue;
+        const std::string name = fmt::format("mla_decode {}{} h{} b{} ctx{}",
                                              kernel == MlaKernel::kWgmma        ? "wgmma"
                                              : kernel == MlaKernel::kKvMajor    ? "kvmajor"
                                              : kernel == MlaKernel::kTensorCore ? "mma"
                                                                                 : "fp32",
-                                             heads, B, ctx);
+                                             fp8 ? "-fp8" : "", heads, B, ctx);
         if (!wanted(name)) continue;
         if (kernel == MlaKernel::kWgmma &&
             !mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, heads, latent, rope).empty())
           continue;
         const int64_t pages_per_seq = (ctx + page - 1) / page, pages = B * pages_per_seq;
-        DeviceMem cache(pages * page * entry * 2), q(B * heads * entry * 4), out(B * heads * latent * 4);
-        fill_random_bf16(cache.p, pages * page * entry, 3);
+        const int64_t elem = fp8 ? 1 : 2;
+        DeviceMem cache(pages * page * entry * elem), q(B * heads * entry * 4), out(B * heads * latent * 4);
+        if (fp8)
+          fill_random_fp8(cache.p, pages * page * entry, 3);
+        else
+          fill_random_bf16(cache.p, pages * page * entry, 3);
         fill_random_f32(q.p, B * heads * entry, 4);
         std::vector<int32_t> table(static_cast<size_t>(pages));
         std::iota(table.begin(), table.end(), 0);
@@ -171,10 +191,11 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
         r.name = fmt::format("{} (splits {})", name, splits);
         r.seconds = time_it(o.iterations, [&] {
           launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
-                            cache.as<__nv_bfloat16>(), page, ctx, splits, scale, out.as<float>(), scratch.as<float>(),
-                            kernel, 0);
+                            KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, page, ctx, splits, scale, out.as<float>(),
+                            scratch.as<float>(), kernel, 0);
         });
-        r.bytes = double(B) * ctx * entry * 2 + double(B) * heads * (entry + latent) * 4;
+        // The bytes read: the cache (2 or 1 a value), q in and the latent output.
+        r.bytes = double(B) * ctx * entry * elem + double(B) * heads * (entry + latent) * 4;
         r.flops = 2.0 * B * heads * ctx * (entry + latent);
         report(r);
       }

@@ -62,6 +62,9 @@ int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope) {
 }
 
 bool mla_kv_major_supported(int64_t latent, int64_t rope) { return mla_attend_kv_major_supported(latent, rope); }
+int64_t mla_kv_major_shared_bytes(int64_t heads, int64_t latent, int64_t rope, bool fp8) {
+  return mla_kv_major_smem_bytes(heads, latent, rope, fp8);
+}
 
 namespace {
 // True when the build carries sm_90a machine code ("90a-real"): only that target has wgmma, and a
@@ -151,7 +154,36 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
   std::string decode_reason;
   std::string decode_kernel;
   bool decode_ok = true;
-  if (forced_mla == "cuda-core" || !mma_shape || !mma_fits || caps.sm < 80) {
+  const int64_t kv_smem = mla_kv_major_smem_bytes(mla.heads, mla.latent, mla.rope, mla.fp8_cache);
+  const bool kv_major_ok = mla_attend_kv_major_supported(mla.latent, mla.rope) && kv_smem <= caps.smem_per_block_optin;
+  if (mla.fp8_cache && forced_mla == "mma") {
+    // The heads-as-M kernel reads bf16 only.
+    decode_kernel = "attend_mma_kernel";
+    decode_reason = "--kernels mla=mma was forced but it cannot read an fp8_e4m3 KV cache (--kv-cache-dtype fp8); "
+                    "use mla=kv-major or mla=cuda-core, or --kv-cache-dtype bf16";
+    decode_ok = false;
+  } else if (mla.fp8_cache && forced_mla != "cuda-core" && caps.sm >= 80 && kv_major_ok) {
+    decode_kernel = fmt::format("attend_kv_major_kernel (fp8 cache: cp.async of the bytes, bf16 in shared memory, "
+                                "mma.sync bf16, positions x {} heads)",
+                                mla.heads <= 8 ? 8 : 16);
+    decode_reason = fmt::format("{}sm_{} >= 80, latent {} + rope {}, {} KB shared memory of {} KB",
+                                forced_mla == "kv-major" ? "forced by --kernels mla=kv-major; " : "", caps.sm,
+                                mla.latent, mla.rope, kv_smem / 1024, caps.smem_per_block_optin / 1024);
+  } else if (mla.fp8_cache) {
+    decode_kernel = "attend_kernel (fp32, CUDA cores; fp8 cache dequantized on load)";
+    decode_reason = forced_mla == "cuda-core" ? "forced by --kernels mla=cuda-core"
+                    : caps.sm < 80            ? "tensor cores need sm_80+"
+                                              : fmt::format("the KV-major kernel has no instance for latent {} + rope "
+                                                            "{} or needs {} KB of shared memory (the GPU allows {} KB), "
+                                                            "and the heads-as-M kernel reads bf16 only",
+                                                            mla.latent, mla.rope, kv_smem / 1024,
+                                                            caps.smem_per_block_optin / 1024);
+    decode_ok = core_fits;
+    if (forced_mla == "kv-major") {
+      decode_ok = false;
+      decode_reason = "--kernels mla=kv-major was forced but " + decode_reason;
+    }
+  } else if (forced_mla == "cuda-core" || !mma_shape || !mma_fits || caps.sm < 80) {
     decode_kernel = "attend_kernel (fp32, CUDA cores)";
     decode_reason = forced_mla == "cuda-core" ? "forced by --kernels mla=cuda-core"
                     : !mma_shape ? fmt::format("latent {} + rope {} is not a tensor-core shape", mla.latent, mla.rope)
@@ -163,9 +195,7 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
       decode_ok = false;
       decode_reason = "--kernels mla=mma was forced but " + decode_reason;
     }
-  } else if (const int64_t kv_smem = mla_kv_major_smem_bytes(mla.heads, mla.latent, mla.rope);
-             forced_mla != "mma" && mla_attend_kv_major_supported(mla.latent, mla.rope) &&
-             kv_smem <= caps.smem_per_block_optin) {
+  } else if (forced_mla != "mma" && kv_major_ok) {
     decode_kernel = fmt::format("attend_kv_major_kernel (mma.sync bf16, positions x {} heads, cp.async 2 stages)",
                                 mla.heads <= 8 ? 8 : 16);
     decode_reason = fmt::format("{}sm_{} >= 80, latent {} + rope {}, {} KB shared memory of {} KB",
@@ -183,11 +213,14 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
                                 forced_mla == "mma" ? "forced by --kernels mla=mma; " : "", caps.sm, mla.latent,
                                 mla.rope, mma_smem / 1024, caps.smem_per_block_optin / 1024);
   }
-  // Hopper with 64, 128, ... heads a GPU: the wgmma kernel (64 heads as one warpgroup MMA's M);
-  // the mma.sync kernels above stay for 8/16 heads and other GPUs.
-  if (const std::string wgmma_problem =
+  // Hopper with 64, 128, ... heads a GPU and a bf16 cache: the wgmma kernel (64 heads as one
+  // warpgroup MMA's M); the mma.sync kernels above stay for 8/16 heads, fp8 caches and other GPUs.
+  if (std::string wgmma_problem =
           mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, mla.heads, mla.latent, mla.rope);
-      forced_mla == "wgmma" || (forced_mla == "auto" && wgmma_problem.empty())) {
+      forced_mla == "wgmma" || (forced_mla == "auto" && wgmma_problem.empty() && !mla.fp8_cache)) {
+    if (wgmma_problem.empty() && mla.fp8_cache)
+      wgmma_problem = "it cannot read an fp8_e4m3 KV cache (--kv-cache-dtype fp8); use mla=kv-major or "
+                      "mla=cuda-core, or --kv-cache-dtype bf16";
     decode_kernel = "attend_wgmma_kernel (wgmma m64n64k16 / m64n256k16 bf16, 64 heads a block, cp.async 2 stages)";
     decode_ok = wgmma_problem.empty();
     decode_reason = !decode_ok ? "--kernels mla=wgmma was forced but " + wgmma_problem
@@ -207,7 +240,10 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
   if (forced_mla != "cuda-core" && mla_prefill_attend_supported(mla.nope, mla.rope, mla.v, mla.latent) &&
       prefill_smem > 0 && prefill_smem <= caps.smem_per_block_optin) {
     out.push_back({"mla prefill",
-                   "gather latents + kv_b GEMM (cuBLASLt) + mla_prefill_attend (mma.sync, split bf16 operands)",
+                   mla.fp8_cache ? "gather latents (fp8 -> bf16, exact) + kv_b GEMM (cuBLASLt, alpha = KV scale) + "
+                                   "mla_prefill_attend (mma.sync, split bf16 operands)"
+                                 : "gather latents + kv_b GEMM (cuBLASLt) + mla_prefill_attend (mma.sync, split bf16 "
+                                   "operands)",
                    arch.empty() ? fmt::format("qk {} + {}, v {}: {} KB shared memory of {} KB", mla.nope, mla.rope,
                                               mla.v, prefill_smem / 1024, caps.smem_per_block_optin / 1024)
                                 : arch,

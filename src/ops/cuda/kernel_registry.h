@@ -29,6 +29,7 @@ std::string architecture_problem(int sm);
 struct MlaShape {
   int64_t heads = 0, latent = 0, rope = 0;
   int64_t nope = 0, v = 0;  // per-head query/key and value widths (the prefill kernel's shapes)
+  bool fp8_cache = false;   // the KV cache holds fp8 e4m3 (else bf16)
 };
 
 struct KernelChoice {
@@ -62,6 +63,8 @@ bool mla_kv_major_supported(int64_t latent, int64_t rope);
 // 64), a device of compute capability exactly 9.0, sm_90a code in this binary, and its shared
 // memory. Empty when it can; otherwise the reason.
 std::string mla_wgmma_problem(int sm, int64_t smem_per_block_optin, int64_t heads, int64_t latent, int64_t rope);
+// Its shared memory per block (bytes) for a bf16 or fp8 cache.
+int64_t mla_kv_major_shared_bytes(int64_t heads, int64_t latent, int64_t rope, bool fp8);
 // Shared memory (bytes) the MLA kernels need for an entry of latent + rope.
 int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope);
 int64_t mla_cuda_core_smem_bytes(int64_t heads, int64_t latent, int64_t rope);

@@ -46,14 +46,28 @@ struct TokenInfo {
 // cache [pages, page, entry] bf16; latent [T, entry] fp32.
 void launch_kv_cache_write(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
                            const int32_t* tables, __nv_bfloat16* cache, int64_t page, cudaStream_t s);
+// cache [pages, page, entry] fp8 e4m3 bytes: sat_e4m3_rne(latent / scale) (ops::KvLayerView).
+void launch_kv_cache_write_fp8(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
+                               const int32_t* tables, uint8_t* cache, int64_t page, float scale, cudaStream_t s);
+// The latent cache as the attention kernels read it: bf16 elements, or fp8 e4m3 bytes whose values
+// are q · scale.
+struct KvCacheArg {
+  const void* data = nullptr;
+  bool fp8 = false;
+  float scale = 1.0f;
+  const __nv_bfloat16* bf16() const { return static_cast<const __nv_bfloat16*>(data); }
+  const uint8_t* bytes() const { return static_cast<const uint8_t*>(data); }
+};
 // q_full[t, h, :latent] = q_nope[t, h] · W_UK[h];  q_full[t, h, latent:] = q_pe[t, h].
 void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t nope, int64_t rope,
                          const __nv_bfloat16* kv_b, int64_t v, int64_t latent, float* q_full, cudaStream_t s);
 // o_lat[t, h, :] = softmax_s(scale · q_full[t, h] · cache[s]) · cache[s, :latent] over s <= pos(t).
 // The context is split over `splits` blocks (mla_attend_splits) when the batch is small; partials
 // are merged by a second kernel; `scratch` holds them (mla_attend_scratch_floats). latent <= 512.
-// Implementations: CUDA cores in fp32 (any shape), tensor cores with mma.sync (16 heads a block;
-// needs mla_attend_mma_supported), KV-major mma.sync, or Hopper wgmma (64 heads a block, sm_90a).
+// Implementations: CUDA cores in fp32 (any shape; bf16 or fp8 cache), tensor cores with heads as M
+// (mma.sync bf16, 16 heads a block; needs mla_attend_mma_supported; bf16 cache only), KV-major
+// mma.sync (bf16 or fp8 cache; mla_attend_kv_major_supported), or Hopper wgmma (64 heads a block,
+// sm_90a; bf16 cache only).
 enum class MlaKernel { kCudaCore, kTensorCore, kKvMajor, kWgmma };
 bool mla_attend_mma_supported(int64_t latent, int64_t rope);
 // Context splits for a step: the fewest whose blocks fill whole waves of the GPU. The wgmma kernel
@@ -61,7 +75,7 @@ bool mla_attend_mma_supported(int64_t latent, int64_t rope);
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
                           MlaKernel kernel = MlaKernel::kKvMajor);
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
-                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int64_t page,
+                       const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t page,
                        int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch,
                        MlaKernel kernel, cudaStream_t s);
 // attention_mma.cu: writes the per-split partials that launch_mla_attend then combines.
@@ -71,11 +85,13 @@ void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t
                                     float* ml_part, cudaStream_t s);
 // attention_kv_major.cu: positions as the MMA M dimension, 8 or 16 heads as N (no padding rows at 8
 // heads per GPU), cp.async double buffering, ldmatrix. Shapes: latent 512 + rope 64, and 64 + 16.
+// An fp8 cache streams its bytes through a staging buffer and is converted to bf16 in shared memory.
 bool mla_attend_kv_major_supported(int64_t latent, int64_t rope);
-int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope);
+// Dynamic shared memory of the instance for these shapes and cache format (bytes).
+int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope, bool fp8);
 void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
                                          int64_t rope, const TokenInfo* info, const int32_t* tables,
-                                         const __nv_bfloat16* cache, int64_t page, int64_t splits, int64_t chunk,
+                                         const KvCacheArg& cache, int64_t page, int64_t splits, int64_t chunk,
                                          float scale, float* o_part, float* ml_part, cudaStream_t s);
 // attention_wgmma.cu: Hopper warpgroup MMA (sm_90a only), 64 heads a block as the wgmma M, cache
 // tiles of 64 positions, two cp.async stages. Shapes: latent 512 + rope 64, heads a multiple of 64.

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -80,8 +81,9 @@ std::vector<Pass> plan_passes(std::span<const AttentionSeq> prefill, const std::
 // kv[n, m] (row-major) = lat[n, :k] (rows ld_lat apart) · w[m, k]ᵀ with fp32 accumulation; kv is
 // bf16 (the epilogue rounds, as transformers' bf16 kv_b_proj does) or fp32 (`kv_type`). In
 // column-major terms: kvᵀ (m x n) = w (k x m stored, transposed) · latᵀ (k x n, ld ld_lat).
+// alpha scales the product in fp32 before the output is rounded (an fp8 cache's scale).
 void decompress(const MlaPrefillEnv& env, const __nv_bfloat16* w, int64_t m, int64_t k, const __nv_bfloat16* lat,
-                int64_t ld_lat, int64_t n, void* kv, cudaDataType_t kv_type) {
+                int64_t ld_lat, int64_t n, void* kv, cudaDataType_t kv_type, float alpha) {
   cublasLtMatmulDesc_t op;
   TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -103,7 +105,7 @@ void decompress(const MlaPrefillEnv& env, const __nv_bfloat16* w, int64_t m, int
                 n, k);
   TESSERA_CHECK(heur.workspaceSize <= env.workspace_bytes, "mla prefill: the K/V GEMM wants {} bytes of workspace",
                 heur.workspaceSize);
-  const float alpha = 1.0f, beta = 0.0f;
+  const float beta = 0.0f;
   TESSERA_CUBLAS_CHECK(cublasLtMatmul(env.lt, op, &alpha, w, la, lat, lb, &beta, kv, lc, kv, lc, &heur.algo,
                                       env.workspace, env.workspace_bytes, env.stream));
   cublasLtMatmulPreferenceDestroy(pref);
@@ -125,10 +127,12 @@ void check_args(const Tensor& q, const KvLayerView& cache, const LinearWeight& k
   TESSERA_CHECK(kv_b.weight.dtype() == DType::kBF16 && kv_b.out == d.heads * (d.nope + d.v) && kv_b.in == d.latent,
                 "mla prefill: kv_b {} [{}, {}] is not bf16 [{} heads x ({} + {}), latent {}]", kv_b.name, kv_b.out,
                 kv_b.in, d.heads, d.nope, d.v, d.latent);
-  TESSERA_CHECK(cache.pages.dtype() == DType::kBF16 && cache.pages.rank() == 3 &&
-                    cache.pages.dim(2) == d.latent + d.rope,
-                "mla prefill: KV pages {} are not bf16 [pages, page, {} + {}]", core::shape_str(cache.pages.shape()),
-                d.latent, d.rope);
+  TESSERA_CHECK((cache.pages.dtype() == DType::kBF16 || cache.pages.dtype() == DType::kU8) &&
+                    cache.pages.rank() == 3 && cache.pages.dim(2) == d.latent + d.rope,
+                "mla prefill: KV pages {} {} are not bf16 or fp8 (U8) [pages, page, {} + {}]",
+                core::dtype_name(cache.pages.dtype()), core::shape_str(cache.pages.shape()), d.latent, d.rope);
+  TESSERA_CHECK(cache.pages.dtype() != DType::kU8 || (std::isfinite(cache.scale) && cache.scale > 0.0f),
+                "mla prefill: the fp8 KV cache scale {} is not a positive finite number", cache.scale);
   TESSERA_CHECK(T < std::numeric_limits<int32_t>::max() / 2, "mla prefill: {} tokens in one step is too many", T);
   const int64_t num_pages = cache.pages.dim(0), page = cache.page_size;
   for (const auto& s : seqs) {
@@ -176,22 +180,31 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
   Tensor kv_lo = split ? env.alloc(DType::kBF16, {buf_rows, kv_width}) : Tensor();
   Tensor ml = carries_state ? env.alloc(DType::kF32, {T, d.heads, 2}) : Tensor();
 
+  // An fp8 cache is gathered as its exact bf16 values q; its scale multiplies the K/V GEMM (alpha)
+  // and q's rope part, which meets the unscaled k_pe in `lat`: all in fp32, nothing rounded twice.
+  const bool fp8 = cache.pages.dtype() == DType::kU8;
+  const float kv_scale = fp8 ? cache.scale : 1.0f;
   const int32_t* base = d_plan.data<int32_t>();
   for (const Pass& p : passes) {
     const auto* chunks = reinterpret_cast<const PrefillChunk*>(base + p.chunk_at);
-    launch_mla_gather_latents(cache.pages.data<__nv_bfloat16>(), cache.page_size, entry, base, chunks,
-                              static_cast<int64_t>(p.chunks.size()), p.max_chunk_rows, lat.data<__nv_bfloat16>(),
-                              env.stream);
+    if (fp8)
+      launch_mla_gather_latents_fp8(cache.pages.data<uint8_t>(), cache.page_size, entry, base, chunks,
+                                    static_cast<int64_t>(p.chunks.size()), p.max_chunk_rows,
+                                    lat.data<__nv_bfloat16>(), env.stream);
+    else
+      launch_mla_gather_latents(cache.pages.data<__nv_bfloat16>(), cache.page_size, entry, base, chunks,
+                                static_cast<int64_t>(p.chunks.size()), p.max_chunk_rows, lat.data<__nv_bfloat16>(),
+                                env.stream);
     TESSERA_CUDA_CHECK_LAUNCH();
     if (split) {
       decompress(env, kv_b.weight.data<__nv_bfloat16>(), kv_width, d.latent, lat.data<__nv_bfloat16>(), entry, p.rows,
-                 kv_f32.raw(), CUDA_R_32F);
+                 kv_f32.raw(), CUDA_R_32F, kv_scale);
       launch_split_bf16(kv_f32.data<float>(), p.rows * kv_width, kv.data<__nv_bfloat16>(),
                         kv_lo.data<__nv_bfloat16>(), env.stream);
       TESSERA_CUDA_CHECK_LAUNCH();
     } else {
       decompress(env, kv_b.weight.data<__nv_bfloat16>(), kv_width, d.latent, lat.data<__nv_bfloat16>(), entry, p.rows,
-                 kv.raw(), CUDA_R_16BF);
+                 kv.raw(), CUDA_R_16BF, kv_scale);
     }
     PrefillAttendArgs a{q.data<float>(),
                         lat.data<__nv_bfloat16>(),
@@ -207,7 +220,8 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
                         static_cast<int>(d.rope),
                         static_cast<int>(d.v),
                         static_cast<int>(d.latent),
-                        d.scale};
+                        d.scale,
+                        kv_scale};
     launch_mla_prefill_attend(a, static_cast<int64_t>(p.tiles.size()), env.stream);
     TESSERA_CUDA_CHECK_LAUNCH();
   }

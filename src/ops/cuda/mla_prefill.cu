@@ -14,6 +14,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "ops/cuda/kv_fp8.cuh"
 #include "ops/cuda/mla_prefill_kernels.h"
 #include "ops/cuda/mma_primitives.cuh"
 
@@ -117,6 +118,12 @@ __global__ void __launch_bounds__(kThreads) prefill_attend_kernel(PrefillAttendA
     if (r < n_rows && col < qk)
       v = *reinterpret_cast<const float4*>(a.q + (static_cast<int64_t>(ch.q_row + tile.q0 + r) * a.heads + h) * qk +
                                            col);
+    if (col >= a.nope) {  // the rope part (nope is a multiple of 8: a float4 lies in one part)
+      v.x *= a.q_rope_scale;
+      v.y *= a.q_rope_scale;
+      v.z *= a.q_rope_scale;
+      v.w *= a.q_rope_scale;
+    }
     uint2 hi, lo;
     split_bf16(v.x, v.y, hi.x, lo.x);
     split_bf16(v.z, v.w, hi.y, lo.y);
@@ -363,6 +370,31 @@ __global__ void gather_latents_kernel(const __nv_bfloat16* cache, int page, int 
   }
 }
 
+// fp8 cache: each thread turns 8 bytes into one 16-byte vector of 8 bf16.
+__global__ void gather_latents_fp8_kernel(const uint8_t* cache, int page, int entry, const int32_t* tables,
+                                          const PrefillChunk* chunks, __nv_bfloat16* lat) {
+  const PrefillChunk ch = chunks[blockIdx.y];
+  const int r0 = blockIdx.x * kGatherRows;
+  const int rows = min(kGatherRows, ch.c1 - ch.c0 - r0);
+  const int vec = entry / 8;
+  for (int idx = threadIdx.x; idx < rows * vec; idx += blockDim.x) {
+    const int r = idx / vec, i = idx % vec;
+    const int pos = ch.c0 + r0 + r;
+    const int64_t src_row = static_cast<int64_t>(tables[ch.table_offset + pos / page]) * page + pos % page;
+    const uint2 raw = reinterpret_cast<const uint2*>(cache + src_row * entry)[i];
+    const __nv_bfloat162 b0 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.x & 0xffffu));
+    const __nv_bfloat162 b1 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.x >> 16));
+    const __nv_bfloat162 b2 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.y & 0xffffu));
+    const __nv_bfloat162 b3 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.y >> 16));
+    uint4 out;
+    out.x = *reinterpret_cast<const uint32_t*>(&b0);
+    out.y = *reinterpret_cast<const uint32_t*>(&b1);
+    out.z = *reinterpret_cast<const uint32_t*>(&b2);
+    out.w = *reinterpret_cast<const uint32_t*>(&b3);
+    reinterpret_cast<uint4*>(lat + static_cast<int64_t>(ch.buf_row + r0 + r) * entry)[i] = out;
+  }
+}
+
 __global__ void split_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* hi, __nv_bfloat16* lo) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -403,6 +435,15 @@ void launch_mla_gather_latents(const __nv_bfloat16* cache, int64_t page, int64_t
   dim3 grid(static_cast<unsigned>((max_rows + kGatherRows - 1) / kGatherRows), static_cast<unsigned>(num_chunks));
   gather_latents_kernel<<<grid, 128, 0, s>>>(cache, static_cast<int>(page), static_cast<int>(entry), tables, chunks,
                                              lat);
+}
+
+void launch_mla_gather_latents_fp8(const uint8_t* cache, int64_t page, int64_t entry, const int32_t* tables,
+                                   const PrefillChunk* chunks, int64_t num_chunks, int64_t max_rows,
+                                   __nv_bfloat16* lat, cudaStream_t s) {
+  if (num_chunks == 0 || max_rows == 0) return;
+  dim3 grid(static_cast<unsigned>((max_rows + kGatherRows - 1) / kGatherRows), static_cast<unsigned>(num_chunks));
+  gather_latents_fp8_kernel<<<grid, 128, 0, s>>>(cache, static_cast<int>(page), static_cast<int>(entry), tables,
+                                                 chunks, lat);
 }
 
 void launch_mla_prefill_attend(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s) {

@@ -61,7 +61,8 @@ bool mla_prefill_split_precision();
 int64_t mla_prefill_pass_rows(const MlaDims& d, bool split);
 
 // mla_attention for a step that mla_prefill_applies to. q [T, heads * (nope + rope)] fp32, cache
-// pages bf16 [pages, page, latent + rope] (already holding the new tokens), kv_b bf16 [heads *
+// pages bf16 or fp8 e4m3 (U8, read as q · cache.scale) [pages, page, latent + rope] (already
+// holding the new tokens), kv_b bf16 [heads *
 // (nope + v), latent] on the device, out [T, heads * v]. Throws core::Error naming the argument
 // at fault.
 void run_mla_prefill_step(const MlaPrefillEnv& env, const core::Tensor& q, const KvLayerView& cache,

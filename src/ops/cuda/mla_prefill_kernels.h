@@ -41,6 +41,12 @@ struct PrefillTile {
 void launch_mla_gather_latents(const __nv_bfloat16* cache, int64_t page, int64_t entry, const int32_t* tables,
                                const PrefillChunk* chunks, int64_t num_chunks, int64_t max_rows, __nv_bfloat16* lat,
                                cudaStream_t s);
+// The same from an fp8 e4m3 cache: lat = bf16(q), exact and WITHOUT the cache scale (every e4m3
+// value is a bf16 value; q · scale would not be). The caller applies the scale where it is exact
+// to fp32: the K/V GEMM's alpha and the query's rope part (PrefillAttendArgs::q_rope_scale).
+void launch_mla_gather_latents_fp8(const uint8_t* cache, int64_t page, int64_t entry, const int32_t* tables,
+                                   const PrefillChunk* chunks, int64_t num_chunks, int64_t max_rows,
+                                   __nv_bfloat16* lat, cudaStream_t s);
 
 // The attention kernel handles qk = nope + rope <= 192 and v <= 128 (padded up to the nearest
 // compiled tile shape) with nope, rope, v and latent multiples of 8.
@@ -65,6 +71,9 @@ struct PrefillAttendArgs {
   float* ml;                 // [T, heads, 2] softmax (max, sum) between slices; unused with one slice
   int heads, nope, rope, v, latent;
   float scale;               // softmax scale
+  // Multiplies q's rope part (fp32, before any rounding): the fp8 cache's scale, since the k_pe
+  // read from `lat` is unscaled there (see launch_mla_gather_latents_fp8); 1 for a bf16 cache.
+  float q_rope_scale = 1.0f;
 };
 void launch_mla_prefill_attend(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s);
 

@@ -1,0 +1,43 @@
+// tessera plan --device cuda with an fp8 KV cache: the dtype, one byte per element in the memory plan,
+// the kernels that read fp8, and the heads-as-M kernel refused by name when forced. Skips itself
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include "ops/cuda/cuda_ops.h"
+#include "support/test_support.h"
+
+namespace tessera {
+namespace {
+
+std::string tessera(const std::string& args, int* rc) {
+  std::string out;
+  *rc = test::run_command(test::tessera_binary().string() + " --log-level warn " + args, &out);
+  return out;
+}
+
+TEST(PlanCuda, Fp8KvCacheFromTheCheckpointsHint) {
+  if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const auto dir = (test::fixtures_dir() / "models" / "kimi-k25-tiny-nvfp4").string();
+  int rc = 0;
+  std::string out = tessera("plan --device cuda --model " + dir + " --kv-cache-bytes 1MiB", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  // The checkpoint asks for FP8 KV and the cuda backend now stores it: 3 layers x (32 + 16) x 1 byte.
+  EXPECT_NE(out.find("kv cache     fp8_e4m3"), std::string::npos) << out;
+  EXPECT_NE(out.find("144 bytes per token"), std::string::npos) << out;
+  EXPECT_NE(out.find("113 pages of 64 = 7232 tokens"), std::string::npos) << out;
+  // Latent 32 + rope 16 has no KV-major instance, and the heads-as-M kernel reads bf16 only.
+  EXPECT_NE(out.find("fp8 cache dequantized on load"), std::string::npos) << out;
+  EXPECT_NE(out.find("fp8 -> bf16"), std::string::npos) << out;  // the prefill gather
+
+  out = tessera("plan --device cuda --model " + dir + " --kv-cache-bytes 1MiB --kv-cache-dtype bf16", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("288 bytes per token"), std::string::npos) << out;
+
+  out = tessera("plan --device cuda --model " + dir + " --kv-cache-bytes 1MiB --kernels mla=mma", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("mla=mma"), std::string::npos) << out;
+  EXPECT_NE(out.find("fp8"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tessera
