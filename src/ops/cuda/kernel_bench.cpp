@@ -171,7 +171,7 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
         r.name = fmt::format("{} (splits {})", name, splits);
         r.seconds = time_it(o.iterations, [&] {
           launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
-                            cache.as<__nv_bfloat16>(), page, ctx, splits, scale, out.as<float>(), scratch.as<float>(),
+                            cache.as<__nv_bfloat16>(), pages, page, ctx, splits, scale, out.as<float>(), scratch.as<float>(),
                             kernel, 0);
         });
         r.bytes = double(B) * ctx * entry * 2 + double(B) * heads * (entry + latent) * 4;
