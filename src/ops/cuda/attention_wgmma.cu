@@ -222,7 +222,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (one warpgroup arrives, the other waits):
   //   kBarKReady: warpgroup 1's P·V of tile t - 1 is done (so P and alpha may be overwritten)
   //               and, with cp.async, its copies of tile t have landed
-  //                                                            (1 arrives, 0 waits, before S)
+  //               (1 arrives, 0 waits: with cp.async before S, with TMA only before it writes
+  //               P, so that its S of tile t runs beside warpgroup 1's P·V of tile t - 1)
   //   kBarPReady: P and alpha of tile t are in shared memory  (0 arrives, 1 waits, before P·V)
   // Neither side can arrive twice before the other has waited once (each arrival of a warpgroup
   // follows its wait on the other's previous arrival), so a barrier never mixes two tiles.
@@ -247,14 +248,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                                       wgmma::sw128_offset(row, ch)) = make_uint4(0, 0, 0, 0);
           }
           wgmma::fence_proxy_async();  // the zeros are read by wgmma
+          wgmma::named_barrier_sync(kBarWg0, 128);  // ... by every warp of this warpgroup
         }
+        // kBarKReady (warpgroup 1 is done with the previous P) waits until P is written below, so
+        // S of this tile can run beside the end of warpgroup 1's P·V of the previous one.
       } else {
         cp_async_wait<1>();          // this thread's copies of tile `tile` have landed (tile + 1 may not have)
         wgmma::fence_proxy_async();  // ... and are visible to wgmma
+        // ... for every thread of both warpgroups (all 256 must arrive: warpgroup 1 after its copies).
+        wgmma::named_barrier_sync(kBarKReady, kThreads);
       }
-      // ... for every thread of both warpgroups (all 256 must arrive: warpgroup 1 after its copies
-      // with cp.async, and this warpgroup's zeroing is complete before any of its wgmma reads).
-      wgmma::named_barrier_sync(kBarKReady, kThreads);
 
       // S = Q · Kᵀ over the 9 column blocks x 4 k-steps of 16.
       float s[32];
@@ -310,7 +313,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         sum[a] += __shfl_xor_sync(0xffffffffu, sum[a], 2);
         l_run[a] = l_run[a] * alpha[a] + sum[a];
       }
-      // P and alpha for warpgroup 1 (done with the previous tile's: kBarKReady above).
+      // P and alpha for warpgroup 1, once it is done with the previous tile's (kBarKReady).
+      if constexpr (kTma) wgmma::named_barrier_sync(kBarKReady, kThreads);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
