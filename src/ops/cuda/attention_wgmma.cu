@@ -434,6 +434,8 @@ bool mla_attend_wgmma_supported(int64_t latent, int64_t rope, int64_t heads) {
 
 int64_t mla_wgmma_smem_bytes() { return kSmemBytes; }
 
+namespace {
+
 // A 2-D tensor map over the cache as rows of kEntry bf16 (one row a position of a page), boxes of
 // 64 rows x 64 columns with the 128-byte swizzle of wgmma_primitives.cuh. The encoder is the
 // driver's, reached through the runtime (no link against libcuda). False if it cannot be made.
@@ -464,6 +466,8 @@ bool encode_cache_map(CUtensorMap* map, const __nv_bfloat16* cache, int64_t rows
                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
+
+}  // namespace
 
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
