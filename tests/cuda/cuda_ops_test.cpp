@@ -212,13 +212,14 @@ TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
 // decode tokens at contexts 1, 70, 128, 1500, 5000 and around the 64-position tile edges (partial
 // tiles, several context splits, empty trailing splits), beside a prefill chunk whose decode rows
 // come back through the same kernel; each token checked on its own, so a failure names its
-// context. Skips on GPUs or builds the kernel does not run on; forcing it on a head count it
-// cannot take is refused by name on any GPU.
+// context. Pages of 64 positions take the TMA loads, pages of 32 the cp.async ones (a 64-position
+// tile spans two pages). Skips on GPUs or builds the kernel does not run on; forcing it on a head
+// count it cannot take is refused by name on any GPU.
 TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
-  const int64_t nope = 128, rope = 64, v = 128, latent = 512, page = 64, entry = latent + rope;
+  const int64_t nope = 128, rope = 64, v = 128, latent = 512, entry = latent + rope;
   const auto caps = ops::cuda::query_device_caps();
   const std::string problem = ops::cuda::mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, 64, latent, rope);
-  for (int64_t heads : {int64_t{64}, int64_t{128}}) {
+  for (const auto& [heads, page] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {128, 64}, {64, 32}}) {
     if (!problem.empty()) break;
     struct Seq {
       int64_t cached, fresh;
@@ -279,13 +280,13 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
           const std::vector<float> a(got.begin() + first, got.begin() + last), b(ref.begin() + first, ref.begin() + last);
           // bf16 q and p as in the KV-major kernel (~2^-9 each).
           EXPECT_LE(test::rel_rms(a, b), 1e-2) << "wgmma (" << (kernels.empty() ? "auto" : kernels) << ") " << heads
-                                               << " heads, context " << s.cached + i + 1;
+                                               << " heads, pages of " << page << ", context " << s.cached + i + 1;
         }
       }
     }
   }
   // 40 heads is not a multiple of 64: forcing the kernel is refused by name, on any GPU.
-  const int64_t heads = 40;
+  const int64_t heads = 40, page = 64;
   std::vector<int32_t> table = {0};
   Tensor cache = gpu_->empty_kv_pages({1, page, entry}, io::KvCacheDtype::kBF16);
   ops::KvLayerView kv{cache, page};

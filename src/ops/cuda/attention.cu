@@ -337,8 +337,8 @@ void launch_attend_cuda_core(dim3 grid, int heads_per_block, size_t smem, cudaSt
 }  // namespace
 
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
-                       const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t page,
-                       int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch,
+                       const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
+                       int64_t page, int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch,
                        MlaKernel kernel, cudaStream_t s) {
   if (tokens == 0) return;
   const int64_t entry = latent + rope;
@@ -350,8 +350,8 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   float* ml_part = scratch + splits * tokens * heads * latent;
   if (kernel == MlaKernel::kWgmma && !cache.fp8) {
     // (The wgmma kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
-    launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), page, splits,
-                                     chunk, scale, o_part, ml_part, s);
+    launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages,
+                                     page, splits, chunk, scale, o_part, ml_part, s);
   } else if (kernel == MlaKernel::kKvMajor) {
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, chunk,
                                         scale, o_part, ml_part, s);

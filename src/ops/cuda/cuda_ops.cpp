@@ -327,7 +327,7 @@ class CudaOps final : public Ops {
     const int64_t splits = mla_attend_splits(T, H, meta.max_visible, num_sms_, kernel);
     Tensor scratch = alloc(DType::kF32, {mla_attend_scratch_floats(T, H, d.latent, splits)});
     launch_mla_attend(ptr<float>(q_full), T, H, d.latent, d.rope, meta.info.data<TokenInfo>(),
-                      ptr<int32_t>(meta.tables), cache_in, cache.page_size, meta.max_visible,
+                      ptr<int32_t>(meta.tables), cache_in, cache.pages.dim(0), cache.page_size, meta.max_visible,
                       splits, d.scale, ptr<float>(o_lat), ptr<float>(scratch), kernel, stream_);
     if (gemv) {
       // out[t, h*v + j] = o_lat[t, h] · W_UV[h][j], W_UV[h] = kv_b rows [h(nope+v)+nope, (h+1)(nope+v)).

@@ -74,9 +74,10 @@ bool mla_attend_mma_supported(int64_t latent, int64_t rope);
 // runs 64 heads a block and one block an SM, the mma.sync kernels 16 heads and two.
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
                           MlaKernel kernel = MlaKernel::kKvMajor);
+// `cache` holds `cache_pages` pages of `page` positions (the wgmma kernel's TMA map needs its extent).
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
-                       const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t page,
-                       int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch,
+                       const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
+                       int64_t page, int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch,
                        MlaKernel kernel, cudaStream_t s);
 // attention_mma.cu: writes the per-split partials that launch_mla_attend then combines.
 void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
@@ -94,15 +95,17 @@ void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, in
                                          const KvCacheArg& cache, int64_t page, int64_t splits, int64_t chunk,
                                          float scale, float* o_part, float* ml_part, cudaStream_t s);
 // attention_wgmma.cu: Hopper warpgroup MMA (sm_90a only), 64 heads a block as the wgmma M, cache
-// tiles of 64 positions, two cp.async stages. Shapes: latent 512 + rope 64, heads a multiple of 64.
+// tiles of 64 positions in two stages (TMA for pages of a multiple of 64 positions, else cp.async).
+// Shapes: latent 512 + rope 64, heads a multiple of 64.
 // Callers also need a device of compute capability exactly 9.0 and a binary with sm_90a code
 // (kernel_registry.h: mla_wgmma_available).
 bool mla_attend_wgmma_supported(int64_t latent, int64_t rope, int64_t heads);
 int64_t mla_wgmma_smem_bytes();
+// `cache_pages` (pages in `cache`) bounds the TMA tensor map over it.
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
-                                      int64_t page, int64_t splits, int64_t chunk, float scale, float* o_part,
-                                      float* ml_part, cudaStream_t s);
+                                      int64_t cache_pages, int64_t page, int64_t splits, int64_t chunk, float scale,
+                                      float* o_part, float* ml_part, cudaStream_t s);
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
 // out[t, h * v + j] = W_UV[h, j] · o_lat[t, h].
 void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
