@@ -114,9 +114,11 @@ class CudaOps final : public Ops {
     staging_.recycle();
   }
 
+  // Unspecified contents (Ops::empty); with TESSERA_DEVICE_POOL=exact they are NaN, so that a
+  // reader of something no op wrote shows up in the tests that run in that mode.
   Tensor empty(core::Shape shape) override {
     Tensor t = alloc(DType::kF32, std::move(shape));
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_));
+    if (DevicePool::exact_mode()) TESSERA_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0xff, t.nbytes(), stream_));
     return t;
   }
   Tensor empty_i32(core::Shape shape) override { return alloc(DType::kI32, std::move(shape)); }
@@ -406,29 +408,20 @@ class CudaOps final : public Ops {
     // experts' shape (one shared expert): its weights are read in the same kernels.
     const bool fold = shared != nullptr && routed_shape(*shared) && moe_grouped_supported(H, inter, E + 1);
     const ExpertTable& table = expert_table(experts, fold ? shared : nullptr);
-    Tensor ids_used = ids, weights_used = weights;
-    int64_t K = ids.dim(1);
-    if (fold) {
-      ids_used = alloc(DType::kI32, {T, K + 1});
-      weights_used = alloc(DType::kF32, {T, K + 1});
-      launch_moe_append_slot(ptr<int32_t>(ids), ptr<float>(weights), T, K, E, ptr<int32_t>(ids_used),
-                             ptr<float>(weights_used), stream_);
-      K += 1;
-    }
-    const int64_t EE = fold ? E + 1 : E;
+    const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(ids.dim(1)),
+                         fold ? static_cast<int>(E) : -1};
+    const int64_t EE = fold ? E + 1 : E, P = T * slots.per_token();
     Tensor xb = alloc(DType::kBF16, {T, H});
-    launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), stream_);
-    const int64_t P = T * K;
     Tensor meta = alloc(DType::kI32, {2 * EE + 2 + P});
     Tensor act = alloc(DType::kBF16, {P, inter});
     Tensor y = alloc(DType::kF32, {P, H});
     const int64_t splits = moe_grouped_gate_up_splits(T, P, H, inter);
     Tensor part = alloc(DType::kF32, {2 * splits * P * inter});
     int32_t* m = ptr<int32_t>(meta);
-    MoeGroupedScratch scratch{m, m + EE + 1, m + 2 * EE + 1, m + 2 * EE + 2, ptr<__nv_bfloat16>(act), ptr<float>(y),
-                              ptr<float>(part)};
-    launch_moe_grouped(ptr<__nv_bfloat16>(xb), T, H, ptr<int32_t>(ids_used), ptr<float>(weights_used), K, EE,
-                       table.gate, table.up, table.down, inter, scratch, ptr<float>(out), stream_);
+    MoeGroupedScratch scratch{ptr<__nv_bfloat16>(xb), m, m + EE + 1, m + 2 * EE + 1, m + 2 * EE + 2,
+                              ptr<__nv_bfloat16>(act), ptr<float>(y), ptr<float>(part)};
+    launch_moe_grouped(ptr<float>(x), T, H, slots, EE, table.gate, table.up, table.down, inter, scratch,
+                       ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
     if (shared && !fold) add_shared_expert(x, *shared, out);
   }

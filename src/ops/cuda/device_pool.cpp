@@ -11,17 +11,18 @@ namespace tessera::ops::cuda {
 namespace {
 size_t bucket(size_t bytes) { return std::bit_ceil(std::max<size_t>(bytes, 512)); }
 
+}  // namespace
+
 // TESSERA_DEVICE_POOL=exact: every tensor is its own cudaMalloc of exactly its size, freed (with a
 // device sync) when released, so that compute-sanitizer sees an access past a tensor's end instead
 // of the slack of a power-of-two block or a block reused by another tensor. Debugging only: slow.
-bool exact_mode() {
+bool DevicePool::exact_mode() {
   static const bool exact = [] {
     const char* v = std::getenv("TESSERA_DEVICE_POOL");
     return v != nullptr && std::string_view(v) == "exact";
   }();
   return exact;
 }
-}  // namespace
 
 DevicePool::~DevicePool() { trim(); }
 

@@ -17,6 +17,8 @@ class DevicePool {
   // returns the block to the pool.
   std::shared_ptr<void> allocate(size_t bytes);
   size_t bytes_in_use() const { return in_use_; }
+  // TESSERA_DEVICE_POOL=exact: an exact-size allocation per tensor (debugging with compute-sanitizer).
+  static bool exact_mode();
   size_t bytes_cached() const { return cached_; }
   // Gives cached blocks back to the driver.
   void trim();
