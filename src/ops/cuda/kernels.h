@@ -126,7 +126,26 @@ void launch_router_select(const float* logits, const float* bias, int64_t tokens
 // --- moe_grouped.cu ---
 // Device buffers of one grouped-experts call: offsets [experts + 1], active [experts],
 // num_active [1], sorted [pairs] (I32); act [pairs, inter] bf16; y [pairs, hidden] fp32.
+// The (token, slot) pairs of a step: slots [0, top_k) from the router's ids/weights [tokens, top_k];
+// with extra_id >= 0 one more slot per token (extra_id, weight 1): the shared expert, so that its
+// weights are read in the same kernels as the routed ones. Pair p = t * per_token() + k.
+struct MoeSlots {
+  const int32_t* ids;
+  const float* weights;
+  int top_k;
+  int extra_id;  // -1: none
+  __host__ __device__ int per_token() const { return top_k + (extra_id >= 0 ? 1 : 0); }
+  __device__ int id(int pair) const {
+    const int K = per_token(), t = pair / K, k = pair % K;
+    return k < top_k ? ids[t * top_k + k] : extra_id;
+  }
+  __device__ float weight(int pair) const {
+    const int K = per_token(), t = pair / K, k = pair % K;
+    return k < top_k ? weights[t * top_k + k] : 1.0f;
+  }
+};
 struct MoeGroupedScratch {
+  __nv_bfloat16* xb;  // [tokens, hidden]: x rounded to bf16
   int32_t* offsets;
   int32_t* active;
   int32_t* num_active;
@@ -135,21 +154,17 @@ struct MoeGroupedScratch {
   float* y;
   float* gate_up_part;  // [2 (gate, up), splits, pairs, inter] fp32 partial sums
 };
-// The shared expert as one more routed slot: ext_ids/ext_weights [tokens, top_k + 1] with the last
-// slot (extra_id, 1.0), so the grouped kernels read its weights in the same pass.
-void launch_moe_append_slot(const int32_t* ids, const float* weights, int64_t tokens, int64_t top_k, int64_t extra_id,
-                            int32_t* ext_ids, float* ext_weights, cudaStream_t s);
 // Slices of the hidden dimension the gate/up kernel splits into for `pairs` (token, expert) pairs.
 int64_t moe_grouped_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter);
 // Shapes the grouped kernels take (16-byte loads over 32-wide K chunks; one block sorts the pairs).
 bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts);
-// out[t] = Σ_k weights[t, k] · Expert_{ids[t, k]}(x[t]) with no host round trip: x [tokens, hidden]
-// bf16; gate_w/up_w [experts] → [inter, hidden], down_w [experts] → [hidden, inter] (device arrays
+// out[t] = Σ_k weights[t, k] · Expert_{ids[t, k]}(x[t]) over the step's slots with no host round
+// trip: x [tokens, hidden] fp32 (rounded to bf16 into scratch.xb); gate_w/up_w [experts] → [inter, hidden], down_w [experts] → [hidden, inter] (device arrays
 // of device pointers, bf16).
-void launch_moe_grouped(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, const int32_t* ids,
-                        const float* weights, int64_t top_k, int64_t experts, const __nv_bfloat16* const* gate_w,
-                        const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
-                        const MoeGroupedScratch& scratch, float* out, cudaStream_t s);
+void launch_moe_grouped(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
+                        const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w,
+                        const __nv_bfloat16* const* down_w, int64_t inter, const MoeGroupedScratch& scratch,
+                        float* out, cudaStream_t s);
 
 // --- gemv.cu ---
 // Steps of at most this many tokens run dense projections as matrix-vector kernels.

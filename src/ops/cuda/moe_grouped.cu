@@ -70,12 +70,23 @@ __device__ int block_exclusive_scan(int v, int* warp_sums) {
   return incl - v + (warp > 0 ? warp_sums[warp - 1] : 0);
 }
 
-// One block of 1024 threads: counts per expert, offsets, the list of experts with work, and the
+// Block 0 (1024 threads): counts per expert, offsets, the list of experts with work, and the
 // pairs sorted by expert. Pairs with an id outside [0, experts) are dropped (the router cannot
-// produce them).
+// produce them). The other blocks convert x to bf16 for the projections, 8 values a thread (one
+// launch where the step had three: slot append, conversion, sort).
+constexpr int kConvertPerBlock = 1024 * 8;
 __global__ void __launch_bounds__(1024)
-    permute_kernel(const int32_t* ids, int pairs, int experts, int32_t* offsets, int32_t* active, int32_t* num_active,
-                   int32_t* sorted) {
+    prepare_kernel(MoeSlots slots, int pairs, int experts, int32_t* offsets, int32_t* active, int32_t* num_active,
+                   int32_t* sorted, const float* __restrict__ x, int64_t x_elems, __nv_bfloat16* __restrict__ xb) {
+  if (blockIdx.x > 0) {
+    const int64_t base = (static_cast<int64_t>(blockIdx.x) - 1) * kConvertPerBlock + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int64_t i = base + j * 1024;
+      if (i < x_elems) xb[i] = __float2bfloat16_rn(x[i]);
+    }
+    return;
+  }
   __shared__ int counts[kMaxExperts], fill[kMaxExperts], warp_sums[32], n_active;
   const int e = threadIdx.x;
   counts[e] = 0;
@@ -83,7 +94,7 @@ __global__ void __launch_bounds__(1024)
   if (e == 0) n_active = 0;
   __syncthreads();
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
-    const int id = ids[i];
+    const int id = slots.id(i);
     if (id >= 0 && id < experts) atomicAdd(&counts[id], 1);
   }
   __syncthreads();
@@ -99,7 +110,7 @@ __global__ void __launch_bounds__(1024)
   __syncthreads();
   if (e == 0) *num_active = n_active;
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
-    const int id = ids[i];
+    const int id = slots.id(i);
     if (id >= 0 && id < experts) sorted[counts[id] + atomicAdd(&fill[id], 1)] = i;
   }
 }
@@ -181,40 +192,22 @@ __global__ void gate_up_finish_kernel(const float* __restrict__ gate, const floa
 }
 
 // out[t, n] = Σ_k w[t, k] · y[t·K + k, n], slots in order; pairs with an invalid id add nothing.
-__global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ ids,
-                               const float* __restrict__ w, int top_k, int experts, int hidden, float* __restrict__ out) {
+__global__ void combine_kernel(const float* __restrict__ y, MoeSlots slots, int experts, int hidden,
+                               float* __restrict__ out) {
   const int t = blockIdx.y;
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= hidden) return;
+  const int K = slots.per_token();
   float acc = 0.0f;
-  for (int k = 0; k < top_k; ++k) {
-    const int pair = t * top_k + k;
-    const int id = ids[pair];
-    if (id >= 0 && id < experts) acc += w[pair] * y[static_cast<int64_t>(pair) * hidden + n];
+  for (int k = 0; k < K; ++k) {
+    const int pair = t * K + k;
+    const int id = slots.id(pair);
+    if (id >= 0 && id < experts) acc += slots.weight(pair) * y[static_cast<int64_t>(pair) * hidden + n];
   }
   out[static_cast<int64_t>(t) * hidden + n] = acc;
 }
 
-// ext[t] = [ids[t, 0..K), extra_id], weights [w[t, 0..K), 1]: one more slot per token.
-__global__ void append_slot_kernel(const int32_t* ids, const float* w, int tokens, int top_k, int extra_id,
-                                   int32_t* ext_ids, float* ext_w) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= tokens * (top_k + 1)) return;
-  const int t = i / (top_k + 1), k = i % (top_k + 1);
-  ext_ids[i] = k < top_k ? ids[t * top_k + k] : extra_id;
-  ext_w[i] = k < top_k ? w[t * top_k + k] : 1.0f;
-}
-
 }  // namespace
-
-void launch_moe_append_slot(const int32_t* ids, const float* weights, int64_t tokens, int64_t top_k, int64_t extra_id,
-                            int32_t* ext_ids, float* ext_weights, cudaStream_t s) {
-  const int64_t n = tokens * (top_k + 1);
-  if (n > 0)
-    append_slot_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
-        ids, weights, static_cast<int>(tokens), static_cast<int>(top_k), static_cast<int>(extra_id), ext_ids,
-        ext_weights);
-}
 
 int64_t moe_grouped_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter) {
   // Few (expert, row) warps, four hidden slices multiply them: a step of few pairs, or one whose
@@ -260,14 +253,18 @@ void launch_mma_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, 
 
 }  // namespace
 
-void launch_moe_grouped(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, const int32_t* ids,
-                        const float* weights, int64_t top_k, int64_t experts, const __nv_bfloat16* const* gate_w,
-                        const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
-                        const MoeGroupedScratch& s, float* out, cudaStream_t stream) {
+void launch_moe_grouped(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
+                        const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w,
+                        const __nv_bfloat16* const* down_w, int64_t inter, const MoeGroupedScratch& s, float* out,
+                        cudaStream_t stream) {
+  const int64_t top_k = slots.per_token();
   const int pairs = static_cast<int>(tokens * top_k);
   if (pairs == 0) return;
-  permute_kernel<<<1, 1024, 0, stream>>>(ids, pairs, static_cast<int>(experts), s.offsets, s.active, s.num_active,
-                                         s.sorted);
+  const int64_t x_elems = tokens * hidden;
+  prepare_kernel<<<static_cast<unsigned>(1 + (x_elems + kConvertPerBlock - 1) / kConvertPerBlock), 1024, 0,
+                   stream>>>(slots, pairs, static_cast<int>(experts), s.offsets, s.active, s.num_active, s.sorted, x,
+                             x_elems, s.xb);
+  const __nv_bfloat16* xb = s.xb;
   // At most min(experts, pairs) experts have work; blocks past *num_active return at once.
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
   // Experts with at most kMoeGemvMaxPairs pairs go to the matrix-vector kernels (moe_gemv.cu), the
@@ -279,13 +276,12 @@ void launch_moe_grouped(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
   // (Without the tensor-core kernels the matrix-vector ones take every expert, however many pairs.)
   const int gemv_max = !gemv ? 0 : mma ? kMoeGemvMaxPairs : std::numeric_limits<int>::max();
   const int mma_min = gemv ? kMoeGemvMaxPairs + 1 : 0;
-  if (mma) launch_mma_gate_up(x, tokens, hidden, top_k, s, expert_slots, mma_min, gate_w, up_w, inter, stream);
-  if (gemv) launch_moe_gemv_gate_up(x, hidden, top_k, s, expert_slots, gemv_max, gate_w, up_w, inter, stream);
+  if (mma) launch_mma_gate_up(xb, tokens, hidden, top_k, s, expert_slots, mma_min, gate_w, up_w, inter, stream);
+  if (gemv) launch_moe_gemv_gate_up(xb, hidden, top_k, s, expert_slots, gemv_max, gate_w, up_w, inter, stream);
   if (mma) launch_mma_down(hidden, top_k, s, expert_slots, mma_min, down_w, inter, stream);
   if (gemv) launch_moe_gemv_down(hidden, top_k, s, expert_slots, gemv_max, down_w, inter, stream);
   dim3 c_grid(static_cast<unsigned>((hidden + 255) / 256), static_cast<unsigned>(tokens));
-  combine_kernel<<<c_grid, 256, 0, stream>>>(s.y, ids, weights, static_cast<int>(top_k), static_cast<int>(experts),
-                                             static_cast<int>(hidden), out);
+  combine_kernel<<<c_grid, 256, 0, stream>>>(s.y, slots, static_cast<int>(experts), static_cast<int>(hidden), out);
 }
 
 }  // namespace tessera::ops::cuda
