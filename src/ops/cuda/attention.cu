@@ -6,6 +6,7 @@
 #include <cfloat>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/kv_fp8.cuh"
 
 namespace tessera::ops::cuda {
@@ -14,6 +15,7 @@ namespace {
 
 __global__ void kv_cache_write_kernel(const float* latent, int64_t entry, const TokenInfo* info, const int32_t* tables,
                                       __nv_bfloat16* cache, int64_t page) {
+  pdl_wait();  // first: launched with launch_dependent
   const int64_t t = blockIdx.x;
   const TokenInfo ti = info[t];
   const int64_t page_id = tables[ti.table_offset + ti.pos / page];
@@ -189,6 +191,7 @@ constexpr int kCombineGroups = 4;  // groups of splits a column is summed in
 __global__ void __launch_bounds__(kCombineCols * kCombineGroups)
     combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
                    float* o_lat) {
+  pdl_wait();  // first: launched with launch_dependent
   __shared__ float m_s[kMaxSplits], f_s[kMaxSplits];
   __shared__ float inv_s;
   __shared__ float4 red[kCombineGroups][kCombineCols];
@@ -277,7 +280,8 @@ __global__ void up_v_kernel(const float* o_lat, int64_t heads, int64_t latent, c
 void launch_kv_cache_write(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
                            const int32_t* tables, __nv_bfloat16* cache, int64_t page, cudaStream_t s) {
   if (tokens > 0)
-    kv_cache_write_kernel<<<static_cast<unsigned>(tokens), 128, 0, s>>>(latent, entry, info, tables, cache, page);
+    launch_dependent(kv_cache_write_kernel, dim3(static_cast<unsigned>(tokens)), 128, 0, s, latent, entry, info,
+                     tables, cache, page);
 }
 
 void launch_kv_cache_write_fp8(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
@@ -373,9 +377,9 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   }
   dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads),
              static_cast<unsigned>((latent + 4 * kCombineCols - 1) / (4 * kCombineCols)));
-  combine_kernel<<<cgrid, kCombineCols * kCombineGroups, 0, s>>>(o_part, ml_part, static_cast<int>(splits),
-                                                                 static_cast<int>(tokens), static_cast<int>(heads),
-                                                                 static_cast<int>(latent), o_lat);
+  launch_dependent(combine_kernel, cgrid, kCombineCols * kCombineGroups, 0, s, o_part, ml_part,
+                   static_cast<int>(splits), static_cast<int>(tokens), static_cast<int>(heads),
+                   static_cast<int>(latent), o_lat);
 }
 
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.cuh"
 
 namespace tessera::ops::cuda {
 
@@ -57,6 +58,7 @@ __device__ float block_sum(float v) {
 __global__ void __launch_bounds__(kRowThreads)
     rms_norm_kernel(float* x, const float* add, int64_t width, int64_t col_begin, const float* weight, int64_t d,
                     float eps, float* out, int64_t out_width) {
+  pdl_wait();  // first: launched with launch_dependent
   const int64_t r = blockIdx.x;
   float* xr = x + r * width + col_begin;
   const float* ar = add ? add + r * width + col_begin : nullptr;
@@ -96,6 +98,7 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
+  pdl_wait();  // first: launched with launch_dependent
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) x[i] += y[i];
 }
@@ -107,6 +110,7 @@ __global__ void silu_mul_kernel(const float* g, const float* u, float* out, int6
 
 __global__ void rope_kernel(float* x, int64_t width, const float* cos, const float* sin, int64_t half, int64_t col_begin,
                             int64_t col_stride, int64_t count) {
+  pdl_wait();  // first: launched with launch_dependent
   const int64_t r = blockIdx.x;
   for (int64_t j = threadIdx.x; j < count * half; j += blockDim.x) {
     const int64_t v = j / half, i = j % half;
@@ -176,19 +180,19 @@ void launch_rms_norm(const float* x, int64_t rows, int64_t width, int64_t col_be
                      float eps, float* out, int64_t out_width, cudaStream_t s) {
   // Without `add` the kernel only reads x.
   if (rows > 0)
-    rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(const_cast<float*>(x), nullptr, width, col_begin,
-                                                                         weight, d, eps, out, out_width);
+    launch_dependent(rms_norm_kernel, dim3(static_cast<unsigned>(rows)), kRowThreads, 0, s, const_cast<float*>(x),
+                     static_cast<const float*>(nullptr), width, col_begin, weight, d, eps, out, out_width);
 }
 
 void launch_add_rms_norm(float* x, const float* add, int64_t rows, int64_t width, const float* weight, float eps,
                          float* out, cudaStream_t s) {
   if (rows > 0)
-    rms_norm_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, add, width, 0, weight, width, eps, out,
-                                                                         width);
+    launch_dependent(rms_norm_kernel, dim3(static_cast<unsigned>(rows)), kRowThreads, 0, s, x, add, width,
+                     int64_t{0}, weight, width, eps, out, width);
 }
 
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t s) {
-  if (n > 0) add_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, y, n);
+  if (n > 0) launch_dependent(add_kernel, blocks_for(n), kThreads, 0, s, x, y, n);
 }
 
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
@@ -203,8 +207,8 @@ void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const 
   const int64_t pairs = count * half;
   const unsigned threads = static_cast<unsigned>(std::clamp<int64_t>((pairs + 31) / 32 * 32, 32, 1024));
   if (rows > 0)
-    rope_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(x, width, cos, sin, half, col_begin, col_stride,
-                                                                count);
+    launch_dependent(rope_kernel, dim3(static_cast<unsigned>(rows)), threads, 0, s, x, width, cos, sin, half,
+                     col_begin, col_stride, count);
 }
 
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/stream_load.cuh"
 
 namespace tessera::ops::cuda {
@@ -50,6 +51,7 @@ __device__ inline void fma8(float& acc, const float (&w)[8], const float* x) {
 // slice, slice + slices, ... and meet in shared memory. blockIdx.y is the batch.
 template <int NT>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slices) {
+  pdl_wait();  // first: launched with launch_dependent
   __shared__ float part[kWarps][kRows][NT];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / slices, slice = warp % slices, groups = kWarps / slices;
@@ -121,6 +123,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slice
 constexpr int kMaxTransposedRowsPerWarp = 32;
 template <int NT>
 __global__ void __launch_bounds__(kWarps * 32) gemv_transposed_kernel(GemvArgs g) {
+  pdl_wait();  // first: launched with launch_dependent
   __shared__ float part[kWarps][NT][kChunk];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t b = blockIdx.y;
@@ -192,18 +195,18 @@ void launch_gemv(const GemvArgs& g, int64_t batch, int num_sms, cudaStream_t s) 
             static_cast<unsigned>(batch));
   static_assert(kGemvMaxTokens <= 2, "instantiate gemv_kernel for more tokens");
   if (g.tokens <= 1) {
-    gemv_kernel<1><<<grid, kWarps * 32, 0, s>>>(g, slices);
+    launch_dependent(gemv_kernel<1>, grid, kWarps * 32, 0, s, g, slices);
   } else {
-    gemv_kernel<2><<<grid, kWarps * 32, 0, s>>>(g, slices);
+    launch_dependent(gemv_kernel<2>, grid, kWarps * 32, 0, s, g, slices);
   }
 }
 
 void launch_gemv_transposed(const GemvArgs& g, int64_t batch, cudaStream_t s) {
   dim3 grid(static_cast<unsigned>(g.n / kChunk), static_cast<unsigned>(batch));
   if (g.tokens <= 1) {
-    gemv_transposed_kernel<1><<<grid, kWarps * 32, 0, s>>>(g);
+    launch_dependent(gemv_transposed_kernel<1>, grid, kWarps * 32, 0, s, g);
   } else {
-    gemv_transposed_kernel<2><<<grid, kWarps * 32, 0, s>>>(g);
+    launch_dependent(gemv_transposed_kernel<2>, grid, kWarps * 32, 0, s, g);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.cuh"
 
 namespace tessera::ops::cuda {
 
@@ -21,6 +22,7 @@ constexpr int kAhead = 8;            // 16-byte pieces a lane loads before using
 __global__ void __launch_bounds__(kSliceWarps* kExpertsPerBlock * 32)
     router_logits_kernel(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w,
                          int64_t experts, float* logits) {
+  pdl_wait();  // first: launched with launch_dependent
   __shared__ float part[kExpertsPerBlock][kSliceWarps][kRouterTokens];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slot = warp / kSliceWarps, slice = warp % kSliceWarps;
@@ -128,6 +130,7 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
     router_select_kernel(const float* logits, const float* bias, int64_t tokens, int64_t experts,
                          int64_t top_k, int64_t groups, int64_t top_groups, bool normalize,
                          float scaling, int32_t* ids, float* weights) {
+  pdl_wait();  // first: launched with launch_dependent
   __shared__ float gscore_s[kSelectWarps][kMaxGroups];
   __shared__ bool gkeep_s[kSelectWarps][kMaxGroups];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -224,7 +227,8 @@ void launch_router_logits(const float* x, int64_t tokens, int64_t hidden, const 
   if (tokens == 0) return;
   dim3 grid(static_cast<unsigned>((tokens + kRouterTokens - 1) / kRouterTokens),
             static_cast<unsigned>((experts + kExpertsPerBlock - 1) / kExpertsPerBlock));
-  router_logits_kernel<<<grid, kSliceWarps * kExpertsPerBlock * 32, 0, s>>>(x, tokens, hidden, w, experts, logits);
+  launch_dependent(router_logits_kernel, grid, kSliceWarps * kExpertsPerBlock * 32, 0, s, x, tokens, hidden, w,
+                   experts, logits);
 }
 
 void launch_router_select(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k,
@@ -235,8 +239,8 @@ void launch_router_select(const float* logits, const float* bias, int64_t tokens
   auto run = [&](auto per_lane) {
     constexpr int kPerLane = decltype(per_lane)::value;
     auto kernel = groups > 1 ? router_select_kernel<kPerLane, true> : router_select_kernel<kPerLane, false>;
-    kernel<<<blocks, kSelectWarps * 32, 0, s>>>(logits, bias, tokens, experts, top_k, groups, top_groups, normalize,
-                                                scaling, ids, weights);
+    launch_dependent(kernel, blocks, kSelectWarps * 32, 0, s, logits, bias, tokens, experts, top_k, groups,
+                     top_groups, normalize, scaling, ids, weights);
   };
   if (experts <= 4 * 32) {
     run(std::integral_constant<int, 4>{});

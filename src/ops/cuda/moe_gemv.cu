@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/stream_load.cuh"
 
 namespace tessera::ops::cuda {
@@ -123,6 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                        const __nv_bfloat16* const* __restrict__ w0,
                        const __nv_bfloat16* const* __restrict__ w1, int n_dim, int max_pairs,
                        __nv_bfloat16* __restrict__ act_out, float* __restrict__ y_out) {
+  pdl_wait();  // first: launched with launch_dependent
   if (static_cast<int>(blockIdx.y) >= *num_active) return;
   constexpr int kRows = kGateUp ? kStreams / 2 : kStreams;  // rows of each matrix a warp owns
   const int warp = threadIdx.x >> 5;
@@ -164,7 +166,7 @@ void launch_moe_gemv_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top
                              int64_t inter, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarps * kStreams / 2;
   dim3 grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
-  expert_gemv_kernel<true><<<grid, kWarps * 32, 0, stream>>>(
+  launch_dependent(expert_gemv_kernel<true>, grid, kWarps * 32, 0, stream,
       x, static_cast<int>(hidden), static_cast<int>(top_k), s.sorted, s.offsets, s.active,
       s.num_active, gate_w, up_w, static_cast<int>(inter), max_pairs, s.act, nullptr);
 }
@@ -174,7 +176,7 @@ void launch_moe_gemv_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch
                           int64_t inter, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarps * kStreams;
   dim3 grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
-  expert_gemv_kernel<false><<<grid, kWarps * 32, 0, stream>>>(
+  launch_dependent(expert_gemv_kernel<false>, grid, kWarps * 32, 0, stream,
       s.act, static_cast<int>(inter), static_cast<int>(top_k), s.sorted, s.offsets, s.active,
       s.num_active, down_w, nullptr, static_cast<int>(hidden), max_pairs, nullptr, s.y);
 }

@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/stream_load.cuh"
 
 namespace tessera::ops::cuda {
@@ -78,6 +79,7 @@ constexpr int kConvertPerBlock = 1024 * 8;
 __global__ void __launch_bounds__(1024)
     prepare_kernel(MoeSlots slots, int pairs, int experts, int32_t* offsets, int32_t* active, int32_t* num_active,
                    int32_t* sorted, const float* __restrict__ x, int64_t x_elems, __nv_bfloat16* __restrict__ xb) {
+  pdl_wait();  // first: launched with launch_dependent
   if (blockIdx.x > 0) {
     const int64_t base = (static_cast<int64_t>(blockIdx.x) - 1) * kConvertPerBlock + threadIdx.x;
 #pragma unroll
@@ -194,6 +196,7 @@ __global__ void gate_up_finish_kernel(const float* __restrict__ gate, const floa
 // out[t, n] = Σ_k w[t, k] · y[t·K + k, n], slots in order; pairs with an invalid id add nothing.
 __global__ void combine_kernel(const float* __restrict__ y, MoeSlots slots, int experts, int hidden,
                                float* __restrict__ out) {
+  pdl_wait();  // first: launched with launch_dependent
   const int t = blockIdx.y;
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= hidden) return;
@@ -261,9 +264,9 @@ void launch_moe_grouped(const float* x, int64_t tokens, int64_t hidden, const Mo
   const int pairs = static_cast<int>(tokens * top_k);
   if (pairs == 0) return;
   const int64_t x_elems = tokens * hidden;
-  prepare_kernel<<<static_cast<unsigned>(1 + (x_elems + kConvertPerBlock - 1) / kConvertPerBlock), 1024, 0,
-                   stream>>>(slots, pairs, static_cast<int>(experts), s.offsets, s.active, s.num_active, s.sorted, x,
-                             x_elems, s.xb);
+  launch_dependent(prepare_kernel, dim3(static_cast<unsigned>(1 + (x_elems + kConvertPerBlock - 1) / kConvertPerBlock)),
+                   1024, 0, stream, slots, pairs, static_cast<int>(experts), s.offsets, s.active, s.num_active,
+                   s.sorted, x, x_elems, s.xb);
   const __nv_bfloat16* xb = s.xb;
   // At most min(experts, pairs) experts have work; blocks past *num_active return at once.
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
@@ -281,7 +284,8 @@ void launch_moe_grouped(const float* x, int64_t tokens, int64_t hidden, const Mo
   if (mma) launch_mma_down(hidden, top_k, s, expert_slots, mma_min, down_w, inter, stream);
   if (gemv) launch_moe_gemv_down(hidden, top_k, s, expert_slots, gemv_max, down_w, inter, stream);
   dim3 c_grid(static_cast<unsigned>((hidden + 255) / 256), static_cast<unsigned>(tokens));
-  combine_kernel<<<c_grid, 256, 0, stream>>>(s.y, slots, static_cast<int>(experts), static_cast<int>(hidden), out);
+  launch_dependent(combine_kernel, c_grid, 256, 0, stream, s.y, slots, static_cast<int>(experts),
+                   static_cast<int>(hidden), out);
 }
 
 }  // namespace tessera::ops::cuda
