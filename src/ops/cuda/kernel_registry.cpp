@@ -143,7 +143,11 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
   };
   add("embedding", "embedding_kernel", "bf16 table, any architecture");
   add("rms_norm", "rms_norm_kernel", "fp32, any architecture");
-  add("linear", "cuBLASLt bf16 GEMM, fp32 accumulate", "every dense projection and expert (weights bf16 on the device)");
+  add("linear",
+      fmt::format("gemv_kernel (<= {} tokens, K a multiple of 256) or cuBLASLt bf16 GEMM, fp32 accumulate",
+                  kGemvMaxTokens),
+      "every dense projection (weights bf16 on the device); a decode step of 1-2 tokens streams each weight row "
+      "once, a GEMM tile would be 1/64 used");
   add("rope", "rope_kernel", "interleaved pairs, fp32");
 
   const int64_t mma_smem = mla_mma_smem_bytes(mla.latent, mla.rope);
@@ -260,7 +264,9 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
                    arch.empty() && core_fits});
   }
   const bool router_ok = experts <= 1024;
-  out.push_back({"moe router", "router_logits_kernel + router_select_kernel",
+  out.push_back({"moe router",
+                 fmt::format("router_logits_kernel (<= {} tokens) or split-bf16 cuBLASLt GEMMs, + router_select_kernel",
+                             kRouterKernelMaxTokens),
                  arch.empty() ? (router_ok ? "fp32 logits over bf16 weights, group-limited top-k on the device"
                                            : fmt::format("{} experts exceed the 1024 the selection kernel holds", experts))
                               : arch,
@@ -276,13 +282,22 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
                                               hidden, moe_inter, experts)
                                 : arch,
                    arch.empty() && forced.moe != "grouped"});
-  } else if (forced.moe == "grouped") {
-    add("moe experts", "grouped mma.sync kernels over expert-sorted tokens", "forced by --kernels moe=grouped");
   } else {
-    add("moe experts",
-        fmt::format("grouped mma.sync kernels (steps <= {} tokens), per-expert cuBLASLt GEMMs (larger)",
-                    kGroupedMoeMaxTokens),
-        "decode reads each routed expert once with no host round trip; prefill is compute-bound");
+    // Over the expert-sorted pairs, experts with few pairs stream as matrix-vector products where
+    // the widths allow (moe_gemv.cu), the others on grouped mma.sync kernels (moe_grouped.cu).
+    const std::string grouped =
+        moe_gemv_supported(hidden, moe_inter)
+            ? fmt::format("expert_gemv_kernel for experts with <= {} pairs, grouped mma.sync kernels for heavier "
+                          "ones (the shared expert)",
+                          kMoeGemvMaxPairs)
+            : "grouped mma.sync kernels over expert-sorted pairs";
+    if (forced.moe == "grouped") {
+      add("moe experts", grouped, "forced by --kernels moe=grouped");
+    } else {
+      add("moe experts", fmt::format("{} (steps <= {} tokens), per-expert cuBLASLt GEMMs (larger)", grouped,
+                                     kGroupedMoeMaxTokens),
+          "decode reads each routed expert once with no host round trip; prefill is compute-bound");
+    }
   }
   return out;
 }
