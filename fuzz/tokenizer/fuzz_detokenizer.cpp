@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Input: header (2 bytes), stop-string length byte + bytes, then 4-byte ids.
   size_t pos = 2;
   if (pos < size) {
-    const size_t n = std::min<size_t>(data[pos++] % 8, size - pos);
+    const size_t wanted = data[pos++] % 8;  // (read before `size - pos`: argument order is unspecified)
+    const size_t n = std::min<size_t>(wanted, size - pos);
     if (n > 0) opt.stop_strings.emplace_back(reinterpret_cast<const char*>(data + pos), n);
     pos += n;
   }
