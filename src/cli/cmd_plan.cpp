@@ -25,23 +25,9 @@ namespace {
 struct PlanArgs {
   ModelOptions model;
   EngineOptions engine;
-  double gpu_memory_utilization = 0.9;
 };
 
 std::string gib(uint64_t b) { return core::human_bytes(b); }
-
-// Peak activation memory of one step of `tokens` tokens on the CUDA backend (fp32 activations,
-// bf16 copies of GEMM inputs, attention partials), plus the cuBLASLt workspace. An estimate: the
-// terms are the tensors the forward allocates, not a measurement.
-[[maybe_unused]] uint64_t cuda_workspace_bytes(const io::ModelConfig& c, int64_t tokens, int64_t max_seqs) {
-  const uint64_t T = tokens, H = c.hidden_size, N = c.num_attention_heads, E = c.kv_cache_entry_dim();
-  const uint64_t inter = std::max<uint64_t>(c.intermediate_size, c.n_shared_experts * c.moe_intermediate_size);
-  const uint64_t f32 = 4 * T * (3 * H + N * c.qk_head_dim() + N * E + 2 * N * c.kv_lora_rank + N * c.v_head_dim + E +
-                                3 * inter + c.n_routed_experts);
-  const uint64_t bf16 = 2 * T * std::max<uint64_t>({H, inter, N * c.v_head_dim});
-  const uint64_t logits = 4 * static_cast<uint64_t>(max_seqs) * c.vocab_size;
-  return f32 + bf16 + logits + (32ull << 20);
-}
 
 int run(const PlanArgs& a) {
   const std::filesystem::path dir = a.model.model_dir;
@@ -68,6 +54,7 @@ int run(const PlanArgs& a) {
   in.bytes_per_token = kv_token;
   in.max_position_embeddings = cfg.max_position_embeddings;
   in.max_model_len = a.engine.max_model_len;
+  in.max_num_seqs = a.engine.max_num_seqs;
   bool ok = true;
   if (a.model.device == "cpu") {
     fmt::print("device       cpu (fp32 reference backend)\n");
@@ -80,20 +67,25 @@ int run(const PlanArgs& a) {
     fmt::print("device 0     {} (sm_{}), {} SMs, {} total, {} free; build carries {}\n", caps.name, caps.sm,
                caps.num_sms, gib(caps.total_bytes), gib(caps.free_bytes), ops::cuda::compiled_architectures());
     const uint64_t weights = params * 2;  // bf16 on the device after dequantization
-    const uint64_t workspace = cuda_workspace_bytes(cfg, a.engine.max_num_batched_tokens, a.engine.max_num_seqs);
-    const double budget = a.gpu_memory_utilization * static_cast<double>(caps.free_bytes);
+    const uint64_t workspace =
+        activation_workspace_bytes(cfg, a.engine.max_num_batched_tokens, a.engine.max_num_seqs);
+    const double u = a.engine.gpu_memory_utilization;
     fmt::print("weights      {} (bf16 on the device)\n", gib(weights));
     fmt::print("workspace    {} (activations of a {}-token step, estimated)\n", gib(workspace),
                a.engine.max_num_batched_tokens);
-    if (budget <= static_cast<double>(weights + workspace)) {
-      fmt::print("memory       does NOT fit: {:.2f} x free = {} < weights + workspace = {}\n", a.gpu_memory_utilization,
-                 gib(static_cast<uint64_t>(budget)), gib(weights + workspace));
-      ok = false;
-    } else {
-      in.device_free_bytes = static_cast<uint64_t>(budget) - weights - workspace;
+    // The same budget serve computes after loading (engine::device_kv_budget), with the weights
+    // still to come out of today's free memory.
+    try {
+      TESSERA_CHECK(caps.free_bytes > weights, "the weights ({}) do not fit in the free device memory ({})",
+                    gib(weights), gib(caps.free_bytes));
+      in.device_free_bytes = engine::device_kv_budget(caps.free_bytes - weights, weights, workspace, u);
       in.memory_fraction = 1.0;
-      fmt::print("memory       {:.2f} x free {} - weights - workspace = {} for the KV cache\n",
-                 a.gpu_memory_utilization, gib(caps.free_bytes), gib(*in.device_free_bytes));
+      in.device_free_source = fmt::format("--gpu-memory-utilization {:.2f}", u);
+      fmt::print("memory       {:.2f} x free {} - weights - workspace = {} for the KV cache\n", u,
+                 gib(caps.free_bytes), gib(*in.device_free_bytes));
+    } catch (const core::Error& e) {
+      fmt::print("memory       does NOT fit: {}\n", e.what());
+      ok = false;
     }
     fmt::print("kernels\n");
     for (const auto& k : ops::cuda::plan_kernels(
@@ -126,10 +118,6 @@ CommandRegistration reg{{"plan", "what will run and how much fits, before loadin
                            auto a = std::make_shared<PlanArgs>();
                            a->model.add_to(app);
                            a->engine.add_to(app);
-                           app.add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
-                                          "fraction of free GPU memory tessera may use")
-                               ->capture_default_str()
-                               ->check(CLI::Range(0.01, 1.0));
                            return [a] { return run(*a); };
                          }}};
 

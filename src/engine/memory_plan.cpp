@@ -7,6 +7,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -36,6 +37,19 @@ uint64_t parse_bytes(const std::string& text, const std::string& flag) {
   return static_cast<uint64_t>(std::floor(value * mul));
 }
 
+uint64_t device_kv_budget(uint64_t free_bytes, uint64_t held_bytes, uint64_t workspace_bytes, double utilization) {
+  TESSERA_CHECK(utilization > 0.0 && utilization <= 1.0, "--gpu-memory-utilization {} is not in (0, 1]", utilization);
+  const double usable = utilization * static_cast<double>(free_bytes + held_bytes);
+  const double taken = static_cast<double>(held_bytes + workspace_bytes);
+  TESSERA_CHECK(usable > taken,
+                "--gpu-memory-utilization {:.2f}: {:.2f} GiB of the device are usable but the weights and caches "
+                "already hold {:.2f} GiB and a step's activations need {:.2f} GiB; raise "
+                "--gpu-memory-utilization or lower --max-num-batched-tokens",
+                utilization, usable / (1 << 30), static_cast<double>(held_bytes) / (1 << 30),
+                static_cast<double>(workspace_bytes) / (1 << 30));
+  return static_cast<uint64_t>(usable - taken);
+}
+
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
   TESSERA_CHECK(in.bytes_per_token > 0 && in.page_size > 0, "memory plan: bytes per token and page size must be set");
   MemoryPlan plan;
@@ -44,7 +58,23 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     plan.kv_bytes_source = "--kv-cache-bytes";
   } else if (in.device_free_bytes) {
     plan.kv_bytes = static_cast<uint64_t>(static_cast<double>(*in.device_free_bytes) * in.memory_fraction);
-    plan.kv_bytes_source = fmt::format("{:.0f}% of {} free device bytes", in.memory_fraction * 100, *in.device_free_bytes);
+    plan.kv_bytes_source = !in.device_free_source.empty()
+                               ? in.device_free_source
+                               : fmt::format("{:.0f}% of {} free device bytes", in.memory_fraction * 100,
+                                             *in.device_free_bytes);
+    const int64_t longest = in.max_model_len.empty() || in.max_model_len == "auto"
+                                ? in.max_position_embeddings
+                                : std::strtoll(in.max_model_len.c_str(), nullptr, 10);
+    if (in.max_num_seqs > 0 && longest > 0) {
+      const uint64_t pages_per_seq = static_cast<uint64_t>((longest + in.page_size - 1) / in.page_size);
+      const uint64_t cap = static_cast<uint64_t>(in.max_num_seqs) * pages_per_seq * in.bytes_per_token *
+                           static_cast<uint64_t>(in.page_size);
+      if (plan.kv_bytes > cap) {
+        plan.kv_bytes = cap;
+        plan.kv_bytes_source += fmt::format("; capped at what {} sequences of {} tokens can use", in.max_num_seqs,
+                                            longest);
+      }
+    }
   } else {
     plan.kv_bytes = in.default_kv_cache_bytes;
     plan.kv_bytes_source = "default";

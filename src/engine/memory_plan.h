@@ -14,6 +14,10 @@ struct MemoryPlanInput {
   std::optional<uint64_t> kv_cache_bytes;  // --kv-cache-bytes; wins over the fraction
   std::optional<uint64_t> device_free_bytes;  // free device memory, filled by a GPU backend
   double memory_fraction = 0.9;               // of device_free_bytes, when kv_cache_bytes is unset
+  std::string device_free_source;             // what device_free_bytes is, for the plan's wording
+  // With the pool sized from the device: no more pages than max_num_seqs sequences of the longest
+  // allowed length can use (0: no cap). An explicit --kv-cache-bytes is never capped.
+  int64_t max_num_seqs = 0;
   uint64_t default_kv_cache_bytes = 256ull << 20;  // CPU default when neither applies
   uint64_t bytes_per_token = 0;               // KvCache::bytes_per_token for this model/dtype
   int64_t page_size = 64;
@@ -30,6 +34,12 @@ struct MemoryPlan {
   std::string max_model_len_source;
   std::string describe() const;
 };
+
+// Bytes a device can give the KV cache under --gpu-memory-utilization u: u x (free + held) - held -
+// workspace, where `free` is the device's free memory now and `held` what this process already holds
+// there (the weights), so u is the fraction of the memory that was free before loading that the
+// engine may use (vLLM's meaning). Throws naming the flag when nothing is left.
+uint64_t device_kv_budget(uint64_t free_bytes, uint64_t held_bytes, uint64_t workspace_bytes, double utilization);
 
 // "2GiB", "512MiB", "1.5G", "1000000" (bytes). Throws core::Error naming `flag` on anything else.
 uint64_t parse_bytes(const std::string& text, const std::string& flag = "--kv-cache-bytes");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -65,6 +66,14 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual std::string name() const = 0;
+
+  // Device memory free now and what this backend holds there (weights, caches); nullopt for a
+  // backend that runs in host memory. The engine sizes the KV pool from it.
+  struct DeviceMemory {
+    uint64_t free_bytes = 0;
+    uint64_t held_bytes = 0;
+  };
+  virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
 
   // A new activation tensor (fp32 on every backend so far) and a new int32 index tensor. Their
   // contents are unspecified until an op writes them (the CPU backend zeroes them; the CUDA backend

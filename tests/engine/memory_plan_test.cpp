@@ -55,5 +55,46 @@ TEST(MemoryPlan, ExplicitLengthThatCannotFitNamesBothNumbersAndTheFlag) {
   EXPECT_THROW(plan_memory(in), core::Error);
 }
 
+// --gpu-memory-utilization u: u x (free + held) - held - workspace, the numbers a user can check.
+TEST(MemoryPlan, DeviceBudgetIsTheUsableShareMinusWhatIsHeldAndTheWorkspace) {
+  const uint64_t GiB = 1ull << 30;
+  // 140 GiB were free before loading 100 GiB of weights; 0.9 of 140 = 126, minus 100 and 2 = 24.
+  EXPECT_EQ(device_kv_budget(40 * GiB, 100 * GiB, 2 * GiB, 0.9), static_cast<uint64_t>(0.9 * 140 * GiB) - 102 * GiB);
+  EXPECT_EQ(device_kv_budget(10 * GiB, 0, 0, 1.0), 10 * GiB);
+  // Nothing left: an error naming the flag and the numbers.
+  try {
+    (void)device_kv_budget(40 * GiB, 100 * GiB, 30 * GiB, 0.9);
+    FAIL() << "expected an error";
+  } catch (const core::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--gpu-memory-utilization 0.90"), std::string::npos) << m;
+    EXPECT_NE(m.find("126.00 GiB"), std::string::npos) << m;
+  }
+  EXPECT_THROW((void)device_kv_budget(GiB, 0, 0, 0.0), core::Error);
+  EXPECT_THROW((void)device_kv_budget(GiB, 0, 0, 1.5), core::Error);
+}
+
+// A pool sized from the device holds no more than max_num_seqs sequences of the longest length;
+// an explicit --kv-cache-bytes is taken as given.
+TEST(MemoryPlan, DevicePoolIsCappedAtWhatTheSequencesCanUse) {
+  MemoryPlanInput in;
+  in.bytes_per_token = 1000;
+  in.page_size = 64;
+  in.max_position_embeddings = 1000;  // 16 pages a sequence
+  in.max_num_seqs = 4;
+  in.device_free_bytes = 64000ull * 1000;
+  in.memory_fraction = 1.0;
+  in.device_free_source = "--gpu-memory-utilization 0.90";
+  MemoryPlan p = plan_memory(in);
+  EXPECT_EQ(p.num_pages, 4 * 16);
+  EXPECT_NE(p.kv_bytes_source.find("capped at what 4 sequences of 1000 tokens can use"), std::string::npos)
+      << p.kv_bytes_source;
+  EXPECT_EQ(p.kv_bytes_source.find("--gpu-memory-utilization 0.90"), 0u) << p.kv_bytes_source;
+  in.max_model_len = "200";  // 4 pages a sequence
+  EXPECT_EQ(plan_memory(in).num_pages, 4 * 4);
+  in.kv_cache_bytes = 64000ull * 1000;
+  EXPECT_EQ(plan_memory(in).num_pages, 1000);
+}
+
 }  // namespace
 }  // namespace tessera::engine

@@ -89,6 +89,13 @@ class CudaOps final : public Ops {
 
   std::string name() const override { return "cuda"; }
 
+  std::optional<DeviceMemory> device_memory() override {
+    sync();  // tensors released by queued work are back in the pool before it is counted
+    size_t free = 0, total = 0;
+    TESSERA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return DeviceMemory{free, pool().bytes_in_use() + pool().bytes_cached()};
+  }
+
   Tensor alloc(DType dtype, core::Shape shape) {
     const size_t bytes = static_cast<size_t>(core::shape_numel(shape)) * core::dtype_size(dtype);
     auto owner = pool().allocate(bytes);
