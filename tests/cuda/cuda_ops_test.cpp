@@ -58,6 +58,52 @@ class CudaOpsTest : public ::testing::Test {
     h.w.weight = Tensor::view(DType::kBF16, {out, in}, h.bits.data());
     return h;
   }
+  // One step over a paged latent cache, the same on both backends: pages handed out in a shuffled
+  // order, each sequence's cached prefix written, then the step's new tokens (random latents).
+  struct Seq {
+    int64_t cached, fresh;
+  };
+  struct RaggedStep {
+    Tensor cache_c, cache_g;
+    ops::KvLayerView kc, kg;
+    std::vector<std::vector<int32_t>> tables;  // step's block tables point into these
+    std::vector<ops::AttentionSeq> step;
+    int64_t T = 0;
+  };
+  RaggedStep ragged_step(const std::vector<Seq>& seqs, int64_t page, int64_t entry, io::KvCacheDtype cpu_dtype,
+                         io::KvCacheDtype gpu_dtype, float scale = 1.0f) {
+    RaggedStep r;
+    int64_t pages = 0;
+    for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
+    r.cache_c = cpu_.empty_kv_pages({pages, page, entry}, cpu_dtype);
+    r.cache_g = gpu_->empty_kv_pages({pages, page, entry}, gpu_dtype);
+    r.kc = {r.cache_c, page, scale};
+    r.kg = {r.cache_g, page, scale};
+    std::vector<int32_t> order(static_cast<size_t>(pages));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng_);
+    size_t next = 0;
+    for (const auto& s : seqs) {
+      std::vector<int32_t> t;
+      for (int64_t p = 0; p < (s.cached + s.fresh + page - 1) / page; ++p) t.push_back(order[next++]);
+      r.tables.push_back(t);
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (seqs[i].cached == 0) continue;
+      auto lat = random(seqs[i].cached * entry);
+      ops::AttentionSeq a{0, seqs[i].cached, 0, r.tables[i]};
+      cpu_.kv_cache_write(r.kc, cpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
+      gpu_->kv_cache_write(r.kg, gpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      r.step.push_back({r.T, seqs[i].fresh, seqs[i].cached, r.tables[i]});
+      r.T += seqs[i].fresh;
+    }
+    auto lat = random(r.T * entry);
+    cpu_.kv_cache_write(r.kc, cpu({r.T, entry}, lat), r.step);
+    gpu_->kv_cache_write(r.kg, gpu({r.T, entry}, lat), r.step);
+    return r;
+  }
   std::mt19937_64 rng_{42};
   ops::cpu::CpuOps cpu_;
   std::unique_ptr<ops::Ops> gpu_;
@@ -146,46 +192,13 @@ TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
            {8, 16, 16, 24, 32}, {16, 128, 64, 128, 512}, {8, 128, 64, 128, 512}, {20, 32, 16, 32, 64},
            {40, 128, 64, 128, 512}}) {  // 40 heads: a 32-head block and a partial one
     const int64_t page = 64, entry = latent + rope;
-    struct Seq {
-      int64_t cached, fresh;
-    };
     // Decode tokens at many context lengths (partial tiles, several tiles, a context long enough to
     // be split), mixed with prefill chunks with and without a cached prefix; then a decode step of
     // three tokens (the matrix-vector W_UK / W_UV path at latent 512).
     for (const auto& seqs : {std::vector<Seq>{{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {1500, 1}, {31, 1}},
                              std::vector<Seq>{{70, 1}, {1500, 1}, {4000, 1}}}) {
-      int64_t pages = 0;
-      for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
-      Tensor cache_c = cpu_.empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kF32);
-      Tensor cache_g = gpu_->empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kBF16);
-      ops::KvLayerView kc{cache_c, page}, kg{cache_g, page};
-      std::vector<int32_t> order(static_cast<size_t>(pages));
-      std::iota(order.begin(), order.end(), 0);
-      std::shuffle(order.begin(), order.end(), rng_);
-      std::vector<std::vector<int32_t>> tables;
-      size_t next = 0;
-      for (const auto& s : seqs) {
-        std::vector<int32_t> t;
-        for (int64_t p = 0; p < (s.cached + s.fresh + page - 1) / page; ++p) t.push_back(order[next++]);
-        tables.push_back(t);
-      }
-      // Write each sequence's cached prefix, then the step's new tokens.
-      for (size_t i = 0; i < seqs.size(); ++i) {
-        if (seqs[i].cached == 0) continue;
-        auto lat = random(seqs[i].cached * entry);
-        ops::AttentionSeq a{0, seqs[i].cached, 0, tables[i]};
-        cpu_.kv_cache_write(kc, cpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
-        gpu_->kv_cache_write(kg, gpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
-      }
-      std::vector<ops::AttentionSeq> step;
-      int64_t T = 0;
-      for (size_t i = 0; i < seqs.size(); ++i) {
-        step.push_back({T, seqs[i].fresh, seqs[i].cached, tables[i]});
-        T += seqs[i].fresh;
-      }
-      auto lat = random(T * entry);
-      cpu_.kv_cache_write(kc, cpu({T, entry}, lat), step);
-      gpu_->kv_cache_write(kg, gpu({T, entry}, lat), step);
+      RaggedStep r = ragged_step(seqs, page, entry, io::KvCacheDtype::kF32, io::KvCacheDtype::kBF16);
+      auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
       HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
       auto kv_b_g = gpu_->upload_linear(kv_b.w);
       auto qv = random(T * heads * (nope + rope));
@@ -221,42 +234,10 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
   const std::string problem = ops::cuda::mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, 64, latent, rope);
   for (const auto& [heads, page] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {128, 64}, {64, 32}}) {
     if (!problem.empty()) break;
-    struct Seq {
-      int64_t cached, fresh;
-    };
     const std::vector<Seq> seqs = {{0, 1},  {69, 1},   {127, 1}, {1499, 1}, {4999, 1}, {63, 1},
                                    {64, 1}, {3, 40},   {65, 1},  {191, 1},  {31, 1}};
-    int64_t pages = 0;
-    for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
-    Tensor cache_c = cpu_.empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kF32);
-    Tensor cache_g = gpu_->empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kBF16);
-    ops::KvLayerView kc{cache_c, page}, kg{cache_g, page};
-    std::vector<int32_t> order(static_cast<size_t>(pages));
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng_);
-    std::vector<std::vector<int32_t>> tables;
-    size_t next = 0;
-    for (const auto& s : seqs) {
-      std::vector<int32_t> t;
-      for (int64_t p = 0; p < (s.cached + s.fresh + page - 1) / page; ++p) t.push_back(order[next++]);
-      tables.push_back(t);
-    }
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      if (seqs[i].cached == 0) continue;
-      auto lat = random(seqs[i].cached * entry);
-      ops::AttentionSeq a{0, seqs[i].cached, 0, tables[i]};
-      cpu_.kv_cache_write(kc, cpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
-      gpu_->kv_cache_write(kg, gpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
-    }
-    std::vector<ops::AttentionSeq> step;
-    int64_t T = 0;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      step.push_back({T, seqs[i].fresh, seqs[i].cached, tables[i]});
-      T += seqs[i].fresh;
-    }
-    auto lat = random(T * entry);
-    cpu_.kv_cache_write(kc, cpu({T, entry}, lat), step);
-    gpu_->kv_cache_write(kg, gpu({T, entry}, lat), step);
+    RaggedStep r = ragged_step(seqs, page, entry, io::KvCacheDtype::kF32, io::KvCacheDtype::kBF16);
+    auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
     HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
     auto qv = random(T * heads * (nope + rope));
     ops::MlaDims dims{heads, nope, rope, v, latent, 0.14f};
@@ -348,41 +329,9 @@ TEST_F(CudaOpsTest, MlaAttentionFp8CacheMatchesTheCpuFp8Cache) {
            {40, 128, 64, 128, 512}}) {
     const int64_t page = 64, entry = latent + rope;
     const float scale = 0.37f;  // not a power of two: the scale must be applied, not just the bytes
-    struct Seq {
-      int64_t cached, fresh;
-    };
     const std::vector<Seq> seqs = {{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {1500, 1}, {31, 1}};
-    int64_t pages = 0;
-    for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
-    Tensor cache_c = cpu_.empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kFp8E4M3);
-    Tensor cache_g = gpu_->empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kFp8E4M3);
-    ops::KvLayerView kc{cache_c, page, scale}, kg{cache_g, page, scale};
-    std::vector<int32_t> order(static_cast<size_t>(pages));
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng_);
-    std::vector<std::vector<int32_t>> tables;
-    size_t next = 0;
-    for (const auto& s : seqs) {
-      std::vector<int32_t> t;
-      for (int64_t p = 0; p < (s.cached + s.fresh + page - 1) / page; ++p) t.push_back(order[next++]);
-      tables.push_back(t);
-    }
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      if (seqs[i].cached == 0) continue;
-      auto lat = random(seqs[i].cached * entry);
-      ops::AttentionSeq a{0, seqs[i].cached, 0, tables[i]};
-      cpu_.kv_cache_write(kc, cpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
-      gpu_->kv_cache_write(kg, gpu({seqs[i].cached, entry}, lat), std::span(&a, 1));
-    }
-    std::vector<ops::AttentionSeq> step;
-    int64_t T = 0;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      step.push_back({T, seqs[i].fresh, seqs[i].cached, tables[i]});
-      T += seqs[i].fresh;
-    }
-    auto lat = random(T * entry);
-    cpu_.kv_cache_write(kc, cpu({T, entry}, lat), step);
-    gpu_->kv_cache_write(kg, gpu({T, entry}, lat), step);
+    RaggedStep r = ragged_step(seqs, page, entry, io::KvCacheDtype::kFp8E4M3, io::KvCacheDtype::kFp8E4M3, scale);
+    auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
     ASSERT_EQ(ops::cuda::device_bytes(cache_g), std::vector<uint8_t>(cache_c.data<uint8_t>(),
                                                                      cache_c.data<uint8_t>() + cache_c.nbytes()));
     HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
