@@ -352,9 +352,29 @@ int64_t smem_for(bool split) {
   return split ? smem_bytes<QK, DV, true>() : smem_bytes<QK, DV, false>();
 }
 
-// One block per (chunk, 16 rows); each thread copies 16-byte vectors.
+// Eight consecutive cache values of a row as 8 bf16 (one 16-byte vector): a bf16 cache as it is,
+// an fp8 cache decoded exactly (8 bytes in).
+__device__ inline uint4 load8_as_bf16(const __nv_bfloat16* row, int i) {
+  return reinterpret_cast<const uint4*>(row)[i];
+}
+__device__ inline uint4 load8_as_bf16(const uint8_t* row, int i) {
+  const uint2 raw = reinterpret_cast<const uint2*>(row)[i];
+  const __nv_bfloat162 b0 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.x & 0xffffu));
+  const __nv_bfloat162 b1 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.x >> 16));
+  const __nv_bfloat162 b2 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.y & 0xffffu));
+  const __nv_bfloat162 b3 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.y >> 16));
+  uint4 out;
+  out.x = *reinterpret_cast<const uint32_t*>(&b0);
+  out.y = *reinterpret_cast<const uint32_t*>(&b1);
+  out.z = *reinterpret_cast<const uint32_t*>(&b2);
+  out.w = *reinterpret_cast<const uint32_t*>(&b3);
+  return out;
+}
+
+// One block per (chunk, 16 rows); each thread writes 16-byte vectors of bf16 latents.
 constexpr int kGatherRows = 16;
-__global__ void gather_latents_kernel(const __nv_bfloat16* cache, int page, int entry, const int32_t* tables,
+template <typename CacheT>
+__global__ void gather_latents_kernel(const CacheT* cache, int page, int entry, const int32_t* tables,
                                       const PrefillChunk* chunks, __nv_bfloat16* lat) {
   const PrefillChunk ch = chunks[blockIdx.y];
   const int r0 = blockIdx.x * kGatherRows;
@@ -364,35 +384,18 @@ __global__ void gather_latents_kernel(const __nv_bfloat16* cache, int page, int 
     const int r = idx / vec, i = idx % vec;
     const int pos = ch.c0 + r0 + r;
     const int64_t src_row = static_cast<int64_t>(tables[ch.table_offset + pos / page]) * page + pos % page;
-    const uint4* src = reinterpret_cast<const uint4*>(cache + src_row * entry);
-    uint4* dst = reinterpret_cast<uint4*>(lat + static_cast<int64_t>(ch.buf_row + r0 + r) * entry);
-    dst[i] = src[i];
+    reinterpret_cast<uint4*>(lat + static_cast<int64_t>(ch.buf_row + r0 + r) * entry)[i] =
+        load8_as_bf16(cache + src_row * entry, i);
   }
 }
 
-// fp8 cache: each thread turns 8 bytes into one 16-byte vector of 8 bf16.
-__global__ void gather_latents_fp8_kernel(const uint8_t* cache, int page, int entry, const int32_t* tables,
-                                          const PrefillChunk* chunks, __nv_bfloat16* lat) {
-  const PrefillChunk ch = chunks[blockIdx.y];
-  const int r0 = blockIdx.x * kGatherRows;
-  const int rows = min(kGatherRows, ch.c1 - ch.c0 - r0);
-  const int vec = entry / 8;
-  for (int idx = threadIdx.x; idx < rows * vec; idx += blockDim.x) {
-    const int r = idx / vec, i = idx % vec;
-    const int pos = ch.c0 + r0 + r;
-    const int64_t src_row = static_cast<int64_t>(tables[ch.table_offset + pos / page]) * page + pos % page;
-    const uint2 raw = reinterpret_cast<const uint2*>(cache + src_row * entry)[i];
-    const __nv_bfloat162 b0 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.x & 0xffffu));
-    const __nv_bfloat162 b1 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.x >> 16));
-    const __nv_bfloat162 b2 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.y & 0xffffu));
-    const __nv_bfloat162 b3 = kvfp8::decode2_bf16(static_cast<uint16_t>(raw.y >> 16));
-    uint4 out;
-    out.x = *reinterpret_cast<const uint32_t*>(&b0);
-    out.y = *reinterpret_cast<const uint32_t*>(&b1);
-    out.z = *reinterpret_cast<const uint32_t*>(&b2);
-    out.w = *reinterpret_cast<const uint32_t*>(&b3);
-    reinterpret_cast<uint4*>(lat + static_cast<int64_t>(ch.buf_row + r0 + r) * entry)[i] = out;
-  }
+template <typename CacheT>
+void launch_gather(const CacheT* cache, int64_t page, int64_t entry, const int32_t* tables, const PrefillChunk* chunks,
+                   int64_t num_chunks, int64_t max_rows, __nv_bfloat16* lat, cudaStream_t s) {
+  if (num_chunks == 0 || max_rows == 0) return;
+  dim3 grid(static_cast<unsigned>((max_rows + kGatherRows - 1) / kGatherRows), static_cast<unsigned>(num_chunks));
+  gather_latents_kernel<CacheT><<<grid, 128, 0, s>>>(cache, static_cast<int>(page), static_cast<int>(entry), tables,
+                                                      chunks, lat);
 }
 
 __global__ void split_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* hi, __nv_bfloat16* lo) {
@@ -431,19 +434,13 @@ int64_t mla_prefill_attend_smem_bytes(int64_t nope, int64_t rope, int64_t v, boo
 void launch_mla_gather_latents(const __nv_bfloat16* cache, int64_t page, int64_t entry, const int32_t* tables,
                                const PrefillChunk* chunks, int64_t num_chunks, int64_t max_rows, __nv_bfloat16* lat,
                                cudaStream_t s) {
-  if (num_chunks == 0 || max_rows == 0) return;
-  dim3 grid(static_cast<unsigned>((max_rows + kGatherRows - 1) / kGatherRows), static_cast<unsigned>(num_chunks));
-  gather_latents_kernel<<<grid, 128, 0, s>>>(cache, static_cast<int>(page), static_cast<int>(entry), tables, chunks,
-                                             lat);
+  launch_gather(cache, page, entry, tables, chunks, num_chunks, max_rows, lat, s);
 }
 
 void launch_mla_gather_latents_fp8(const uint8_t* cache, int64_t page, int64_t entry, const int32_t* tables,
                                    const PrefillChunk* chunks, int64_t num_chunks, int64_t max_rows,
                                    __nv_bfloat16* lat, cudaStream_t s) {
-  if (num_chunks == 0 || max_rows == 0) return;
-  dim3 grid(static_cast<unsigned>((max_rows + kGatherRows - 1) / kGatherRows), static_cast<unsigned>(num_chunks));
-  gather_latents_fp8_kernel<<<grid, 128, 0, s>>>(cache, static_cast<int>(page), static_cast<int>(entry), tables,
-                                                 chunks, lat);
+  launch_gather(cache, page, entry, tables, chunks, num_chunks, max_rows, lat, s);
 }
 
 void launch_mla_prefill_attend(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s) {
