@@ -72,25 +72,19 @@ void DeepseekV3Model::attention(int64_t layer, const Tensor& h, const ops::RopeT
   const int64_t Lkv = cfg_.kv_lora_rank, dr = cfg_.qk_rope_head_dim;
   auto& o = *ops_;
   // Query: q = (RMSNorm(h · Wq_aᵀ) · Wq_bᵀ) or h · Wqᵀ, per head [nope | rope].
+  // Latent: [c_kv | k_pe] = h · Wkv_aᵀ; c_kv normalised, k_pe rotated; this is what is cached.
   Tensor q = o.empty({T, N * dq});
+  Tensor kv = o.empty({T, Lkv + dr});
   if (A.q_a) {
     Tensor qa = o.empty({T, cfg_.q_lora_rank});
-    o.linear(h, *A.q_a, qa);
-    Tensor qa_n = o.empty({T, cfg_.q_lora_rank});
-    o.rms_norm(qa, A.q_a_norm, static_cast<float>(cfg_.latent_norm_eps), qa_n);
-    o.linear(qa_n, *A.q_b, q);
+    o.linear_pair(h, *A.q_a, qa, A.kv_a, kv);
+    o.rms_norm_linear(qa, A.q_a_norm, static_cast<float>(cfg_.latent_norm_eps), *A.q_b, q);
   } else {
-    o.linear(h, *A.q, q);
+    o.linear_pair(h, *A.q, q, A.kv_a, kv);
   }
-  o.rope_inplace(q, rope, cfg_.qk_nope_head_dim, dq, N);
-  // Latent: [c_kv | k_pe] = h · Wkv_aᵀ; c_kv normalised, k_pe rotated; this is what is cached.
-  Tensor kv = o.empty({T, Lkv + dr});
-  o.linear(h, A.kv_a, kv);
-  // In place: normalise the c_kv columns, rotate the k_pe columns; kv becomes the cache entry.
-  o.rms_norm(kv, A.kv_a_norm, static_cast<float>(cfg_.latent_norm_eps), kv);
-  o.rope_inplace(kv, rope, Lkv, dr, 1);
-  o.kv_cache_write(cache.layer(layer), kv, seqs);
   ops::MlaDims dims{N, cfg_.qk_nope_head_dim, dr, cfg_.v_head_dim, Lkv, static_cast<float>(cfg_.softmax_scale())};
+  // q's rope rotated; kv normalised and rotated in place, then written to the cache.
+  o.mla_prepare(q, kv, A.kv_a_norm, static_cast<float>(cfg_.latent_norm_eps), rope, dims, cache.layer(layer), seqs);
   Tensor attn = o.empty({T, N * cfg_.v_head_dim});
   o.mla_attention(q, cache.layer(layer), A.kv_b, dims, seqs, attn);
   o.linear(attn, A.o, out);

@@ -107,6 +107,21 @@ class Ops {
                         int64_t col_begin = 0) = 0;
   // out = x · Wᵀ, x [T, in], out [T, out].
   virtual void linear(const core::Tensor& x, const LinearWeight& w, core::Tensor& out) = 0;
+  // out1 = x · W1ᵀ and out2 = x · W2ᵀ: two projections of the same input (an attention layer's
+  // q_a and kv_a), which a backend may run as one kernel. The result must equal two linear calls.
+  virtual void linear_pair(const core::Tensor& x, const LinearWeight& w1, core::Tensor& out1, const LinearWeight& w2,
+                           core::Tensor& out2) {
+    linear(x, w1, out1);
+    linear(x, w2, out2);
+  }
+  // out = rms_norm(x, norm_weight) · Wᵀ over all of x's columns: the q_a norm in front of q_b, which a
+  // backend may fold into the projection. The result must equal the two ops in sequence.
+  virtual void rms_norm_linear(const core::Tensor& x, const core::Tensor& norm_weight, float eps, const LinearWeight& w,
+                               core::Tensor& out) {
+    core::Tensor normed = empty(x.shape());
+    rms_norm(x, norm_weight, eps, normed);
+    linear(normed, w, out);
+  }
   // x += y
   virtual void add_inplace(core::Tensor& x, const core::Tensor& y) = 0;
   // x += y, then out = rms_norm(x, weight) over all of x's columns: the residual add in front of a
@@ -127,6 +142,19 @@ class Ops {
   // Writes each new token's [c_kv | k_pe] (rows of `latent` [T, entry_dim]) to its cache slot.
   virtual void kv_cache_write(KvLayerView& cache, const core::Tensor& latent,
                               std::span<const AttentionSeq> seqs) = 0;
+
+  // The rest of an MLA layer's inputs, as these ops in sequence (a backend may run them as one
+  // kernel): q's rope columns rotated (rope_inplace(q, tables, nope, nope + rope, heads)); in
+  // `latent` [T, latent + rope], the c_kv columns normalised in place by `latent_norm` and the k_pe
+  // columns rotated; then the latent written to the cache (kv_cache_write).
+  virtual void mla_prepare(core::Tensor& q, core::Tensor& latent, const core::Tensor& latent_norm, float eps,
+                           const RopeTables& tables, const MlaDims& dims, KvLayerView& cache,
+                           std::span<const AttentionSeq> seqs) {
+    rope_inplace(q, tables, dims.nope, dims.nope + dims.rope, dims.heads);
+    rms_norm(latent, latent_norm, eps, latent);
+    rope_inplace(latent, tables, dims.latent, dims.rope, 1);
+    kv_cache_write(cache, latent, seqs);
+  }
 
   // MLA attention for every sequence, causal, over the cache (which already holds the new tokens).
   // q [T, heads, nope + rope] (rope part rotated); out [T, heads * v].

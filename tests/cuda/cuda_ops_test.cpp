@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -15,6 +16,7 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_registry.h"
+#include "ops/cuda/kernels.h"
 
 namespace tessera {
 namespace {
@@ -184,6 +186,95 @@ TEST_F(CudaOpsTest, ElementwiseAndRope) {
   cpu_.gather_rows(ac, rows, gc);
   gpu_->gather_rows(ag, rows, gg);
   expect_close(gc, gg, 1e-6, "gather_rows");
+}
+
+// The fused decode ops against the CPU's, which run the ops they replace in sequence: two
+// projections of one input in one launch (q_a and kv_a), the q_a norm folded into q_b, including
+// the shapes that fall back to separate ops (more tokens than the matrix-vector kernels take, K not
+// a multiple of 256, a normalised row wider than the kernel stages).
+TEST_F(CudaOpsTest, FusedProjectionsEqualTheOpsInSequence) {
+  for (auto [T, out1, out2, in] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
+           {1, 1536, 576, 7168}, {2, 64, 48, 256}, {1, 12, 8, 512}, {3, 64, 48, 256}, {1, 7, 5, 13}}) {
+    HostWeight a = bf16_weight(out1, in), b = bf16_weight(out2, in);
+    auto ag = gpu_->upload_linear(a.w), bg = gpu_->upload_linear(b.w);
+    auto xv = random(T * in);
+    Tensor c1 = cpu_.empty({T, out1}), c2 = cpu_.empty({T, out2}), g1 = gpu_->empty({T, out1}),
+           g2 = gpu_->empty({T, out2});
+    cpu_.linear_pair(cpu({T, in}, xv), a.w, c1, b.w, c2);
+    gpu_->linear_pair(gpu({T, in}, xv), ag, g1, bg, g2);
+    const std::string what = fmt::format("linear_pair {}x({}, {})x{}", T, out1, out2, in);
+    expect_close(c1, g1, 1e-5, what + " first");
+    expect_close(c2, g2, 1e-5, what + " second");
+  }
+  // The matrix-vector kernels keep the normalised row in fp32; the GEMM path (3 tokens, K = 24)
+  // rounds it to bf16 as every GEMM input (~2^-9 relative).
+  for (auto [T, out, in, tol] : std::vector<std::tuple<int64_t, int64_t, int64_t, double>>{
+           {1, 3072, 1536, 1e-5}, {2, 512, 1536, 1e-5}, {1, 64, 4096, 1e-5}, {1, 64, 4352, 1e-5},
+           {3, 256, 512, 4e-3}, {1, 5, 24, 4e-3}}) {
+    HostWeight w = bf16_weight(out, in);
+    auto wg = gpu_->upload_linear(w.w);
+    auto xv = random(T * in, 3.0f), nv = random(in);
+    Tensor nc = cpu({in}, nv), ng = gpu_->upload_vector(nc);
+    Tensor oc = cpu_.empty({T, out}), og = gpu_->empty({T, out});
+    cpu_.rms_norm_linear(cpu({T, in}, xv), nc, 1e-6f, w.w, oc);
+    gpu_->rms_norm_linear(gpu({T, in}, xv), ng, 1e-6f, wg, og);
+    expect_close(oc, og, tol, fmt::format("rms_norm_linear {}x{}x{}", T, out, in));
+  }
+}
+
+// mla_prepare (one kernel on the GPU) against the CPU's rope, norm, rope and cache write: q and the
+// latent compared as tensors, the caches slot by slot (every slot, so a write to a wrong slot or a
+// missed one shows), for bf16 and fp8 caches, decode tokens and a prefill chunk.
+TEST_F(CudaOpsTest, MlaPrepareEqualsRopeNormAndCacheWrite) {
+  for (auto [heads, nope, rope, latent] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
+           {64, 128, 64, 512}, {8, 16, 16, 32}, {20, 32, 16, 64}}) {
+    for (bool fp8 : {false, true}) {
+      const int64_t page = 16, entry = latent + rope, half = rope / 2, width = heads * (nope + rope);
+      const float scale = fp8 ? 0.05f : 1.0f;
+      RaggedStep r = ragged_step({{0, 1}, {70, 1}, {3, 5}, {17, 1}}, page, entry,
+                                 fp8 ? io::KvCacheDtype::kFp8E4M3 : io::KvCacheDtype::kF32,
+                                 fp8 ? io::KvCacheDtype::kFp8E4M3 : io::KvCacheDtype::kBF16, scale);
+      const int64_t T = r.T;
+      auto qv = random(T * width), kvv = random(T * entry, 2.0f), nv = random(latent), cv = random(T * half),
+           sv = random(T * half);
+      Tensor qc = cpu({T, width}, qv), qg = gpu({T, width}, qv), kc = cpu({T, entry}, kvv), kg = gpu({T, entry}, kvv);
+      Tensor nc = cpu({latent}, nv), ng = gpu_->upload_vector(nc);
+      ops::RopeTables rc{cpu({T, half}, cv), cpu({T, half}, sv)}, rg{gpu({T, half}, cv), gpu({T, half}, sv)};
+      ops::MlaDims dims{heads, nope, rope, nope, latent, 0.1f};
+      cpu_.mla_prepare(qc, kc, nc, 1e-6f, rc, dims, r.kc, r.step);
+      gpu_->mla_prepare(qg, kg, ng, 1e-6f, rg, dims, r.kg, r.step);
+      const std::string what = fmt::format("mla_prepare {} heads latent {} {}", heads, latent, fp8 ? "fp8" : "bf16");
+      expect_close(qc, qg, 1e-6, what + ": q");
+      expect_close(kc, kg, 1e-6, what + ": latent");
+      // Both caches as floats: the CPU's F32 or fp8, the GPU's bf16 or fp8 (q · scale).
+      const std::vector<uint8_t> gb = ops::cuda::device_bytes(r.cache_g);
+      const int64_t n = r.cache_c.numel();
+      std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        if (fp8) {
+          want[i] = core::fp8_e4m3_to_f32(r.cache_c.data<uint8_t>()[i]) * scale;
+          got[i] = core::fp8_e4m3_to_f32(gb[i]) * scale;
+        } else {
+          want[i] = r.cache_c.data<float>()[i];
+          uint16_t bits;
+          std::memcpy(&bits, gb.data() + 2 * i, 2);
+          got[i] = core::bf16_to_f32(bits);
+        }
+      }
+      // bf16 rounds each value (≤ 2^-9 relative); fp8 values agree but for a rare rounding tie
+      // that the two norms' summation orders break differently.
+      const double tol = fp8 ? 2e-2 : 4e-3;
+      for (int64_t slot = 0; slot < n / entry; ++slot) {
+        std::vector<float> a(want.begin() + slot * entry, want.begin() + (slot + 1) * entry),
+            b(got.begin() + slot * entry, got.begin() + (slot + 1) * entry);
+        if (std::all_of(a.begin(), a.end(), [](float x) { return x == 0.0f; })) {  // a slot no one writes
+          ASSERT_TRUE(std::all_of(b.begin(), b.end(), [](float x) { return x == 0.0f; })) << what << ": slot " << slot;
+          continue;
+        }
+        ASSERT_LE(test::rel_rms(b, a), tol) << what << ": cache slot " << slot;
+      }
+    }
+  }
 }
 
 TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
@@ -522,6 +613,30 @@ TEST_F(CudaOpsTest, MoeExpertsGroupedKernelsOverShapes) {
   } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("moe_intermediate 48"), std::string::npos) << e.what();
   }
+}
+
+// The context split count: one that launch_mla_attend runs as given (it rounds each split up to
+// whole tiles of 64 positions for the wgmma kernel, 32 for the others, so some counts would run as
+// fewer splits), at least two tiles a split, and never more than the combine kernel takes.
+TEST(MlaSplits, CountsAreRealisedByTheTileRounding) {
+  using ops::cuda::MlaKernel;
+  for (MlaKernel kernel : {MlaKernel::kWgmma, MlaKernel::kKvMajor, MlaKernel::kTensorCore, MlaKernel::kCudaCore})
+    for (int64_t tokens : {1, 2, 16, 128})
+      for (int64_t heads : {8, 64, 128})
+        for (int64_t ctx : {1, 100, 1024, 8192, 8193, 32768, 131072})
+          for (int sms : {84, 132, 170}) {
+            const int64_t tile = kernel == MlaKernel::kWgmma ? 64 : 32;
+            const int64_t s = ops::cuda::mla_attend_splits(tokens, heads, ctx, sms, kernel);
+            const int64_t chunk = ((ctx + s - 1) / s + tile - 1) / tile * tile;
+            const std::string what = fmt::format("{} tokens, {} heads, ctx {}, {} SMs, kernel {}", tokens, heads, ctx,
+                                                 sms, static_cast<int>(kernel));
+            EXPECT_GE(s, 1) << what;
+            EXPECT_LE(s, 128) << what;
+            EXPECT_EQ((ctx + chunk - 1) / chunk, s) << what << ": " << s << " splits of " << chunk;
+            if (s > 1) {
+              EXPECT_GE(ctx / s, 2 * tile) << what;
+            }
+          }
 }
 
 TEST(KernelOverrides, ParsesAndRefusesByName) {

@@ -76,6 +76,8 @@ class CudaOps final : public Ops {
     sm_ = major * 10 + minor;
     smem_optin_ = smem_optin;
     workspace_ = alloc(DType::kU8, {kWorkspaceBytes});
+    router_done_blocks_ = alloc(DType::kI32, {1});
+    TESSERA_CUDA_CHECK(cudaMemset(router_done_blocks_.raw(), 0, sizeof(int32_t)));
   }
   ~CudaOps() override {
     for (auto& [key, p] : gemm_plans_) {
@@ -218,22 +220,67 @@ class CudaOps final : public Ops {
   }
 
   // out [T, out] = x [T, in] · Wᵀ, bf16 inputs, fp32 accumulate and output (cuBLASLt).
-  void linear(const Tensor& x, const LinearWeight& w, Tensor& out) override {
-    const int64_t T = x.dim(0);
-    TESSERA_CHECK(x.dim(1) == w.in && out.dim(1) == w.out && out.dim(0) == T,
+  static void check_linear_shapes(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+    TESSERA_CHECK(x.rank() == 2 && out.rank() == 2 && x.dim(1) == w.in && out.dim(1) == w.out && out.dim(0) == x.dim(0),
                   "linear {}: input {} / output {} do not fit weight [{}, {}]", w.name, core::shape_str(x.shape()),
                   core::shape_str(out.shape()), w.out, w.in);
+  }
+  // The matrix-vector kernel's arguments for out = x · Wᵀ (x [T, in], contiguous rows).
+  static GemvArgs gemv_args(const Tensor& x, const LinearWeight& w, Tensor& out) {
+    return {ptr<float>(x), w.in, 0, ptr<__nv_bfloat16>(w.weight), w.in, 0, ptr<float>(out), w.out, 0,
+            static_cast<int>(w.in), static_cast<int>(w.out), static_cast<int>(x.dim(0))};
+  }
+
+  void linear(const Tensor& x, const LinearWeight& w, Tensor& out) override {
+    const int64_t T = x.dim(0);
+    check_linear_shapes(x, w, out);
     if (T == 0) return;
     if (gemv_applies(T, w.in, w.out)) {
-      launch_gemv({ptr<float>(x), w.in, 0, ptr<__nv_bfloat16>(w.weight), w.in, 0, ptr<float>(out), w.out, 0,
-                   static_cast<int>(w.in), static_cast<int>(w.out), static_cast<int>(T)},
-                  1, num_sms_, stream_);
+      launch_gemv(gemv_args(x, w, out), 1, num_sms_, stream_);
       TESSERA_CUDA_CHECK_LAUNCH();
       return;
     }
     Tensor xb = alloc(DType::kBF16, {T, w.in});
     launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), stream_);
     gemm_bf16(ptr<__nv_bfloat16>(w.weight), ptr<__nv_bfloat16>(xb), ptr<float>(out), w.out, T, w.in);
+  }
+
+  // Two projections of one input in one matrix-vector launch at decode (q_a and kv_a).
+  void linear_pair(const Tensor& x, const LinearWeight& w1, Tensor& out1, const LinearWeight& w2,
+                   Tensor& out2) override {
+    const int64_t T = x.dim(0);
+    if (!(gemv_applies(T, w1.in, w1.out) && gemv_applies(T, w2.in, w2.out) && w1.in == w2.in)) {
+      Ops::linear_pair(x, w1, out1, w2, out2);
+      return;
+    }
+    check_linear_shapes(x, w1, out1);
+    check_linear_shapes(x, w2, out2);
+    GemvArgs g = gemv_args(x, w1, out1);
+    g.w2 = ptr<__nv_bfloat16>(w2.weight);
+    g.w2_row = w2.in;
+    g.out2 = ptr<float>(out2);
+    g.out2_row = w2.out;
+    g.n2 = static_cast<int>(w2.out);
+    launch_gemv(g, 1, num_sms_, stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+
+  // The norm folded into the matrix-vector kernel at decode: every block normalises the row itself.
+  void rms_norm_linear(const Tensor& x, const Tensor& norm_weight, float eps, const LinearWeight& w,
+                       Tensor& out) override {
+    const int64_t T = x.dim(0);
+    if (!(gemv_applies(T, w.in, w.out) && w.in <= kGemvNormMaxK)) {
+      Ops::rms_norm_linear(x, norm_weight, eps, w, out);
+      return;
+    }
+    check_linear_shapes(x, w, out);
+    TESSERA_CHECK(norm_weight.numel() == w.in, "rms_norm_linear {}: norm weight of {} values for input width {}",
+                  w.name, norm_weight.numel(), w.in);
+    GemvArgs g = gemv_args(x, w, out);
+    g.norm_weight = ptr<float>(norm_weight);
+    g.norm_eps = eps;
+    launch_gemv(g, 1, num_sms_, stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
   }
 
   void add_rms_norm(Tensor& x, const Tensor& y, const Tensor& weight, float eps, Tensor& out) override {
@@ -274,6 +321,27 @@ class CudaOps final : public Ops {
     else
       launch_kv_cache_write(ptr<float>(latent), latent.dim(0), latent.dim(1), meta.info.data<TokenInfo>(),
                             ptr<int32_t>(meta.tables), ptr<__nv_bfloat16>(cache.pages), cache.page_size, stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+
+  void mla_prepare(Tensor& q, Tensor& latent, const Tensor& latent_norm, float eps, const RopeTables& tables,
+                   const MlaDims& d, KvLayerView& cache, std::span<const AttentionSeq> seqs) override {
+    const KvCacheArg arg = cache_arg(cache, "mla_prepare");
+    const int64_t T = q.dim(0), entry = d.latent + d.rope;
+    TESSERA_CHECK(q.rank() == 2 && q.dim(1) == d.heads * (d.nope + d.rope) && latent.rank() == 2 &&
+                      latent.dim(0) == T && latent.dim(1) == entry && latent_norm.numel() == d.latent &&
+                      d.rope % 2 == 0 && tables.cos.dim(1) == d.rope / 2,
+                  "mla_prepare: q {}, latent {}, norm [{}] and rope tables [{}] do not fit {} heads of {} + {}, "
+                  "latent {} + {}", core::shape_str(q.shape()), core::shape_str(latent.shape()), latent_norm.numel(),
+                  tables.cos.dim(1), d.heads, d.nope, d.rope, d.latent, d.rope);
+    TESSERA_CHECK(cache.pages.rank() == 3 && cache.pages.dim(2) == entry, "mla_prepare: cache entry {} != latent width {}",
+                  cache.pages.rank() == 3 ? cache.pages.dim(2) : 0, entry);
+    StepMeta meta = upload_meta(seqs, cache.page_size, cache.pages.dim(0));
+    const MlaPrepareArgs a{ptr<float>(q), q.dim(1), static_cast<int>(d.heads), static_cast<int>(d.nope),
+                           static_cast<int>(d.rope), static_cast<int>(d.latent), ptr<float>(latent),
+                           ptr<float>(latent_norm), eps, ptr<float>(tables.cos), ptr<float>(tables.sin),
+                           meta.info.data<TokenInfo>(), ptr<int32_t>(meta.tables), cache.page_size, arg.scale, T};
+    launch_mla_prepare(a, cache.pages.raw(), arg.fp8, stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
   }
 
@@ -369,17 +437,20 @@ class CudaOps final : public Ops {
     Tensor logits = alloc(DType::kF32, {T, cfg.experts});
     const int64_t H = x.dim(1);
     if (T <= kRouterKernelMaxTokens) {
-      launch_router_logits(ptr<float>(x), T, H, ptr<__nv_bfloat16>(gate.weight), cfg.experts, ptr<float>(logits),
-                           stream_);
-    } else {
-      // logits = (x_hi + x_lo) · Wᵀ on tensor cores: x = hi + lo to ~2^-17, each product exact in fp32.
-      Tensor xs = alloc(DType::kBF16, {2, T, H});
-      __nv_bfloat16* hi = ptr<__nv_bfloat16>(xs);
-      launch_f32_to_bf16_split(ptr<float>(x), hi, hi + T * H, x.numel(), stream_);
-      const GemmShape g{true, cfg.experts, T, H, H, H, cfg.experts, 1, 0, 0, 0};
-      gemm_bf16_strided(g, ptr<__nv_bfloat16>(gate.weight), hi, ptr<float>(logits));
-      gemm_bf16_strided(g, ptr<__nv_bfloat16>(gate.weight), hi + T * H, ptr<float>(logits), 1.0f);
+      launch_router_fused(ptr<float>(x), T, H, ptr<__nv_bfloat16>(gate.weight), cfg.experts, ptr<float>(logits),
+                          ptr<float>(bias), cfg.top_k, cfg.groups, cfg.top_groups, cfg.normalize, cfg.scaling,
+                          ptr<int32_t>(ids), ptr<float>(weights),
+                          static_cast<unsigned*>(router_done_blocks_.raw()), stream_);
+      TESSERA_CUDA_CHECK_LAUNCH();
+      return;
     }
+    // logits = (x_hi + x_lo) · Wᵀ on tensor cores: x = hi + lo to ~2^-17, each product exact in fp32.
+    Tensor xs = alloc(DType::kBF16, {2, T, H});
+    __nv_bfloat16* hi = ptr<__nv_bfloat16>(xs);
+    launch_f32_to_bf16_split(ptr<float>(x), hi, hi + T * H, x.numel(), stream_);
+    const GemmShape g{true, cfg.experts, T, H, H, H, cfg.experts, 1, 0, 0, 0};
+    gemm_bf16_strided(g, ptr<__nv_bfloat16>(gate.weight), hi, ptr<float>(logits));
+    gemm_bf16_strided(g, ptr<__nv_bfloat16>(gate.weight), hi + T * H, ptr<float>(logits), 1.0f);
     launch_router_select(ptr<float>(logits), ptr<float>(bias), T, cfg.experts, cfg.top_k, cfg.groups, cfg.top_groups,
                          cfg.normalize, cfg.scaling, ptr<int32_t>(ids), ptr<float>(weights), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -710,6 +781,7 @@ class CudaOps final : public Ops {
   mutable std::optional<std::pair<std::tuple<int64_t, int64_t, int64_t>, std::string>> wgmma_problem_;
   cudaStream_t stream_ = nullptr;  // the legacy default stream: every op is ordered
   Tensor workspace_;
+  Tensor router_done_blocks_;  // launch_router_fused's counter (0 between calls)
 };
 
 }  // namespace

@@ -10,7 +10,10 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
+#include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/stream_load.cuh"
@@ -47,53 +50,107 @@ __device__ inline void fma8(float& acc, const float (&w)[8], const float* x) {
   acc = fmaf(w[7], b.w, acc);
 }
 
+// The weight rows a warp reads: of the first matrix, or of the second one (pair launches).
+struct RowRange {
+  const __nv_bfloat16* w;
+  int64_t w_row;
+  float* out;
+  int64_t out_row;
+  int n0;  // first row within its matrix
+  bool valid;
+};
+__device__ inline RowRange rows_at(const GemvArgs& g, int64_t b, int n0) {
+  if (n0 < g.n)
+    return {g.w + b * g.w_batch + static_cast<int64_t>(n0) * g.w_row, g.w_row, g.out + b * g.out_batch, g.out_row, n0,
+            true};
+  const int m = n0 - g.n;
+  return {g.w2 + static_cast<int64_t>(m) * g.w2_row, g.w2_row, g.out2, g.out2_row, m, m < g.n2};
+}
+
+// Chunks c0, c0 + slices, ... (kUnroll of them) of kRows weight rows, all loads in flight at once.
+__device__ __forceinline__ void load_chunks(uint4 (&raw)[kRows][kUnroll], const __nv_bfloat16* w, int64_t w_row,
+                                            int c0, int slices, int chunks, uint64_t policy) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int c = c0 + u * slices;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      raw[r][u] = c < chunks ? load_stream(w + r * w_row + static_cast<int64_t>(c) * kChunk, policy)
+                             : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // Block: kWarps / slices groups of kRows rows; the `slices` warps of a group take the K chunks
-// slice, slice + slices, ... and meet in shared memory. blockIdx.y is the batch.
-template <int NT>
+// slice, slice + slices, ... and meet in shared memory. blockIdx.y is the batch. Rows [0, n) are
+// the first matrix's, [n, n + n2) the second's (n and n2 multiples of kRows, so a warp's rows are
+// in one matrix). kNorm: x is normalised into shared memory first (norm_weight, norm_eps).
+template <int NT, bool kNorm>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slices) {
-  pdl_wait();  // first: launched with launch_dependent
   __shared__ float part[kWarps][kRows][NT];
+  __shared__ __align__(16) float x_normed[kNorm ? NT * kGemvNormMaxK : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / slices, slice = warp % slices, groups = kWarps / slices;
   const int64_t b = blockIdx.y;
-  const int n0 = (static_cast<int>(blockIdx.x) * groups + group) * kRows;
-  const bool rows_valid = n0 < g.n;  // n % kRows == 0: all of a warp's rows or none
+  const RowRange rows = rows_at(g, b, (static_cast<int>(blockIdx.x) * groups + group) * kRows);
+  const uint64_t policy = l2_evict_first_policy();
+  const __nv_bfloat16* w = rows.w + 8 * lane;
+  const int chunks = rows.valid ? g.k / kChunk : 0, step = slices * kUnroll;
+  uint4 raw[kRows][kUnroll];
+  // The first weights are in flight before the previous kernel has finished (weights are constant:
+  // launch.cuh) and before x is normalised.
+  if (slice < chunks) load_chunks(raw, w, rows.w_row, slice, slices, chunks, policy);
+  pdl_wait();  // launched with launch_dependent: x is the previous kernel's output
+  const float* x = g.x + b * g.x_batch + 8 * lane;
+  int64_t x_row = g.x_row;
+  if constexpr (kNorm) {
+    // Every block normalises the (short) rows itself: cheaper than a launch of its own.
+    // Batches of 4 loads a thread in flight (the prefetched weights hold 64 registers already).
+    constexpr int kBatch = 4, kStep = kBatch * kWarps * 32;
+    for (int j = 0; j < g.tokens; ++j) {
+      const float* xr = g.x + b * g.x_batch + j * g.x_row;
+      float* xn = x_normed + j * g.k;
+      float ss = 0.0f;
+      for (int base = 0; base < g.k; base += kStep) {
+        float v[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = base + threadIdx.x + u * kWarps * 32;
+          v[u] = i < g.k ? xr[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = base + threadIdx.x + u * kWarps * 32;
+          if (i < g.k) xn[i] = v[u];
+          ss += v[u] * v[u];
+        }
+      }
+      const float inv = rsqrtf(block_sum(ss) / static_cast<float>(g.k) + g.norm_eps);
+      for (int i = threadIdx.x; i < g.k; i += kWarps * 32) xn[i] = xn[i] * inv * g.norm_weight[i];
+    }
+    __syncthreads();
+    x = x_normed + 8 * lane;
+    x_row = g.k;
+  }
   float acc[kRows][NT];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[r][j] = 0.0f;
-  if (rows_valid) {
-    const uint64_t policy = l2_evict_first_policy();
-    const __nv_bfloat16* w = g.w + b * g.w_batch + static_cast<int64_t>(n0) * g.w_row + 8 * lane;
-    const float* x = g.x + b * g.x_batch + 8 * lane;
-    const int chunks = g.k / kChunk;
-    for (int c0 = slice; c0 < chunks; c0 += slices * kUnroll) {
-      uint4 raw[kRows][kUnroll];
+  for (int c0 = slice; c0 < chunks; c0 += step) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * slices;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * slices;
+      if (c >= chunks) break;
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
-          raw[r][u] = c < chunks
-                          ? load_stream(w + r * g.w_row + static_cast<int64_t>(c) * kChunk, policy)
-                          : make_uint4(0, 0, 0, 0);
-      }
+      for (int r = 0; r < kRows; ++r) {
+        float wf[8];
+        unpack8(raw[r][u], wf);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * slices;
-        if (c >= chunks) break;
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          float wf[8];
-          unpack8(raw[r][u], wf);
-#pragma unroll
-          for (int j = 0; j < NT; ++j)
-            if (j < g.tokens)
-              fma8(acc[r][j], wf, x + j * g.x_row + static_cast<int64_t>(c) * kChunk);
-        }
+        for (int j = 0; j < NT; ++j)
+          if (j < g.tokens) fma8(acc[r][j], wf, x + j * x_row + static_cast<int64_t>(c) * kChunk);
       }
     }
+    if (c0 + step < chunks) load_chunks(raw, w, rows.w_row, c0 + step, slices, chunks, policy);
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
@@ -109,11 +166,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slice
   const int t = threadIdx.x;
   if (t < groups * kRows * NT) {
     const int gi = t / (kRows * NT), r = (t / NT) % kRows, j = t % NT;
-    const int n = (static_cast<int>(blockIdx.x) * groups + gi) * kRows + r;
-    if (n < g.n && j < g.tokens) {
+    const RowRange out_rows = rows_at(g, b, (static_cast<int>(blockIdx.x) * groups + gi) * kRows);
+    if (out_rows.valid && j < g.tokens) {
       float v = 0.0f;
       for (int s = 0; s < slices; ++s) v += part[gi * slices + s][r][j];
-      g.out[b * g.out_batch + j * g.out_row + n] = v;
+      out_rows.out[j * out_rows.out_row + out_rows.n0 + r] = v;
     }
   }
 }
@@ -123,7 +180,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slice
 constexpr int kMaxTransposedRowsPerWarp = 32;
 template <int NT>
 __global__ void __launch_bounds__(kWarps * 32) gemv_transposed_kernel(GemvArgs g) {
-  pdl_wait();  // first: launched with launch_dependent
   __shared__ float part[kWarps][NT][kChunk];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t b = blockIdx.y;
@@ -138,13 +194,17 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_transposed_kernel(GemvArgs g
   const uint64_t policy = l2_evict_first_policy();
   const __nv_bfloat16* w = g.w + b * g.w_batch + l0;
   const float* x = g.x + b * g.x_batch;
-  for (int n0 = n_begin; n0 < n_end; n0 += kMaxTransposedRowsPerWarp / 2) {
-    constexpr int kAhead = kMaxTransposedRowsPerWarp / 2;
-    uint4 raw[kAhead];
+  constexpr int kAhead = kMaxTransposedRowsPerWarp / 2;
+  uint4 raw[kAhead];
+  auto load = [&](int n0) {
 #pragma unroll
     for (int u = 0; u < kAhead; ++u)
       raw[u] = n0 + u < n_end ? load_stream(w + static_cast<int64_t>(n0 + u) * g.w_row, policy)
                               : make_uint4(0, 0, 0, 0);
+  };
+  load(n_begin);  // weights only, before the previous kernel has finished (launch.cuh)
+  pdl_wait();     // launched with launch_dependent: x is the previous kernel's output
+  for (int n0 = n_begin; n0 < n_end; n0 += kAhead) {
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       if (n0 + u >= n_end) break;
@@ -158,6 +218,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_transposed_kernel(GemvArgs g
         for (int i = 0; i < 8; ++i) acc[j][i] = fmaf(wf[i], xv, acc[j][i]);
       }
     }
+    if (n0 + kAhead < n_end) load(n0 + kAhead);
   }
 #pragma unroll
   for (int j = 0; j < NT; ++j)
@@ -184,21 +245,64 @@ bool gemv_transposed_applies(int64_t tokens, int64_t n_cols) {
   return tokens >= 1 && tokens <= kGemvMaxTokens && n_cols % kChunk == 0;
 }
 
-void launch_gemv(const GemvArgs& g, int64_t batch, int num_sms, cudaStream_t s) {
-  // Enough warps to keep every SM streaming (~16 a SM): split K when the matrix has few rows.
-  const int64_t row_warps = (g.n / kRows) * batch, chunks = g.k / kChunk;
-  int slices = 1;
-  while (slices < kWarps && row_warps * slices < 16LL * num_sms && chunks >= 2LL * slices)
-    slices *= 2;
-  const int groups = kWarps / slices;
-  dim3 grid(static_cast<unsigned>((g.n / kRows + groups - 1) / groups),
-            static_cast<unsigned>(batch));
+namespace {
+
+// The kernel instance for these arguments.
+using GemvKernel = void (*)(GemvArgs, int);
+GemvKernel gemv_instance(const GemvArgs& g) {
   static_assert(kGemvMaxTokens <= 2, "instantiate gemv_kernel for more tokens");
-  if (g.tokens <= 1) {
-    launch_dependent(gemv_kernel<1>, grid, kWarps * 32, 0, s, g, slices);
-  } else {
-    launch_dependent(gemv_kernel<2>, grid, kWarps * 32, 0, s, g, slices);
+  const bool norm = g.norm_weight != nullptr;
+  if (g.tokens <= 1) return norm ? gemv_kernel<1, true> : gemv_kernel<1, false>;
+  return norm ? gemv_kernel<2, true> : gemv_kernel<2, false>;
+}
+
+// Blocks of this instance resident on one SM (registers and shared memory decide), asked once.
+int resident_blocks_per_sm(GemvKernel kernel) {
+  static std::mutex mu;
+  static std::map<GemvKernel, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(kernel);
+  if (it != known.end()) return it->second;
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, 0) != cudaSuccess || blocks < 1)
+    blocks = 1;
+  return known[kernel] = blocks;
+}
+
+int64_t gemv_rows(const GemvArgs& g) { return g.n + (g.w2 ? g.n2 : 0); }
+
+}  // namespace
+
+int gemv_slices(const GemvArgs& g, int64_t batch, int num_sms) {
+  // A block is kWarps / slices groups of kRows rows, each group's K split over `slices` warps.
+  // Every warp streams the same bytes, so the grid's last wave decides: a grid of 1.45 waves of
+  // resident blocks leaves a third of the GPU idle for a third of the time (q_b of Kimi-K2.5 at one
+  // block row a warp). Pick the split whose blocks fill their waves best; among equal fills (within
+  // 3%), the fewest slices (fewer partial sums, longer runs of each row).
+  const int64_t row_groups = gemv_rows(g) / kRows * batch, chunks = g.k / kChunk;
+  const int64_t resident = static_cast<int64_t>(resident_blocks_per_sm(gemv_instance(g))) * num_sms;
+  int best = 1;
+  double best_fill = -1.0;
+  for (int slices = 1; slices <= kWarps && slices <= chunks; slices *= 2) {
+    const int64_t groups = kWarps / slices, blocks = (row_groups + groups - 1) / groups;
+    const int64_t waves = (blocks + resident - 1) / resident;
+    const double fill = static_cast<double>(blocks) / static_cast<double>(waves * resident);
+    if (fill > best_fill + 0.03) {
+      best = slices;
+      best_fill = fill;
+    }
   }
+  return best;
+}
+
+void launch_gemv(const GemvArgs& g, int64_t batch, int num_sms, cudaStream_t s, int slices) {
+  if (slices <= 0) slices = gemv_slices(g, batch, num_sms);
+  const int64_t rows = gemv_rows(g);
+  const int groups = kWarps / slices;
+  dim3 grid(static_cast<unsigned>((rows / kRows + groups - 1) / groups), static_cast<unsigned>(batch));
+  GemvArgs a = g;
+  if (!a.w2) a.n2 = 0;
+  launch_dependent(gemv_instance(a), grid, kWarps * 32, 0, s, a, slices);
 }
 
 void launch_gemv_transposed(const GemvArgs& g, int64_t batch, cudaStream_t s) {

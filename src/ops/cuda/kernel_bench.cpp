@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <random>
 
@@ -183,22 +184,85 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
         DeviceMem d_table(table.size() * 4), d_info(info.size() * sizeof(TokenInfo));
         int sms = 1;
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-        const int64_t splits = mla_attend_splits(B, heads, ctx, sms, kernel);
-        DeviceMem scratch(mla_attend_scratch_floats(B, heads, latent, splits) * 4);
+        const int64_t chosen = mla_attend_splits(B, heads, ctx, sms, kernel);
         cudaMemcpy(d_table.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(d_info.p, info.data(), info.size() * sizeof(TokenInfo), cudaMemcpyHostToDevice);
-        KernelBenchRow r;
-        r.name = fmt::format("{} (splits {})", name, splits);
-        r.seconds = time_it(o.iterations, [&] {
-          launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
-                            KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, pages, page, ctx, splits, scale,
-                            out.as<float>(), scratch.as<float>(), kernel, 0);
-        });
-        // The bytes read: the cache (2 or 1 a value), q in and the latent output.
-        r.bytes = double(B) * ctx * entry * elem + double(B) * heads * (entry + latent) * 4;
-        r.flops = 2.0 * B * heads * ctx * (entry + latent);
-        report(r);
+        // At batch 1 the context split decides the time; the other counts are timed beside the
+        // policy's choice (marked *).
+        std::vector<int64_t> split_counts = {chosen};
+        if (B == 1)
+          for (int64_t s : {16, 32, 64, 128})
+            if (s != chosen && s <= ctx / 64) split_counts.push_back(s);
+        for (int64_t splits : split_counts) {
+          DeviceMem scratch(mla_attend_scratch_floats(B, heads, latent, splits) * 4);
+          KernelBenchRow r;
+          r.name = fmt::format("{} (splits {}){}", name, splits, split_counts.size() > 1 && splits == chosen ? " *" : "");
+          r.seconds = time_it(o.iterations, [&] {
+            launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
+                              KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, pages, page, ctx, splits, scale,
+                              out.as<float>(), scratch.as<float>(), kernel, 0);
+          });
+          // The bytes read: the cache (2 or 1 a value), q in and the latent output.
+          r.bytes = double(B) * ctx * entry * elem + double(B) * heads * (entry + latent) * 4;
+          r.flops = 2.0 * B * heads * ctx * (entry + latent);
+          report(r);
+        }
       }
+
+  // Decode matrix-vector products of one token at Kimi-K2.5's attention shapes, for every K split
+  // (the row marked * is launch_gemv's own choice). The weights rotate over copies of >= 256 MB in
+  // all, so that each call reads them from memory and not from the 50 MB L2.
+  struct GemvCase {
+    const char* name;
+    int64_t n, n2, k;
+    bool norm;
+  };
+  for (const GemvCase& c : {GemvCase{"q_a+kv_a (one launch)", 1536, 576, 7168, false},
+                            GemvCase{"q_b (q_a norm folded in)", 12288, 0, 1536, true},
+                            GemvCase{"o_proj", 7168, 0, 8192, false}}) {
+    const std::string base = fmt::format("gemv t1 {} {}x{}", c.name, c.n + c.n2, c.k);
+    if (!wanted(base)) continue;
+    const int64_t rows = c.n + c.n2, bytes = rows * c.k * 2;
+    const int copies = static_cast<int>(std::max<int64_t>(2, ((int64_t{256} << 20) + bytes - 1) / bytes));
+    std::vector<std::unique_ptr<DeviceMem>> w;
+    for (int i = 0; i < copies; ++i) {
+      w.push_back(std::make_unique<DeviceMem>(bytes));
+      fill_random_bf16(w.back()->p, rows * c.k, 20 + i);
+    }
+    DeviceMem x(c.k * 4), nw(c.k * 4), out(rows * 4);
+    fill_random_f32(x.p, c.k, 11);
+    fill_random_f32(nw.p, c.k, 12);
+    GemvArgs g{x.as<float>(), c.k, 0, nullptr, c.k, 0, out.as<float>(), c.n, 0, static_cast<int>(c.k),
+               static_cast<int>(c.n), 1};
+    if (c.n2 > 0) {
+      g.w2_row = c.k;
+      g.out2 = out.as<float>() + c.n;
+      g.out2_row = c.n2;
+      g.n2 = static_cast<int>(c.n2);
+    }
+    if (c.norm) {
+      g.norm_weight = nw.as<float>();
+      g.norm_eps = 1e-6f;
+    }
+    int num_sms = 0;
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
+    const int chosen = gemv_slices(g, 1, num_sms);
+    for (int slices = 1; slices <= 8 && slices <= c.k / 256; slices *= 2) {
+      int next = 0;
+      KernelBenchRow r;
+      r.name = fmt::format("{} (slices {}){}", base, slices, slices == chosen ? " *" : "");
+      r.seconds = time_it(o.iterations, [&] {
+        GemvArgs a = g;
+        a.w = w[static_cast<size_t>(next)]->as<__nv_bfloat16>();
+        if (c.n2 > 0) a.w2 = a.w + c.n * c.k;
+        next = (next + 1) % copies;
+        launch_gemv(a, 1, num_sms, 0, slices);
+      });
+      r.bytes = static_cast<double>(bytes) + c.k * 4.0 + rows * 4.0;
+      r.flops = 2.0 * static_cast<double>(rows) * c.k;
+      report(r);
+    }
+  }
 
   // RMSNorm over a hidden state of 7168 (decode batch 128).
   if (wanted("rms_norm")) {

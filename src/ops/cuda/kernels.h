@@ -49,6 +49,26 @@ void launch_kv_cache_write(const float* latent, int64_t tokens, int64_t entry, c
 // cache [pages, page, entry] fp8 e4m3 bytes: sat_e4m3_rne(latent / scale) (ops::KvLayerView).
 void launch_kv_cache_write_fp8(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
                                const int32_t* tables, uint8_t* cache, int64_t page, float scale, cudaStream_t s);
+// --- mla_prepare.cu ---
+// Ops::mla_prepare in one launch: q [tokens, heads, nope + rope] gets its rope columns rotated; kv
+// [tokens, latent + rope] gets c_kv normalised (norm_weight, eps) and k_pe rotated, in place, and
+// is written to its cache slot (bf16, or fp8 e4m3 with `scale`). cos/sin [tokens, rope / 2].
+struct MlaPrepareArgs {
+  float* q;
+  int64_t q_row;
+  int heads, nope, rope, latent;
+  float* kv;
+  const float* norm_weight;
+  float eps;
+  const float* cos;
+  const float* sin;
+  const TokenInfo* info;
+  const int32_t* tables;
+  int64_t page;
+  float scale;
+  int64_t tokens;
+};
+void launch_mla_prepare(const MlaPrepareArgs& a, void* cache, bool fp8, cudaStream_t s);
 // The latent cache as the attention kernels read it: bf16 elements, or fp8 e4m3 bytes whose values
 // are q · scale.
 struct KvCacheArg {
@@ -118,6 +138,12 @@ void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t 
 constexpr int64_t kRouterKernelMaxTokens = 8;
 void launch_router_logits(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
                           float* logits, cudaStream_t s);
+// Both in one launch for steps of at most kRouterKernelMaxTokens tokens: the last block to finish
+// its logits selects. done_blocks: a device counter that is 0 between calls (the kernel resets it).
+void launch_router_fused(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
+                         float* logits, const float* bias, int64_t top_k, int64_t groups, int64_t top_groups,
+                         bool normalize, float scaling, int32_t* ids, float* weights, unsigned* done_blocks,
+                         cudaStream_t s);
 // Sigmoid, bias for selection, group-limited top-k, normalisation, scaling (spec §3.1).
 void launch_router_select(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k,
                           int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
@@ -179,10 +205,25 @@ struct GemvArgs {
   float* out;
   int64_t out_row, out_batch;
   int k, n, tokens;
+  // Optional, batch 1 only: a second matrix of n2 rows over the same x, written to out2 (one
+  // launch for two projections of one input).
+  const __nv_bfloat16* w2 = nullptr;
+  int64_t w2_row = 0;
+  float* out2 = nullptr;
+  int64_t out2_row = 0;
+  int n2 = 0;
+  // Optional: x is RMS-normalised over its k columns with this weight first (fp32, k values;
+  // k <= kGemvNormMaxK), as launch_rms_norm computes it.
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.0f;
 };
+constexpr int64_t kGemvNormMaxK = 4096;
 // out[t, i] = Σ_c x[t, c] · W[i, c] for i < n, c < k (k a multiple of 256, n of 4).
 bool gemv_applies(int64_t tokens, int64_t k, int64_t n);
-void launch_gemv(const GemvArgs& g, int64_t batch, int num_sms, cudaStream_t s);
+// The K split (warps sharing a row group: 1, 2, 4 or 8) launch_gemv picks for these arguments.
+int gemv_slices(const GemvArgs& g, int64_t batch, int num_sms);
+// slices <= 0: gemv_slices' choice (the benchmark passes others to compare).
+void launch_gemv(const GemvArgs& g, int64_t batch, int num_sms, cudaStream_t s, int slices = 0);
 // out[t, l] = Σ_i x[t, i] · W[i, l] for l < n, i < k (n a multiple of 256).
 bool gemv_transposed_applies(int64_t tokens, int64_t n_cols);
 void launch_gemv_transposed(const GemvArgs& g, int64_t batch, cudaStream_t s);

@@ -1,9 +1,13 @@
 // Programmatic dependent launch (sm_90+): a kernel launched with launch_dependent() may be
-// scheduled while the kernel before it in the stream is still finishing, so the launch latency and
-// the block ramp overlap that kernel's tail instead of sitting between the two (a decode step is
-// ~20 short kernels a layer). The early kernel must not touch memory before pdl_wait(), which
-// returns once the previous kernel has completed and its writes are visible: every kernel launched
-// this way calls it first. Kernels without it keep ordinary launches. TESSERA_PDL=0 turns it off.
+// scheduled while the kernel before it in the stream is still running, so the launch latency, the
+// block ramp and the first loads of constant data overlap that kernel's tail instead of sitting
+// between the two (a decode step is ~20 short kernels a layer). Every kernel launched this way
+// calls pdl_wait() before it touches memory that earlier kernels write (activations, the cache,
+// routing): it returns once the previous kernel has completed and its writes are visible. Only
+// weights, which no kernel writes, may be read before it (the matrix-vector kernels start
+// streaming theirs there). pdl_wait() then lets the next kernel be scheduled: its blocks may take
+// free SM slots while this one runs. Kernels without it keep ordinary launches. TESSERA_PDL=0
+// turns it off.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +17,9 @@ namespace tessera::ops::cuda {
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // After the wait, not before: the next kernel's blocks then never hold SM slots while the kernel
+  // before this one still runs.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 

@@ -19,10 +19,10 @@ constexpr int kRouterTokens = 8;
 constexpr int kSliceWarps = 4;       // warps splitting one expert row
 constexpr int kExpertsPerBlock = 2;  // 8 warps a block
 constexpr int kAhead = 8;            // 16-byte pieces a lane loads before using them
-__global__ void __launch_bounds__(kSliceWarps* kExpertsPerBlock * 32)
-    router_logits_kernel(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w,
-                         int64_t experts, float* logits) {
-  pdl_wait();  // first: launched with launch_dependent
+// One block's logits: experts blockIdx.y * kExpertsPerBlock + (0, 1) for tokens blockIdx.x * 8 + ...
+// Calls pdl_wait (every thread, once) after its first weight loads.
+__device__ inline void router_logits_block(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w,
+                                           int64_t experts, float* logits) {
   __shared__ float part[kExpertsPerBlock][kSliceWarps][kRouterTokens];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slot = warp / kSliceWarps, slice = warp % kSliceWarps;
@@ -32,12 +32,27 @@ __global__ void __launch_bounds__(kSliceWarps* kExpertsPerBlock * 32)
   float acc[kRouterTokens];
 #pragma unroll
   for (int tt = 0; tt < kRouterTokens; ++tt) acc[tt] = 0.0f;
+  const __nv_bfloat16* we = w + e * hidden;
+  const bool vector_loads = e < experts && hidden % 8 == 0;
+  // Warp `slice` takes the 256-element chunks slice, slice + 4, ...: kAhead of them in flight.
+  const int64_t chunks = (hidden + 255) / 256;
+  uint4 raw[kAhead];
+  auto load = [&](int64_t c0) {
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int64_t i = (c0 + u * kSliceWarps) * 256 + lane * 8;
+      raw[u] = i < hidden ? *reinterpret_cast<const uint4*>(we + i) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  // The router's weights are constant: the first of them are read before the previous kernel has
+  // finished (launch.cuh); x, its output, after.
+  if (vector_loads) load(slice);
+  pdl_wait();  // launched with launch_dependent
   if (e < experts) {
-    const __nv_bfloat16* we = w + e * hidden;
-    if (hidden % 8 == 0) {
+    if (vector_loads) {
       // acc[tt] += x[t0 + tt, i .. i + 8) · w[e, i .. i + 8).
-      auto accumulate = [&](const uint4& raw, int64_t i) {
-        const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      auto accumulate = [&](const uint4& r, int64_t i) {
+        const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&r);
         float wf[8];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -54,20 +69,13 @@ __global__ void __launch_bounds__(kSliceWarps* kExpertsPerBlock * 32)
                      b.y * wf[5] + b.z * wf[6] + b.w * wf[7];
         }
       };
-      // Warp `slice` takes the 256-element chunks slice, slice + 4, ...
-      const int64_t chunks = (hidden + 255) / 256;
       for (int64_t c0 = slice; c0 < chunks; c0 += kSliceWarps * kAhead) {
-        uint4 raw[kAhead];
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u) {
-          const int64_t i = (c0 + u * kSliceWarps) * 256 + lane * 8;
-          raw[u] = i < hidden ? *reinterpret_cast<const uint4*>(we + i) : make_uint4(0, 0, 0, 0);
-        }
 #pragma unroll
         for (int u = 0; u < kAhead; ++u) {
           const int64_t i = (c0 + u * kSliceWarps) * 256 + lane * 8;
           if (i < hidden) accumulate(raw[u], i);
         }
+        if (c0 + kSliceWarps * kAhead < chunks) load(c0 + kSliceWarps * kAhead);
       }
     } else {
       for (int64_t i = slice * 32 + lane; i < hidden; i += 32 * kSliceWarps) {
@@ -92,6 +100,12 @@ __global__ void __launch_bounds__(kSliceWarps* kExpertsPerBlock * 32)
       logits[(t0 + tt) * experts + es] = v;
     }
   }
+}
+
+__global__ void __launch_bounds__(kSliceWarps* kExpertsPerBlock * 32)
+    router_logits_kernel(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
+                         float* logits) {
+  router_logits_block(x, tokens, hidden, w, experts, logits);  // calls pdl_wait
 }
 
 constexpr int kMaxExperts = 1024;
@@ -125,24 +139,21 @@ __device__ inline Best warp_best(Best b) {
 // shared memory. kPerLane is a template parameter because the code runs once per step, from a cold
 // instruction cache: a 1024-expert body for 384 experts cost more in instruction fetches than in
 // work (so is kGrouped: Kimi routes over one group and skips that part).
+// Token t's selection by one warp (`warp` indexes the per-warp shared arrays). Logits are read
+// through L2 (__ldcg): in the fused kernel other blocks wrote them during this launch.
 template <int kPerLane, bool kGrouped>
-__global__ void __launch_bounds__(kSelectWarps * 32)
-    router_select_kernel(const float* logits, const float* bias, int64_t tokens, int64_t experts,
-                         int64_t top_k, int64_t groups, int64_t top_groups, bool normalize,
-                         float scaling, int32_t* ids, float* weights) {
-  pdl_wait();  // first: launched with launch_dependent
-  __shared__ float gscore_s[kSelectWarps][kMaxGroups];
-  __shared__ bool gkeep_s[kSelectWarps][kMaxGroups];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t t = blockIdx.x * static_cast<int64_t>(kSelectWarps) + warp;
-  if (t >= tokens) return;
+__device__ void router_select_token(const float* logits, const float* bias, int64_t t, int64_t experts, int64_t top_k,
+                                    int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
+                                    float* weights, int warp, float (*gscore_s)[kMaxGroups],
+                                    bool (*gkeep_s)[kMaxGroups]) {
+  const int lane = threadIdx.x & 31;
   const float* l = logits + t * experts;
   const int E = static_cast<int>(experts);
   float score[kPerLane], biased[kPerLane];  // unbiased sigmoid scores; biased ones, -inf once taken
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int e = lane + 32 * j;
-    const float lv = e < E ? l[e] : 0.0f, bv = e < E ? bias[e] : 0.0f;
+    const float lv = e < E ? __ldcg(l + e) : 0.0f, bv = e < E ? bias[e] : 0.0f;
     score[j] = 1.0f / (1.0f + expf(-lv));
     biased[j] = e < E ? score[j] + bv : -INFINITY;
   }
@@ -220,6 +231,49 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
   }
 }
 
+template <int kPerLane, bool kGrouped>
+__global__ void __launch_bounds__(kSelectWarps * 32)
+    router_select_kernel(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k,
+                         int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
+                         float* weights) {
+  pdl_wait();  // first: launched with launch_dependent
+  __shared__ float gscore_s[kSelectWarps][kMaxGroups];
+  __shared__ bool gkeep_s[kSelectWarps][kMaxGroups];
+  const int warp = threadIdx.x >> 5;
+  const int64_t t = blockIdx.x * static_cast<int64_t>(kSelectWarps) + warp;
+  if (t >= tokens) return;
+  router_select_token<kPerLane, kGrouped>(logits, bias, t, experts, top_k, groups, top_groups, normalize, scaling, ids,
+                                          weights, warp, gscore_s, gkeep_s);
+}
+
+// Logits and selection in one launch for steps of at most kRouterTokens tokens: the blocks compute
+// the logits as router_logits_kernel; the last block to finish (a device counter, reset by it for
+// the next call) selects, a warp per token. Saves the select kernel's launch and ramp.
+template <int kPerLane, bool kGrouped>
+__global__ void __launch_bounds__(kSliceWarps* kExpertsPerBlock * 32)
+    router_fused_kernel(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
+                        float* logits, const float* bias, int64_t top_k, int64_t groups, int64_t top_groups,
+                        bool normalize, float scaling, int32_t* ids, float* weights, unsigned* done_blocks) {
+  router_logits_block(x, tokens, hidden, w, experts, logits);  // calls pdl_wait
+  // Each writer makes its logits visible device-wide before the block counts itself done.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(done_blocks, 1u) == gridDim.x * gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x == 0) *done_blocks = 0;
+  constexpr int kWarps = kSliceWarps * kExpertsPerBlock;
+  static_assert(kWarps >= kRouterTokens, "a warp per token");
+  __shared__ float gscore_s[kWarps][kMaxGroups];
+  __shared__ bool gkeep_s[kWarps][kMaxGroups];
+  const int warp = threadIdx.x >> 5;
+  if (warp < tokens)
+    router_select_token<kPerLane, kGrouped>(logits, bias, warp, experts, top_k, groups, top_groups, normalize, scaling,
+                                            ids, weights, warp, gscore_s, gkeep_s);
+}
+
 }  // namespace
 
 void launch_router_logits(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
@@ -231,17 +285,10 @@ void launch_router_logits(const float* x, int64_t tokens, int64_t hidden, const 
                    experts, logits);
 }
 
-void launch_router_select(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k,
-                          int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
-                          float* weights, cudaStream_t s) {
-  if (tokens == 0) return;
-  const unsigned blocks = static_cast<unsigned>((tokens + kSelectWarps - 1) / kSelectWarps);
-  auto run = [&](auto per_lane) {
-    constexpr int kPerLane = decltype(per_lane)::value;
-    auto kernel = groups > 1 ? router_select_kernel<kPerLane, true> : router_select_kernel<kPerLane, false>;
-    launch_dependent(kernel, blocks, kSelectWarps * 32, 0, s, logits, bias, tokens, experts, top_k, groups,
-                     top_groups, normalize, scaling, ids, weights);
-  };
+namespace {
+// Calls run(std::integral_constant<int, kPerLane>) with the smallest instance that holds `experts`.
+template <class Run>
+void with_experts_per_lane(int64_t experts, Run&& run) {
   if (experts <= 4 * 32) {
     run(std::integral_constant<int, 4>{});
   } else if (experts <= 8 * 32) {
@@ -253,6 +300,34 @@ void launch_router_select(const float* logits, const float* bias, int64_t tokens
   } else {
     run(std::integral_constant<int, kMaxExperts / 32>{});
   }
+}
+}  // namespace
+
+void launch_router_select(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k,
+                          int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
+                          float* weights, cudaStream_t s) {
+  if (tokens == 0) return;
+  const unsigned blocks = static_cast<unsigned>((tokens + kSelectWarps - 1) / kSelectWarps);
+  with_experts_per_lane(experts, [&](auto per_lane) {
+    constexpr int kPerLane = decltype(per_lane)::value;
+    auto kernel = groups > 1 ? router_select_kernel<kPerLane, true> : router_select_kernel<kPerLane, false>;
+    launch_dependent(kernel, blocks, kSelectWarps * 32, 0, s, logits, bias, tokens, experts, top_k, groups,
+                     top_groups, normalize, scaling, ids, weights);
+  });
+}
+
+void launch_router_fused(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
+                         float* logits, const float* bias, int64_t top_k, int64_t groups, int64_t top_groups,
+                         bool normalize, float scaling, int32_t* ids, float* weights, unsigned* done_blocks,
+                         cudaStream_t s) {
+  if (tokens == 0) return;
+  const dim3 grid(1, static_cast<unsigned>((experts + kExpertsPerBlock - 1) / kExpertsPerBlock));
+  with_experts_per_lane(experts, [&](auto per_lane) {
+    constexpr int kPerLane = decltype(per_lane)::value;
+    auto kernel = groups > 1 ? router_fused_kernel<kPerLane, true> : router_fused_kernel<kPerLane, false>;
+    launch_dependent(kernel, grid, kSliceWarps * kExpertsPerBlock * 32, 0, s, x, tokens, hidden, w, experts, logits,
+                     bias, top_k, groups, top_groups, normalize, scaling, ids, weights, done_blocks);
+  });
 }
 
 }  // namespace tessera::ops::cuda
