@@ -377,13 +377,12 @@ class CudaOps final : public Ops {
     const bool gemv = gemms && gemv_transposed_applies(T, d.latent) && gemv_applies(T, d.latent, d.v);
     Tensor q_full = alloc(DType::kF32, {T, H, entry});
     if (gemv) {
-      // q_full[t, h, :latent] = Σ_n q_nope[t, h, n] · W_UK[h][n, :].
-      launch_gemv_transposed({ptr<float>(q), H * qk, qk, kv_b_w, d.latent, (d.nope + d.v) * d.latent,
-                              ptr<float>(q_full), H * entry, entry, static_cast<int>(d.nope),
-                              static_cast<int>(d.latent), static_cast<int>(T)},
-                             H, stream_);
-      TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(ptr<float>(q_full) + d.latent, entry * 4, ptr<float>(q) + d.nope, qk * 4,
-                                           d.rope * 4, T * H, cudaMemcpyDeviceToDevice, stream_));
+      // q_full[t, h, :latent] = Σ_n q_nope[t, h, n] · W_UK[h][n, :]; q_pe passes through in the
+      // same kernel.
+      GemvArgs absorb{ptr<float>(q), H * qk, qk, kv_b_w, d.latent, (d.nope + d.v) * d.latent, ptr<float>(q_full),
+                      H * entry, entry, static_cast<int>(d.nope), static_cast<int>(d.latent), static_cast<int>(T)};
+      absorb.pass_through = static_cast<int>(d.rope);
+      launch_gemv_transposed(absorb, H, stream_);
     } else if (gemms) {
       // q_full[t, h, :latent] = q_nope[t, h] · W_UK[h], W_UK[h] = kv_b rows [h(nope+v), h(nope+v)+nope).
       Tensor qb = alloc(DType::kBF16, {2, T, H * qk});

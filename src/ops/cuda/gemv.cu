@@ -204,6 +204,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_transposed_kernel(GemvArgs g
   };
   load(n_begin);  // weights only, before the previous kernel has finished (launch.cuh)
   pdl_wait();     // launched with launch_dependent: x is the previous kernel's output
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < g.tokens * g.pass_through; i += kWarps * 32) {
+      const int j = i / g.pass_through, c = i % g.pass_through;
+      g.out[b * g.out_batch + j * g.out_row + g.n + c] = x[j * g.x_row + g.k + c];
+    }
   for (int n0 = n_begin; n0 < n_end; n0 += kAhead) {
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {

@@ -216,6 +216,9 @@ struct GemvArgs {
   // k <= kGemvNormMaxK), as launch_rms_norm computes it.
   const float* norm_weight = nullptr;
   float norm_eps = 0.0f;
+  // Optional, gemv_transposed only: x's columns [k, k + pass_through) are copied to out's columns
+  // [n, n + pass_through) (MLA's q_pe beside the absorbed q_nope, without a memcpy between kernels).
+  int pass_through = 0;
 };
 constexpr int64_t kGemvNormMaxK = 4096;
 // out[t, i] = Σ_c x[t, c] · W[i, c] for i < n, c < k (k a multiple of 256, n of 4).
