@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_primitives.cuh"
 #include "ops/cuda/tma_primitives.cuh"
 #include "ops/cuda/wgmma_primitives.cuh"
@@ -76,6 +77,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                         float* __restrict__ o_part, float* __restrict__ ml_part) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace mma;
+  pdl_wait();  // first: launched with launch_dependent (q_full and the cache's newest entry are the
+               // previous kernels' output)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw_addr = smem_addr(smem_raw);
   const uint32_t pad = (1024u - (raw_addr & 1023u)) & 1023u;
@@ -487,8 +490,8 @@ void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64
   const bool tma = page % kTp == 0 && chunk % kTp == 0 && encode_cache_map(&map, cache, cache_pages * page);
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(heads / kHeads));
   auto kernel = tma ? attend_wgmma_kernel<true> : attend_wgmma_kernel<false>;
-  kernel<<<grid, kThreads, kSmemBytes, s>>>(map, q_full, static_cast<int>(heads), info, tables, cache,
-                                            static_cast<int>(page), scale, static_cast<int>(chunk), o_part, ml_part);
+  launch_dependent(kernel, grid, kThreads, kSmemBytes, s, map, q_full, static_cast<int>(heads), info, tables, cache,
+                   static_cast<int>(page), scale, static_cast<int>(chunk), o_part, ml_part);
 }
 
 }  // namespace tessera::ops::cuda
