@@ -150,7 +150,34 @@ __global__ void fill_random_bf16_kernel(__nv_bfloat16* p, int64_t n, uint64_t se
   }
 }
 
+// Reads n 16-byte words, 8 in flight a thread, and folds them into one word a thread that is stored
+// only if it matches an impossible pattern (so the loads are not optimised away): the read ceiling.
+__global__ void read_stream_kernel(const uint4* __restrict__ p, int64_t n, uint4* sink) {
+  uint4 acc = make_uint4(0, 0, 0, 0);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += 8 * stride) {
+    uint4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = i + u * stride < n ? __ldcs(p + i + u * stride) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      acc.x ^= v[u].x;
+      acc.y ^= v[u].y;
+      acc.z ^= v[u].z;
+      acc.w ^= v[u].w;
+    }
+  }
+  if (acc.x == 0x9E3779B9u && acc.y == 0x7F4A7C15u && acc.z == acc.w) *sink = acc;
+}
+
 }  // namespace
+
+void launch_read_stream(const void* p, size_t bytes, void* sink, int num_sms, cudaStream_t s) {
+  const int64_t n = static_cast<int64_t>(bytes / sizeof(uint4));
+  if (n > 0)
+    read_stream_kernel<<<static_cast<unsigned>(num_sms * 8), kThreads, 0, s>>>(static_cast<const uint4*>(p), n,
+                                                                               static_cast<uint4*>(sink));
+}
 
 void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t s) {
   if (n > 0) fill_random_bf16_kernel<<<1024, kThreads, 0, s>>>(p, n, seed, scale);

@@ -125,7 +125,20 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slice
         }
       }
       const float inv = rsqrtf(block_sum(ss) / static_cast<float>(g.k) + g.norm_eps);
-      for (int i = threadIdx.x; i < g.k; i += kWarps * 32) xn[i] = xn[i] * inv * g.norm_weight[i];
+      // The norm weights through the read-only path, in batches (a plain loop waited for each).
+      for (int base = 0; base < g.k; base += kStep) {
+        float w[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = base + threadIdx.x + u * kWarps * 32;
+          w[u] = i < g.k ? __ldg(g.norm_weight + i) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = base + threadIdx.x + u * kWarps * 32;
+          if (i < g.k) xn[i] = xn[i] * inv * w[u];
+        }
+      }
     }
     __syncthreads();
     x = x_normed + 8 * lane;

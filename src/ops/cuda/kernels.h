@@ -25,6 +25,8 @@ void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, 
 // Interleaved-pair rotation; cos/sin [rows, half].
 void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const float* sin, int64_t half,
                  int64_t col_begin, int64_t col_stride, int64_t count, cudaStream_t s);
+// Reads `bytes` (a multiple of 16) as fast as it can (`tessera bench kernels`' read ceiling).
+void launch_read_stream(const void* p, size_t bytes, void* sink, int num_sms, cudaStream_t s);
 // Deterministic pseudo-random bf16 values in [-scale, scale) (benchmark and test data).
 void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t s);
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s);
