@@ -192,12 +192,18 @@ __global__ void __launch_bounds__(kCombineCols * kCombineGroups)
     combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
                    float* o_lat) {
   pdl_wait();  // first: launched with launch_dependent
-  __shared__ float m_s[kMaxSplits], f_s[kMaxSplits];
+  __shared__ float m_s[kMaxSplits], l_s[kMaxSplits], f_s[kMaxSplits];
   __shared__ float inv_s;
   __shared__ float4 red[kCombineGroups][kCombineCols];
   const int t = blockIdx.x, h = blockIdx.y;
   auto slot = [&](int s) { return (static_cast<int64_t>(s) * tokens + t) * heads + h; };
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) m_s[s] = ml_part[2 * slot(s)];
+  // m and l of every split in one parallel load (thread 0's sum below then reads shared memory: a
+  // loop over global loads waited for each, most of this kernel's time at batch 1).
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+    const float2 ml = reinterpret_cast<const float2*>(ml_part)[slot(s)];
+    m_s[s] = ml.x;
+    l_s[s] = ml.y;
+  }
   __syncthreads();
   float M = -FLT_MAX;
   for (int s = 0; s < splits; ++s) M = fmaxf(M, m_s[s]);
@@ -205,7 +211,7 @@ __global__ void __launch_bounds__(kCombineCols * kCombineGroups)
   __syncthreads();
   if (threadIdx.x == 0) {
     float denom = 0.0f;
-    for (int s = 0; s < splits; ++s) denom += f_s[s] * ml_part[2 * slot(s) + 1];
+    for (int s = 0; s < splits; ++s) denom += f_s[s] * l_s[s];
     inv_s = 1.0f / denom;
   }
   __syncthreads();
