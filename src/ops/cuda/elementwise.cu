@@ -49,12 +49,15 @@ __global__ void __launch_bounds__(kRowThreads)
   const float* ar = add ? add + r * width + col_begin : nullptr;
   float* yr = out_width == d ? out + r * d : out + r * out_width + col_begin;
   if (d <= static_cast<int64_t>(kRowThreads) * kPerThread) {
-    // The row stays in registers between the two passes.
-    float v[kPerThread], ss = 0.0f;
+    // The row and its weights stay in registers between the two passes. The weights are loaded
+    // with the row: loaded between the output stores (which might alias them, for all the compiler
+    // knows), each waited for the previous store's value, a memory latency per element.
+    float v[kPerThread], w[kPerThread], ss = 0.0f;
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int64_t i = threadIdx.x + j * static_cast<int64_t>(blockDim.x);
       v[j] = i < d ? xr[i] + (ar ? ar[i] : 0.0f) : 0.0f;
+      w[j] = i < d ? weight[i] : 0.0f;
     }
     if (ar) {
 #pragma unroll
@@ -69,7 +72,7 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int64_t i = threadIdx.x + j * static_cast<int64_t>(blockDim.x);
-      if (i < d) yr[i] = v[j] * inv * weight[i];
+      if (i < d) yr[i] = v[j] * inv * w[j];
     }
     return;
   }

@@ -47,10 +47,29 @@ __global__ void __launch_bounds__(kThreads) mla_prepare_kernel(MlaPrepareArgs a,
   const TokenInfo ti = a.info[t];
   const int64_t page_id = a.tables[ti.table_offset + ti.pos / a.page];
   CacheT* dst = cache + (page_id * a.page + ti.pos % a.page) * entry;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < a.latent; i += blockDim.x) ss += row[i] * row[i];
+  // c_kv and its norm weights in registers (kPerThread a thread covers latent <= 1024), all loads
+  // issued before the first store: the stores might alias them, for all the compiler knows.
+  constexpr int kPerThread = 4;
+  float v[kPerThread], w[kPerThread], ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    v[j] = i < a.latent ? row[i] : 0.0f;
+    w[j] = i < a.latent ? a.norm_weight[i] : 0.0f;
+    ss += v[j] * v[j];
+  }
+  for (int i = threadIdx.x + kPerThread * kThreads; i < a.latent; i += kThreads) ss += row[i] * row[i];
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(a.latent) + a.eps);
-  for (int i = threadIdx.x; i < a.latent; i += blockDim.x) {
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    if (i < a.latent) {
+      const float y = v[j] * inv * w[j];
+      row[i] = y;
+      store_entry(dst + i, y, a.scale);
+    }
+  }
+  for (int i = threadIdx.x + kPerThread * kThreads; i < a.latent; i += kThreads) {
     const float y = row[i] * inv * a.norm_weight[i];
     row[i] = y;
     store_entry(dst + i, y, a.scale);
