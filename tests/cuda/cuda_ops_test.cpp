@@ -470,7 +470,9 @@ TEST(KvMajorSmem, Fp8InstancesFitSm120) {
 
 TEST_F(CudaOpsTest, MoeRoutingAndExpertsWithUnevenRouting) {
   for (auto [T, E, K, G, TG] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
-           {1, 16, 4, 4, 2}, {37, 384, 8, 1, 1}, {64, 256, 8, 8, 4}}) {
+           {1, 16, 4, 4, 2}, {37, 384, 8, 1, 1}, {64, 256, 8, 8, 4},
+           // <= 8 tokens without groups: logits and the compact selection in one launch
+           {1, 384, 8, 1, 1}, {5, 160, 6, 1, 1}, {8, 1000, 8, 1, 1}}) {
     const int64_t H = 128, I = 64;
     HostWeight gate = bf16_weight(E, H, 1.0f);
     auto bias = random(E, 0.05f);
