@@ -147,8 +147,9 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
       fmt::format("gemv_kernel (<= {} tokens, K a multiple of 256) or cuBLASLt bf16 GEMM, fp32 accumulate",
                   kGemvMaxTokens),
       "every dense projection (weights bf16 on the device); a decode step of 1-2 tokens streams each weight row "
-      "once, a GEMM tile would be 1/64 used");
-  add("rope", "rope_kernel", "interleaved pairs, fp32");
+      "once, a GEMM tile would be 1/64 used; q_a and kv_a run as one launch, and the q_a norm inside q_b's");
+  add("mla prepare", "mla_prepare_kernel",
+      "q rope, latent norm + rope and the cache write (bf16 or fp8) in one launch, fp32");
 
   const int64_t mma_smem = mla_mma_smem_bytes(mla.latent, mla.rope);
   const int64_t core_smem = mla_cuda_core_smem_bytes(mla.heads, mla.latent, mla.rope);
@@ -265,7 +266,8 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
   }
   const bool router_ok = experts <= 1024;
   out.push_back({"moe router",
-                 fmt::format("router_logits_kernel (<= {} tokens) or split-bf16 cuBLASLt GEMMs, + router_select_kernel",
+                 fmt::format("router_fused_kernel (logits + top-k in one launch, <= {} tokens) or split-bf16 "
+                             "cuBLASLt GEMMs + router_select_kernel",
                              kRouterKernelMaxTokens),
                  arch.empty() ? (router_ok ? "fp32 logits over bf16 weights, group-limited top-k on the device"
                                            : fmt::format("{} experts exceed the 1024 the selection kernel holds", experts))
