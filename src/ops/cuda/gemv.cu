@@ -127,16 +127,16 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slice
       const float inv = rsqrtf(block_sum(ss) / static_cast<float>(g.k) + g.norm_eps);
       // The norm weights through the read-only path, in batches (a plain loop waited for each).
       for (int base = 0; base < g.k; base += kStep) {
-        float w[kBatch];
+        float nw[kBatch];
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           const int i = base + threadIdx.x + u * kWarps * 32;
-          w[u] = i < g.k ? __ldg(g.norm_weight + i) : 0.0f;
+          nw[u] = i < g.k ? __ldg(g.norm_weight + i) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           const int i = base + threadIdx.x + u * kWarps * 32;
-          if (i < g.k) xn[i] = xn[i] * inv * w[u];
+          if (i < g.k) xn[i] = xn[i] * inv * nw[u];
         }
       }
     }
