@@ -8,29 +8,20 @@
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/kv_fp8.cuh"
+#include "ops/cuda/kv_store.cuh"
 
 namespace tessera::ops::cuda {
 
 namespace {
 
+// Each new token's latent into its cache slot: bf16, or fp8 e4m3 stored as sat_e4m3_rne(x / scale).
+template <class CacheT>
 __global__ void kv_cache_write_kernel(const float* latent, int64_t entry, const TokenInfo* info, const int32_t* tables,
-                                      __nv_bfloat16* cache, int64_t page) {
+                                      CacheT* cache, int64_t page, float scale) {
   pdl_wait();  // first: launched with launch_dependent
   const int64_t t = blockIdx.x;
-  const TokenInfo ti = info[t];
-  const int64_t page_id = tables[ti.table_offset + ti.pos / page];
-  __nv_bfloat16* dst = cache + (page_id * page + ti.pos % page) * entry;
-  for (int64_t i = threadIdx.x; i < entry; i += blockDim.x) dst[i] = __float2bfloat16_rn(latent[t * entry + i]);
-}
-
-// fp8 cache: each element stored as sat_e4m3_rne(x / scale) (ops::KvLayerView).
-__global__ void kv_cache_write_fp8_kernel(const float* latent, int64_t entry, const TokenInfo* info,
-                                          const int32_t* tables, uint8_t* cache, int64_t page, float scale) {
-  const int64_t t = blockIdx.x;
-  const TokenInfo ti = info[t];
-  const int64_t page_id = tables[ti.table_offset + ti.pos / page];
-  uint8_t* dst = cache + (page_id * page + ti.pos % page) * entry;
-  for (int64_t i = threadIdx.x; i < entry; i += blockDim.x) dst[i] = kvfp8::encode(latent[t * entry + i], scale);
+  CacheT* dst = cache + kv_slot_offset(info, tables, t, page, entry);
+  for (int64_t i = threadIdx.x; i < entry; i += blockDim.x) store_kv(dst + i, latent[t * entry + i], scale);
 }
 
 // One block per (token, head); threads stride over the latent dimension, so W_UK rows are read
@@ -286,15 +277,15 @@ __global__ void up_v_kernel(const float* o_lat, int64_t heads, int64_t latent, c
 void launch_kv_cache_write(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
                            const int32_t* tables, __nv_bfloat16* cache, int64_t page, cudaStream_t s) {
   if (tokens > 0)
-    launch_dependent(kv_cache_write_kernel, dim3(static_cast<unsigned>(tokens)), 128, 0, s, latent, entry, info,
-                     tables, cache, page);
+    launch_dependent(kv_cache_write_kernel<__nv_bfloat16>, dim3(static_cast<unsigned>(tokens)), 128, 0, s, latent,
+                     entry, info, tables, cache, page, 1.0f);
 }
 
 void launch_kv_cache_write_fp8(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
                                const int32_t* tables, uint8_t* cache, int64_t page, float scale, cudaStream_t s) {
   if (tokens > 0)
-    kv_cache_write_fp8_kernel<<<static_cast<unsigned>(tokens), 128, 0, s>>>(latent, entry, info, tables, cache, page,
-                                                                           scale);
+    launch_dependent(kv_cache_write_kernel<uint8_t>, dim3(static_cast<unsigned>(tokens)), 128, 0, s, latent, entry,
+                     info, tables, cache, page, scale);
 }
 
 void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t nope, int64_t rope,

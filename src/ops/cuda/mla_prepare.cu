@@ -6,7 +6,7 @@
 
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/kernels.h"
-#include "ops/cuda/kv_fp8.cuh"
+#include "ops/cuda/kv_store.cuh"
 #include "ops/cuda/launch.cuh"
 
 namespace tessera::ops::cuda {
@@ -15,9 +15,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxQueryBlocks = 16;
-
-__device__ inline void store_entry(__nv_bfloat16* dst, float v, float /*scale*/) { *dst = __float2bfloat16_rn(v); }
-__device__ inline void store_entry(uint8_t* dst, float v, float scale) { *dst = kvfp8::encode(v, scale); }
 
 // Rotates the interleaved pair at p by (c, s), as rope_kernel.
 __device__ inline void rotate_pair(float* p, float c, float s) {
@@ -44,9 +41,7 @@ __global__ void __launch_bounds__(kThreads) mla_prepare_kernel(MlaPrepareArgs a,
   }
   const int entry = a.latent + a.rope;
   float* row = a.kv + t * entry;
-  const TokenInfo ti = a.info[t];
-  const int64_t page_id = a.tables[ti.table_offset + ti.pos / a.page];
-  CacheT* dst = cache + (page_id * a.page + ti.pos % a.page) * entry;
+  CacheT* dst = cache + kv_slot_offset(a.info, a.tables, t, a.page, entry);
   // c_kv and its norm weights in registers (kPerThread a thread covers latent <= 1024), all loads
   // issued before the first store: the stores might alias them, for all the compiler knows.
   constexpr int kPerThread = 4;
@@ -66,19 +61,19 @@ __global__ void __launch_bounds__(kThreads) mla_prepare_kernel(MlaPrepareArgs a,
     if (i < a.latent) {
       const float y = v[j] * inv * w[j];
       row[i] = y;
-      store_entry(dst + i, y, a.scale);
+      store_kv(dst + i, y, a.scale);
     }
   }
   for (int i = threadIdx.x + kPerThread * kThreads; i < a.latent; i += kThreads) {
     const float y = row[i] * inv * a.norm_weight[i];
     row[i] = y;
-    store_entry(dst + i, y, a.scale);
+    store_kv(dst + i, y, a.scale);
   }
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     float* p = row + a.latent + 2 * i;
     rotate_pair(p, cos[i], sin[i]);
-    store_entry(dst + a.latent + 2 * i, p[0], a.scale);
-    store_entry(dst + a.latent + 2 * i + 1, p[1], a.scale);
+    store_kv(dst + a.latent + 2 * i, p[0], a.scale);
+    store_kv(dst + a.latent + 2 * i + 1, p[1], a.scale);
   }
 }
 
