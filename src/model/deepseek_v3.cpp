@@ -93,7 +93,6 @@ void DeepseekV3Model::attention(int64_t layer, const Tensor& h, const ops::RopeT
 void DeepseekV3Model::feed_forward(int64_t layer, const Tensor& h, Tensor& out) {
   const auto& L = w_.layers[static_cast<size_t>(layer)];
   auto& o = *ops_;
-  const int64_t T = h.dim(0);
   if (!L.is_moe) {
     o.mlp(h, L.dense_mlp, out);
     return;
@@ -101,10 +100,7 @@ void DeepseekV3Model::feed_forward(int64_t layer, const Tensor& h, Tensor& out) 
   const auto& M = L.moe;
   ops::RouterConfig rc{cfg_.n_routed_experts, cfg_.num_experts_per_tok, cfg_.n_group, cfg_.topk_group,
                        cfg_.norm_topk_prob, static_cast<float>(cfg_.routed_scaling_factor)};
-  Tensor ids = o.empty_i32({T, rc.top_k});
-  Tensor weights = o.empty({T, rc.top_k});
-  o.moe_route(h, M.router, M.correction_bias, rc, ids, weights);
-  o.moe_experts(h, M.experts, ids, weights, out, M.shared ? &*M.shared : nullptr);
+  o.moe(h, M.router, M.correction_bias, rc, M.experts, M.shared ? &*M.shared : nullptr, out);
 }
 
 Tensor DeepseekV3Model::forward(const StepBatch& batch, KvCache& cache) {

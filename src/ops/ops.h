@@ -173,6 +173,16 @@ class Ops {
   virtual void moe_experts(const core::Tensor& x, const std::vector<ExpertWeights>& experts,
                            const core::Tensor& ids, const core::Tensor& weights, core::Tensor& out,
                            const ExpertWeights* shared = nullptr) = 0;
+  // A whole MoE block: moe_route, then moe_experts into out (ids and weights are temporaries). A
+  // backend may run the shared expert beside the routing, which it does not depend on. The result
+  // must equal the two ops in sequence.
+  virtual void moe(const core::Tensor& x, const LinearWeight& router, const core::Tensor& bias,
+                   const RouterConfig& cfg, const std::vector<ExpertWeights>& experts,
+                   const ExpertWeights* shared, core::Tensor& out) {
+    core::Tensor ids = empty_i32({x.dim(0), cfg.top_k}), weights = empty({x.dim(0), cfg.top_k});
+    moe_route(x, router, bias, cfg, ids, weights);
+    moe_experts(x, experts, ids, weights, out, shared);
+  }
   // y = down(silu(x · gateᵀ) * (x · upᵀ)): a dense MLP from the ops above.
   void mlp(const core::Tensor& x, const ExpertWeights& m, core::Tensor& y) {
     const int64_t T = x.dim(0), inter = m.gate.out;

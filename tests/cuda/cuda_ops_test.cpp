@@ -617,6 +617,64 @@ TEST_F(CudaOpsTest, MoeExpertsGroupedKernelsOverShapes) {
   }
 }
 
+// The whole MoE block (router, routed experts, shared expert): on the grouped path the CUDA backend
+// runs the shared expert on a second stream beside the router and adds it in the combine. Checked
+// against the CPU's route + experts, and against the same backend's two ops in sequence (the shared
+// expert folded into the routed kernels), which at <= 4 tokens run the same kernels in the same
+// summation order: those must agree bit for bit.
+TEST_F(CudaOpsTest, MoeBlockWithTheSharedExpertBesideTheRouter) {
+  struct Case {
+    int64_t T, E, K, G, TG, H, I, shared_inter;  // shared_inter != I: the shared expert runs separately
+  };
+  for (const Case c : {Case{1, 24, 6, 1, 1, 512, 256, 256}, Case{3, 24, 6, 4, 2, 512, 256, 256},
+                       Case{16, 40, 8, 1, 1, 256, 512, 512}, Case{40, 16, 4, 1, 1, 512, 96, 96},
+                       Case{2, 24, 6, 1, 1, 512, 256, 128}}) {
+    const std::string label = fmt::format("moe T={} E={} K={} H={} I={} shared {}", c.T, c.E, c.K, c.H, c.I,
+                                          c.shared_inter);
+    std::vector<HostWeight> keep;
+    std::vector<ops::ExpertWeights> ec, eg;
+    auto add_expert = [&](int64_t inter, std::vector<ops::ExpertWeights>& cpu_list,
+                          std::vector<ops::ExpertWeights>& gpu_list) {
+      keep.push_back(bf16_weight(inter, c.H));
+      keep.push_back(bf16_weight(inter, c.H));
+      keep.push_back(bf16_weight(c.H, inter));
+      const size_t b = keep.size() - 3;
+      cpu_list.push_back({keep[b].w, keep[b + 1].w, keep[b + 2].w});
+      gpu_list.push_back({gpu_->upload_linear(keep[b].w), gpu_->upload_linear(keep[b + 1].w),
+                          gpu_->upload_linear(keep[b + 2].w)});
+    };
+    for (int64_t e = 0; e < c.E; ++e) add_expert(c.I, ec, eg);
+    std::vector<ops::ExpertWeights> sc, sg;
+    add_expert(c.shared_inter, sc, sg);
+    HostWeight gate = bf16_weight(c.E, c.H, 1.0f);
+    auto bias = random(c.E, 0.05f);
+    for (auto& b : bias) b = std::abs(b);
+    const ops::RouterConfig rc{c.E, c.K, c.G, c.TG, true, 2.5f};
+    auto xv = random(c.T * c.H);
+    Tensor oc = cpu_.empty({c.T, c.H});
+    cpu_.moe(cpu({c.T, c.H}, xv), gate.w, cpu(core::Shape{c.E}, bias), rc, ec, &sc[0], oc);
+    try {
+      const ops::LinearWeight gate_g = gpu_->upload_linear(gate.w);
+      const Tensor bias_g = gpu_->upload_vector(cpu(core::Shape{c.E}, bias));
+      const Tensor x = gpu({c.T, c.H}, xv);
+      Tensor og = gpu_->empty({c.T, c.H});
+      gpu_->moe(x, gate_g, bias_g, rc, eg, &sg[0], og);
+      expect_close(oc, og, 5e-3, label);
+      Tensor ids = gpu_->empty_i32({c.T, c.K}), wts = gpu_->empty({c.T, c.K}), seq = gpu_->empty({c.T, c.H});
+      gpu_->moe_route(x, gate_g, bias_g, rc, ids, wts);
+      gpu_->moe_experts(x, eg, ids, wts, seq, &sg[0]);
+      const std::vector<float> a = gpu_->to_host_f32(og), b = gpu_->to_host_f32(seq);
+      if (c.T <= 4) {
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << label << " element " << i;
+      } else {
+        EXPECT_LE(test::rel_rms(a, b), 1e-3) << label << " against the two ops";
+      }
+    } catch (const core::Error& e) {
+      FAIL() << label << ": " << e.what();  // a device error is sticky: the later cases cannot run
+    }
+  }
+}
+
 // The context split count: one that launch_mla_attend runs as given (it rounds each split up to
 // whole tiles of 64 positions for the wgmma kernel, 32 for the others, so some counts would run as
 // fewer splits), at least two tiles a split, and never more than the combine kernel takes.

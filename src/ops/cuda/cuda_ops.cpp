@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -87,6 +88,11 @@ class CudaOps final : public Ops {
       cublasLtMatmulDescDestroy(p.op);
     }
     cublasLtDestroy(lt_);
+    if (side_stream_ != nullptr) {
+      cudaEventDestroy(fork_);
+      cudaEventDestroy(join_);
+      cudaStreamDestroy(side_stream_);
+    }
   }
 
   std::string name() const override { return "cuda"; }
@@ -460,48 +466,93 @@ class CudaOps final : public Ops {
   // compute-bound: per-expert cuBLASLt GEMMs, for which the routing is read back to size them.
   void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts, const Tensor& ids,
                    const Tensor& weights, Tensor& out, const ExpertWeights* shared) override {
-    const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size());
+    const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
     if (E == 0 || T == 0) {
       TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_));
       if (shared && T > 0) add_shared_expert(x, *shared, out);
       return;
     }
-    const int64_t inter = experts[0].gate.out;
-    auto routed_shape = [&](const ExpertWeights& e) {
-      return e.gate.out == inter && e.up.out == inter && e.down.in == inter && e.gate.in == H && e.down.out == H;
-    };
-    const bool uniform = std::all_of(experts.begin(), experts.end(), routed_shape);
-    const bool grouped = forced_.moe != "per-expert" && uniform && moe_grouped_supported(H, inter, E) &&
-                         (forced_.moe == "grouped" || T <= kGroupedMoeMaxTokens);
-    TESSERA_CHECK(grouped || forced_.moe != "grouped",
-                  "MoE kernel 'grouped' was forced but hidden {} / moe_intermediate {} / {} experts is not a "
-                  "supported shape", H, inter, E);
-    if (!grouped) {
+    if (!moe_grouped_applies(x, experts)) {
       moe_experts_per_expert(x, experts, ids, weights, out);
       if (shared) add_shared_expert(x, *shared, out);
       return;
     }
     // The shared expert rides along as expert E in a last slot of weight 1 when it has the routed
     // experts' shape (one shared expert): its weights are read in the same kernels.
-    const bool fold = shared != nullptr && routed_shape(*shared) && moe_grouped_supported(H, inter, E + 1);
+    const bool fold = shared != nullptr && shared_expert_groups_with(x, experts, *shared);
     const ExpertTable& table = expert_table(experts, fold ? shared : nullptr);
     const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(ids.dim(1)),
                          fold ? static_cast<int>(E) : -1};
-    const int64_t EE = fold ? E + 1 : E, P = T * slots.per_token();
-    Tensor xb = alloc(DType::kBF16, {T, H});
-    Tensor meta = alloc(DType::kI32, {2 * EE + 2 + P});
-    Tensor act = alloc(DType::kBF16, {P, inter});
-    Tensor y = alloc(DType::kF32, {P, H});
-    const int64_t splits = moe_grouped_gate_up_splits(T, P, H, inter);
-    Tensor part = alloc(DType::kF32, {2 * splits * P * inter});
-    int32_t* m = ptr<int32_t>(meta);
-    MoeGroupedScratch scratch{ptr<__nv_bfloat16>(xb), m, m + EE + 1, m + 2 * EE + 1, m + 2 * EE + 2,
-                              ptr<__nv_bfloat16>(act), ptr<float>(y), ptr<float>(part)};
-    launch_moe_grouped(ptr<float>(x), T, H, slots, EE, table.gate, table.up, table.down, inter, scratch,
-                       ptr<float>(out), stream_);
+    const GroupedExperts run = grouped_experts(x, slots, fold ? E + 1 : E, table, 0, experts[0].gate.out, stream_);
+    launch_moe_combine(run.y, T, x.dim(1), slots, fold ? E + 1 : E, nullptr, ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
     if (shared && !fold) add_shared_expert(x, *shared, out);
   }
+
+  // At batch 1 the router is a chain of short dependent steps that leaves most of the memory
+  // bandwidth idle for ~20 µs. The shared expert needs only x, so on the grouped path it runs on a
+  // second stream from the start of the block, beside the router and the routed experts' sorting,
+  // and the combine adds its output last (the order moe_experts adds it in, so the sum is the same).
+  // TESSERA_SHARED_EXPERT_STREAM=0 keeps it in the routed kernels' launch (for A/B measurements).
+  void moe(const Tensor& x, const LinearWeight& router, const Tensor& bias, const RouterConfig& cfg,
+           const std::vector<ExpertWeights>& experts, const ExpertWeights* shared, Tensor& out) override {
+    const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
+    if (!shared || T == 0 || E == 0 || !shared_expert_stream_enabled() || !moe_grouped_applies(x, experts) ||
+        !shared_expert_groups_with(x, experts, *shared)) {
+      Ops::moe(x, router, bias, cfg, experts, shared, out);
+      return;
+    }
+    const ExpertTable& table = expert_table(experts, shared);
+    const int64_t inter = experts[0].gate.out;
+    cudaStream_t side = side_stream();
+    TESSERA_CUDA_CHECK(cudaEventRecord(fork_, stream_));
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(side, fork_, 0));
+    // Expert E of the table alone, one slot a token: scratch.y is the shared expert's [T, H] output.
+    const MoeSlots shared_slots{nullptr, nullptr, 0, 0};
+    const GroupedExperts shared_run = grouped_experts(x, shared_slots, 1, table, E, inter, side);
+    TESSERA_CUDA_CHECK(cudaEventRecord(join_, side));
+    Tensor ids = alloc(DType::kI32, {T, cfg.top_k}), weights = alloc(DType::kF32, {T, cfg.top_k});
+    moe_route(x, router, bias, cfg, ids, weights);
+    const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(cfg.top_k), -1};
+    const GroupedExperts run = grouped_experts(x, slots, E, table, 0, inter, stream_);
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
+    launch_moe_combine(run.y, T, x.dim(1), slots, E, shared_run.y, ptr<float>(out), stream_);
+    TESSERA_CUDA_CHECK_LAUNCH();
+    // shared_run's buffers go back to the pool here: later work on stream_ is ordered after join_.
+  }
+
+  // Whether the grouped kernels take these routed experts for a step of x's tokens (uniform shapes
+  // they support; a forced choice wins, and forcing them on a shape they cannot take is an error).
+  bool moe_grouped_applies(const Tensor& x, const std::vector<ExpertWeights>& experts) const {
+    const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size()), inter = experts[0].gate.out;
+    const bool uniform = std::all_of(experts.begin(), experts.end(),
+                                     [&](const ExpertWeights& e) { return has_routed_shape(e, H, inter); });
+    const bool grouped = forced_.moe != "per-expert" && uniform && moe_grouped_supported(H, inter, E) &&
+                         (forced_.moe == "grouped" || T <= kGroupedMoeMaxTokens);
+    TESSERA_CHECK(grouped || forced_.moe != "grouped",
+                  "MoE kernel 'grouped' was forced but hidden {} / moe_intermediate {} / {} experts is not a "
+                  "supported shape", H, inter, E);
+    return grouped;
+  }
+  static bool has_routed_shape(const ExpertWeights& e, int64_t hidden, int64_t inter) {
+    return e.gate.out == inter && e.up.out == inter && e.down.in == inter && e.gate.in == hidden &&
+           e.down.out == hidden;
+  }
+  // Whether the shared expert can run in the grouped kernels as one more expert of the table.
+  static bool shared_expert_groups_with(const Tensor& x, const std::vector<ExpertWeights>& experts,
+                                        const ExpertWeights& shared) {
+    const int64_t H = x.dim(1), inter = experts[0].gate.out;
+    return has_routed_shape(shared, H, inter) &&
+           moe_grouped_supported(H, inter, static_cast<int64_t>(experts.size()) + 1);
+  }
+  static bool shared_expert_stream_enabled() {
+    static const bool enabled = [] {
+      const char* env = std::getenv("TESSERA_SHARED_EXPERT_STREAM");
+      return env == nullptr || std::string_view(env) != "0";
+    }();
+    return enabled;
+  }
+
 
   void add_shared_expert(const Tensor& x, const ExpertWeights& shared, Tensor& out) {
     Tensor y = alloc(DType::kF32, {x.dim(0), x.dim(1)});
@@ -617,6 +668,41 @@ class CudaOps final : public Ops {
     auto& slot = expert_tables_[key];
     slot = {std::move(host), std::move(t)};
     return slot.second;
+  }
+
+  // The buffers of one launch_moe_grouped_experts call, held until the work that reads them is queued.
+  struct GroupedExperts {
+    Tensor xb, meta, act, y_rows, part;
+    float* y = nullptr;  // y_rows' data: [pairs, hidden]
+  };
+  // The pairs of `slots` through experts [first, first + experts) of `table`, on `stream`.
+  GroupedExperts grouped_experts(const Tensor& x, const MoeSlots& slots, int64_t experts, const ExpertTable& table,
+                                 int64_t first, int64_t inter, cudaStream_t stream) {
+    const int64_t T = x.dim(0), H = x.dim(1), P = T * slots.per_token();
+    GroupedExperts r;
+    r.xb = alloc(DType::kBF16, {T, H});
+    r.meta = alloc(DType::kI32, {2 * experts + 2 + P});
+    r.act = alloc(DType::kBF16, {P, inter});
+    r.y_rows = alloc(DType::kF32, {P, H});
+    r.part = alloc(DType::kF32, {2 * moe_grouped_gate_up_splits(T, P, H, inter) * P * inter});
+    int32_t* m = ptr<int32_t>(r.meta);
+    const MoeGroupedScratch scratch{ptr<__nv_bfloat16>(r.xb), m, m + experts + 1, m + 2 * experts + 1,
+                                    m + 2 * experts + 2, ptr<__nv_bfloat16>(r.act), ptr<float>(r.y_rows),
+                                    ptr<float>(r.part)};
+    launch_moe_grouped_experts(ptr<float>(x), T, H, slots, experts, table.gate + first, table.up + first,
+                               table.down + first, inter, scratch, stream);
+    TESSERA_CUDA_CHECK_LAUNCH();
+    r.y = ptr<float>(r.y_rows);
+    return r;
+  }
+
+  cudaStream_t side_stream() {
+    if (side_stream_ == nullptr) {
+      TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+      TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+      TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+    }
+    return side_stream_;
   }
 
   struct StepMeta {
@@ -779,6 +865,10 @@ class CudaOps final : public Ops {
   int64_t smem_optin_ = 0;   // shared memory a block may opt in to
   mutable std::optional<std::pair<std::tuple<int64_t, int64_t, int64_t>, std::string>> wgmma_problem_;
   cudaStream_t stream_ = nullptr;  // the legacy default stream: every op is ordered
+  // A second stream for work an op runs beside its main chain (the shared expert), forked from and
+  // joined back into stream_ with the two events before the op returns.
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   Tensor workspace_;
   Tensor router_done_blocks_;  // launch_router_fused's counter (0 between calls)
 };

@@ -186,13 +186,18 @@ struct MoeGroupedScratch {
 int64_t moe_grouped_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter);
 // Shapes the grouped kernels take (16-byte loads over 32-wide K chunks; one block sorts the pairs).
 bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts);
-// out[t] = Σ_k weights[t, k] · Expert_{ids[t, k]}(x[t]) over the step's slots with no host round
-// trip: x [tokens, hidden] fp32 (rounded to bf16 into scratch.xb); gate_w/up_w [experts] → [inter, hidden], down_w [experts] → [hidden, inter] (device arrays
-// of device pointers, bf16).
-void launch_moe_grouped(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
-                        const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w,
-                        const __nv_bfloat16* const* down_w, int64_t inter, const MoeGroupedScratch& scratch,
-                        float* out, cudaStream_t s);
+// scratch.y[p] = Expert_{id(p)}(x[token of p]) for every pair p of the step's slots, with no host
+// round trip: x [tokens, hidden] fp32 (rounded to bf16 into scratch.xb); gate_w/up_w [experts] →
+// [inter, hidden], down_w [experts] → [hidden, inter] (device arrays of device pointers, bf16).
+// With one slot per token (top_k 0, extra_id 0) scratch.y is [tokens, hidden]: one expert's output.
+void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
+                                int64_t experts, const __nv_bfloat16* const* gate_w,
+                                const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
+                                const MoeGroupedScratch& scratch, cudaStream_t s);
+// out[t] = Σ_k weights[t, k] · y[pair (t, k)] in slot order, then + add[t] when add is given
+// (y: scratch.y of launch_moe_grouped_experts; add [tokens, hidden] or null).
+void launch_moe_combine(const float* y, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
+                        const float* add, float* out, cudaStream_t s);
 
 // --- gemv.cu ---
 // Steps of at most this many tokens run dense projections as matrix-vector kernels.

@@ -193,17 +193,19 @@ __global__ void gate_up_finish_kernel(const float* __restrict__ gate, const floa
   act[i] = __float2bfloat16_rn(gv / (1.0f + __expf(-gv)) * uv);
 }
 
-// out[t, n] = Σ_k w[t, k] · y[t·K + k, n], slots in order; pairs with an invalid id add nothing.
-// Every slot's id, weight and y are loaded before any is used (up to kCombineSlots slots at once; a
-// loop that loaded them one slot at a time waited for each, ~18 memory latencies at 9 slots).
+// out[t, n] = Σ_k w[t, k] · y[t·K + k, n] (+ add[t, n] last, when given), slots in order; pairs
+// with an invalid id add nothing. Every slot's id, weight and y are loaded before any is used (up
+// to kCombineSlots slots at once; a loop that loaded them one slot at a time waited for each, ~18
+// memory latencies at 9 slots).
 constexpr int kCombineSlots = 16;
 __global__ void combine_kernel(const float* __restrict__ y, MoeSlots slots, int experts, int hidden,
-                               float* __restrict__ out) {
+                               const float* __restrict__ add, float* __restrict__ out) {
   pdl_wait();  // first: launched with launch_dependent
   const int t = blockIdx.y;
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= hidden) return;
   const int K = slots.per_token();
+  const float added = add ? add[static_cast<int64_t>(t) * hidden + n] : 0.0f;
   float acc = 0.0f;
   for (int k0 = 0; k0 < K; k0 += kCombineSlots) {
     int id[kCombineSlots];
@@ -222,7 +224,7 @@ __global__ void combine_kernel(const float* __restrict__ y, MoeSlots slots, int 
     for (int j = 0; j < kCombineSlots; ++j)
       if (id[j] >= 0 && id[j] < experts) acc += w[j] * v[j];
   }
-  out[static_cast<int64_t>(t) * hidden + n] = acc;
+  out[static_cast<int64_t>(t) * hidden + n] = add ? acc + added : acc;
 }
 
 }  // namespace
@@ -271,10 +273,10 @@ void launch_mma_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, 
 
 }  // namespace
 
-void launch_moe_grouped(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
-                        const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w,
-                        const __nv_bfloat16* const* down_w, int64_t inter, const MoeGroupedScratch& s, float* out,
-                        cudaStream_t stream) {
+void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
+                                int64_t experts, const __nv_bfloat16* const* gate_w,
+                                const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
+                                const MoeGroupedScratch& s, cudaStream_t stream) {
   const int64_t top_k = slots.per_token();
   const int pairs = static_cast<int>(tokens * top_k);
   if (pairs == 0) return;
@@ -298,9 +300,14 @@ void launch_moe_grouped(const float* x, int64_t tokens, int64_t hidden, const Mo
   if (gemv) launch_moe_gemv_gate_up(xb, hidden, top_k, s, expert_slots, gemv_max, gate_w, up_w, inter, stream);
   if (mma) launch_mma_down(hidden, top_k, s, expert_slots, mma_min, down_w, inter, stream);
   if (gemv) launch_moe_gemv_down(hidden, top_k, s, expert_slots, gemv_max, down_w, inter, stream);
+}
+
+void launch_moe_combine(const float* y, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
+                        const float* add, float* out, cudaStream_t stream) {
+  if (tokens == 0) return;
   dim3 c_grid(static_cast<unsigned>((hidden + 255) / 256), static_cast<unsigned>(tokens));
-  launch_dependent(combine_kernel, c_grid, 256, 0, stream, s.y, slots, static_cast<int>(experts),
-                   static_cast<int>(hidden), out);
+  launch_dependent(combine_kernel, c_grid, 256, 0, stream, y, slots, static_cast<int>(experts),
+                   static_cast<int>(hidden), add, out);
 }
 
 }  // namespace tessera::ops::cuda
