@@ -10,8 +10,10 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/kernels.h"
@@ -80,25 +82,31 @@ __device__ __forceinline__ void load_chunks(uint4 (&raw)[kRows][kUnroll], const 
   }
 }
 
-// Block: kWarps / slices groups of kRows rows; the `slices` warps of a group take the K chunks
-// slice, slice + slices, ... and meet in shared memory. blockIdx.y is the batch. Rows [0, n) are
-// the first matrix's, [n, n + n2) the second's (n and n2 multiples of kRows, so a warp's rows are
-// in one matrix). kNorm: x is normalised into shared memory first (norm_weight, norm_eps).
+// A block iteration is kWarps / slices groups of kRows rows; the `slices` warps of a group take
+// the K chunks slice, slice + slices, ... and meet in shared memory. A block runs iterations
+// blockIdx.x, blockIdx.x + gridDim.x, ... (the grid is at most what is resident at once), and
+// issues the next iteration's first weights as soon as it has consumed the current one's last, so
+// that its loads stay in flight across the reduction and the store: a block a row group paid a
+// ramp (launch, first loads, for kNorm the norm) per row group, which held the short projections
+// of a decode step to ~40% of the bandwidth. blockIdx.y is the batch. Rows [0, n) are the first
+// matrix's, [n, n + n2) the second's (n and n2 multiples of kRows, so a warp's rows are in one
+// matrix). kNorm: x is normalised into shared memory first (norm_weight, norm_eps).
 template <int NT, bool kNorm>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slices) {
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slices, int iterations) {
   __shared__ float part[kWarps][kRows][NT];
   __shared__ __align__(16) float x_normed[kNorm ? NT * kGemvNormMaxK : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / slices, slice = warp % slices, groups = kWarps / slices;
   const int64_t b = blockIdx.y;
-  const RowRange rows = rows_at(g, b, (static_cast<int>(blockIdx.x) * groups + group) * kRows);
   const uint64_t policy = l2_evict_first_policy();
-  const __nv_bfloat16* w = rows.w + 8 * lane;
-  const int chunks = rows.valid ? g.k / kChunk : 0, step = slices * kUnroll;
+  const int all_chunks = g.k / kChunk, step = slices * kUnroll;
+  auto rows_of = [&](int it) { return rows_at(g, b, (it * groups + group) * kRows); };
+  int it = static_cast<int>(blockIdx.x);
+  RowRange rows = rows_of(it);
   uint4 raw[kRows][kUnroll];
   // The first weights are in flight before the previous kernel has finished (weights are constant:
   // launch.cuh) and before x is normalised.
-  if (slice < chunks) load_chunks(raw, w, rows.w_row, slice, slices, chunks, policy);
+  if (rows.valid && slice < all_chunks) load_chunks(raw, rows.w + 8 * lane, rows.w_row, slice, slices, all_chunks, policy);
   pdl_wait();  // launched with launch_dependent: x is the previous kernel's output
   const float* x = g.x + b * g.x_batch + 8 * lane;
   int64_t x_row = g.x_row;
@@ -144,47 +152,57 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slice
     x = x_normed + 8 * lane;
     x_row = g.k;
   }
-  float acc[kRows][NT];
+  for (; it < iterations; it += static_cast<int>(gridDim.x)) {
+    const int chunks = rows.valid ? all_chunks : 0;
+    const int next_it = it + static_cast<int>(gridDim.x);
+    const RowRange next = next_it < iterations ? rows_of(next_it) : RowRange{nullptr, 0, nullptr, 0, 0, false};
+    float acc[kRows][NT];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
+    for (int r = 0; r < kRows; ++r)
 #pragma unroll
-    for (int j = 0; j < NT; ++j) acc[r][j] = 0.0f;
-  for (int c0 = slice; c0 < chunks; c0 += step) {
+      for (int j = 0; j < NT; ++j) acc[r][j] = 0.0f;
+    for (int c0 = slice; c0 < chunks; c0 += step) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * slices;
-      if (c >= chunks) break;
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * slices;
+        if (c >= chunks) break;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float wf[8];
-        unpack8(raw[r][u], wf);
+        for (int r = 0; r < kRows; ++r) {
+          float wf[8];
+          unpack8(raw[r][u], wf);
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
-          if (j < g.tokens) fma8(acc[r][j], wf, x + j * x_row + static_cast<int64_t>(c) * kChunk);
+          for (int j = 0; j < NT; ++j)
+            if (j < g.tokens) fma8(acc[r][j], wf, x + j * x_row + static_cast<int64_t>(c) * kChunk);
+        }
+      }
+      if (c0 + step < chunks) load_chunks(raw, rows.w + 8 * lane, rows.w_row, c0 + step, slices, chunks, policy);
+    }
+    // The next iteration's first weights, in flight during this one's reduction and store.
+    if (next.valid && slice < all_chunks)
+      load_chunks(raw, next.w + 8 * lane, next.w_row, slice, slices, all_chunks, policy);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        float v = acc[r][j];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) part[warp][r][j] = v;
+      }
+    __syncthreads();
+    // Thread (group, r, j) sums its slices in order.
+    const int t = threadIdx.x;
+    if (t < groups * kRows * NT) {
+      const int gi = t / (kRows * NT), r = (t / NT) % kRows, j = t % NT;
+      const RowRange out_rows = rows_at(g, b, (it * groups + gi) * kRows);
+      if (out_rows.valid && j < g.tokens) {
+        float v = 0.0f;
+        for (int s = 0; s < slices; ++s) v += part[gi * slices + s][r][j];
+        out_rows.out[j * out_rows.out_row + out_rows.n0 + r] = v;
       }
     }
-    if (c0 + step < chunks) load_chunks(raw, w, rows.w_row, c0 + step, slices, chunks, policy);
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      float v = acc[r][j];
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-      if (lane == 0) part[warp][r][j] = v;
-    }
-  __syncthreads();
-  // Thread (group, r, j) sums its slices in order.
-  const int t = threadIdx.x;
-  if (t < groups * kRows * NT) {
-    const int gi = t / (kRows * NT), r = (t / NT) % kRows, j = t % NT;
-    const RowRange out_rows = rows_at(g, b, (static_cast<int>(blockIdx.x) * groups + gi) * kRows);
-    if (out_rows.valid && j < g.tokens) {
-      float v = 0.0f;
-      for (int s = 0; s < slices; ++s) v += part[gi * slices + s][r][j];
-      out_rows.out[j * out_rows.out_row + out_rows.n0 + r] = v;
-    }
+    __syncthreads();  // part is rewritten by the next iteration
+    rows = next;
   }
 }
 
@@ -266,7 +284,7 @@ bool gemv_transposed_applies(int64_t tokens, int64_t n_cols) {
 namespace {
 
 // The kernel instance for these arguments.
-using GemvKernel = void (*)(GemvArgs, int);
+using GemvKernel = void (*)(GemvArgs, int, int);
 GemvKernel gemv_instance(const GemvArgs& g) {
   static_assert(kGemvMaxTokens <= 2, "instantiate gemv_kernel for more tokens");
   const bool norm = g.norm_weight != nullptr;
@@ -317,10 +335,20 @@ void launch_gemv(const GemvArgs& g, int64_t batch, int num_sms, cudaStream_t s, 
   if (slices <= 0) slices = gemv_slices(g, batch, num_sms);
   const int64_t rows = gemv_rows(g);
   const int groups = kWarps / slices;
-  dim3 grid(static_cast<unsigned>((rows / kRows + groups - 1) / groups), static_cast<unsigned>(batch));
   GemvArgs a = g;
   if (!a.w2) a.n2 = 0;
-  launch_dependent(gemv_instance(a), grid, kWarps * 32, 0, s, a, slices);
+  const GemvKernel kernel = gemv_instance(a);
+  const int64_t iterations = (rows / kRows + groups - 1) / groups;
+  // As many blocks as are resident at once (over the batch), each looping over its iterations.
+  // TESSERA_GEMV_LOOP=0: a block an iteration (for A/B measurements).
+  static const bool loop = [] {
+    const char* env = std::getenv("TESSERA_GEMV_LOOP");
+    return env == nullptr || std::string_view(env) != "0";
+  }();
+  const int64_t resident = static_cast<int64_t>(resident_blocks_per_sm(kernel)) * num_sms;
+  const int64_t blocks = loop ? std::min(iterations, std::max<int64_t>(1, resident / batch)) : iterations;
+  dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(batch));
+  launch_dependent(kernel, grid, kWarps * 32, 0, s, a, slices, static_cast<int>(iterations));
 }
 
 void launch_gemv_transposed(const GemvArgs& g, int64_t batch, cudaStream_t s) {
