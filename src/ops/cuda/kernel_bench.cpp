@@ -290,18 +290,22 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
     r.bytes = 2.0 * T * H * 4 + H * 4;
     report(r);
   }
-  // Router logits: 384 experts x 7168, decode batches 1 and 128.
-  for (int64_t T : {int64_t{1}, int64_t{128}}) {
-    const std::string name = fmt::format("router_logits t{} e384 h7168", T);
+  // The decode router (Kimi-K2.5: 384 experts x 7168, top 8, one group): logits and the top-k
+  // selection in one launch (launch_router_fused), at 1 and at its largest step, 8 tokens.
+  for (int64_t T : {int64_t{1}, kRouterKernelMaxTokens}) {
+    const std::string name = fmt::format("router t{} e384 h7168 top8 (logits + select, one launch)", T);
     if (!wanted(name)) continue;
-    const int64_t E = 384, H = 7168;
-    DeviceMem x(T * H * 4), w(E * H * 2), l(T * E * 4);
+    const int64_t E = 384, H = 7168, K = 8;
+    DeviceMem x(T * H * 4), w(E * H * 2), l(T * E * 4), bias(E * 4), ids(T * K * 4), wts(T * K * 4), done(4);
     fill_random_f32(x.p, T * H, 8);
     fill_random_bf16(w.p, E * H, 9);
+    fill_random_f32(bias.p, E, 10);
+    TESSERA_CUDA_CHECK(cudaMemset(done.p, 0, 4));  // the kernel resets it after each call
     KernelBenchRow r;
     r.name = name;
     r.seconds = time_it(o.iterations, [&] {
-      launch_router_logits(x.as<float>(), T, H, w.as<__nv_bfloat16>(), E, l.as<float>(), 0);
+      launch_router_fused(x.as<float>(), T, H, w.as<__nv_bfloat16>(), E, l.as<float>(), bias.as<float>(), K, 1, 1,
+                          true, 2.827f, ids.as<int32_t>(), wts.as<float>(), static_cast<unsigned*>(done.p), 0);
     });
     r.bytes = double(E) * H * 2 + double(T) * H * 4;
     r.flops = 2.0 * T * E * H;

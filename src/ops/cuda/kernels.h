@@ -134,13 +134,11 @@ void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t 
                      int64_t nope, int64_t v, float* out, cudaStream_t s);
 
 // --- moe.cu ---
-// logits[t, e] = x[t] · W[e] (fp32 accumulate over bf16 weights and fp32 activations).
-// Steps of at most this many tokens compute router logits with launch_router_logits; more go
-// through two bf16 GEMMs over the hi and lo parts of x (fp32 products of the bf16 weights).
+// Router logits[t, e] = x[t] · W[e] (fp32 accumulate over bf16 weights and fp32 activations).
+// Steps of at most this many tokens compute them with launch_router_fused; more go through two
+// bf16 GEMMs over the hi and lo parts of x (fp32 products of the bf16 weights).
 constexpr int64_t kRouterKernelMaxTokens = 8;
-void launch_router_logits(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
-                          float* logits, cudaStream_t s);
-// Both in one launch for steps of at most kRouterKernelMaxTokens tokens: the last block to finish
+// Logits and selection in one launch for steps of at most kRouterKernelMaxTokens tokens: the last block to finish
 // its logits selects. done_blocks: a device counter that is 0 between calls (the kernel resets it).
 void launch_router_fused(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
                          float* logits, const float* bias, int64_t top_k, int64_t groups, int64_t top_groups,

@@ -102,12 +102,6 @@ __device__ inline void router_logits_block(const float* x, int64_t tokens, int64
   }
 }
 
-__global__ void __launch_bounds__(kSliceWarps* kExpertsPerBlock * 32)
-    router_logits_kernel(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
-                         float* logits) {
-  router_logits_block(x, tokens, hidden, w, experts, logits);  // calls pdl_wait
-}
-
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxGroups = 64;
 
@@ -253,7 +247,7 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
 }
 
 // Logits and selection in one launch for steps of at most kRouterTokens tokens: the blocks compute
-// the logits as router_logits_kernel; the last block to finish (a device counter, reset by it for
+// the logits (router_logits_block); the last block to finish (a device counter, reset by it for
 // the next call) selects, a warp per token. Saves the select kernel's launch and ramp.
 template <int kPerLane, bool kGrouped>
 __global__ void __launch_bounds__(kSliceWarps* kExpertsPerBlock * 32)
@@ -281,15 +275,6 @@ __global__ void __launch_bounds__(kSliceWarps* kExpertsPerBlock * 32)
 }
 
 }  // namespace
-
-void launch_router_logits(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
-                          float* logits, cudaStream_t s) {
-  if (tokens == 0) return;
-  dim3 grid(static_cast<unsigned>((tokens + kRouterTokens - 1) / kRouterTokens),
-            static_cast<unsigned>((experts + kExpertsPerBlock - 1) / kExpertsPerBlock));
-  launch_dependent(router_logits_kernel, grid, kSliceWarps * kExpertsPerBlock * 32, 0, s, x, tokens, hidden, w,
-                   experts, logits);
-}
 
 namespace {
 // Calls run(std::integral_constant<int, kPerLane>) with the smallest instance that holds `experts`.
