@@ -672,6 +672,23 @@ TEST_F(CudaOpsTest, MoeBlockWithTheSharedExpertBesideTheRouter) {
     } catch (const core::Error& e) {
       FAIL() << label << ": " << e.what();  // a device error is sticky: the later cases cannot run
     }
+    if (c.T != 1) continue;
+    // A router config the kernels refuse (33 experts a token) is an error naming the limit, raised
+    // after the shared expert was queued on the second stream; the backend then runs the next
+    // block as before.
+    try {
+      Tensor og = gpu_->empty({c.T, c.H});
+      const ops::RouterConfig bad{c.E, 33, c.G, c.TG, true, 2.5f};
+      gpu_->moe(gpu({c.T, c.H}, xv), gpu_->upload_linear(gate.w), gpu_->upload_vector(cpu(core::Shape{c.E}, bias)),
+                bad, eg, &sg[0], og);
+      ADD_FAILURE() << label << ": 33 experts a token was accepted";
+    } catch (const core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("32 experts per token"), std::string::npos) << e.what();
+    }
+    Tensor again = gpu_->empty({c.T, c.H});
+    gpu_->moe(gpu({c.T, c.H}, xv), gpu_->upload_linear(gate.w), gpu_->upload_vector(cpu(core::Shape{c.E}, bias)), rc,
+              eg, &sg[0], again);
+    expect_close(oc, again, 5e-3, label + " after a refused config");
   }
 }
 

@@ -510,12 +510,22 @@ class CudaOps final : public Ops {
     // Expert E of the table alone, one slot a token: scratch.y is the shared expert's [T, H] output.
     const MoeSlots shared_slots{nullptr, nullptr, 0, 0};
     const GroupedExperts shared_run = grouped_experts(x, shared_slots, 1, table, E, inter, side);
+    // Should anything below throw (a refused router config, an allocation), the second stream must
+    // finish before shared_run's buffers go back to the pool: later work would reuse memory it writes.
+    struct WaitOnUnwind {
+      cudaStream_t stream;
+      bool joined = false;
+      ~WaitOnUnwind() {
+        if (!joined) (void)cudaStreamSynchronize(stream);
+      }
+    } unwind{side};
     TESSERA_CUDA_CHECK(cudaEventRecord(join_, side));
     Tensor ids = alloc(DType::kI32, {T, cfg.top_k}), weights = alloc(DType::kF32, {T, cfg.top_k});
     moe_route(x, router, bias, cfg, ids, weights);
     const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(cfg.top_k), -1};
     const GroupedExperts run = grouped_experts(x, slots, E, table, 0, inter, stream_);
     TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
+    unwind.joined = true;
     launch_moe_combine(run.y, T, x.dim(1), slots, E, shared_run.y, ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
     // shared_run's buffers go back to the pool here: later work on stream_ is ordered after join_.
@@ -552,7 +562,6 @@ class CudaOps final : public Ops {
     }();
     return enabled;
   }
-
 
   void add_shared_expert(const Tensor& x, const ExpertWeights& shared, Tensor& out) {
     Tensor y = alloc(DType::kF32, {x.dim(0), x.dim(1)});
