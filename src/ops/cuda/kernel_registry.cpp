@@ -298,7 +298,8 @@ std::vector<KernelChoice> plan_kernels(const DeviceCaps& caps, const MlaShape& m
     } else {
       add("moe experts", fmt::format("{} (steps <= {} tokens), per-expert cuBLASLt GEMMs (larger)", grouped,
                                      kGroupedMoeMaxTokens),
-          "decode reads each routed expert once with no host round trip; prefill is compute-bound");
+          "decode reads each routed expert once with no host round trip, and a model's shared expert streams on "
+          "a second stream while the router runs; prefill is compute-bound");
     }
   }
   return out;
