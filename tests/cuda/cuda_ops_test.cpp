@@ -106,6 +106,29 @@ class CudaOpsTest : public ::testing::Test {
     gpu_->kv_cache_write(r.kg, gpu({r.T, entry}, lat), r.step);
     return r;
   }
+  // An absorbed-MLA problem over a ragged step's caches: random kv_b (bf16, also on the GPU) and q,
+  // and the CPU's attention output over its cache, the reference every kernel is checked against.
+  struct MlaProblem {
+    HostWeight kv_b;
+    ops::LinearWeight kv_b_gpu;
+    std::vector<float> q;
+    ops::MlaDims dims;
+    Tensor expected;
+  };
+  MlaProblem mla_problem(const RaggedStep& r, int64_t heads, int64_t nope, int64_t rope, int64_t v,
+                         int64_t latent) {
+    MlaProblem m{bf16_weight(heads * (nope + v), latent), {}, random(r.T * heads * (nope + rope)),
+                 ops::MlaDims{heads, nope, rope, v, latent, 0.14f}, cpu_.empty({r.T, heads * v})};
+    m.kv_b_gpu = gpu_->upload_linear(m.kv_b.w);
+    cpu_.mla_attention(cpu({r.T, heads * (nope + rope)}, m.q), r.kc, m.kv_b.w, m.dims, r.step, m.expected);
+    return m;
+  }
+  // The head shapes the MLA tests sweep: Kimi-like (scaled down in heads) with the real latent 512 +
+  // 64, small ones, and 40 heads (a 32-head block and a partial one).
+  static std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>> mla_shapes() {
+    return {{8, 16, 16, 24, 32}, {16, 128, 64, 128, 512}, {8, 128, 64, 128, 512}, {20, 32, 16, 32, 64},
+            {40, 128, 64, 128, 512}};
+  }
   std::mt19937_64 rng_{42};
   ops::cpu::CpuOps cpu_;
   std::unique_ptr<ops::Ops> gpu_;
@@ -278,10 +301,7 @@ TEST_F(CudaOpsTest, MlaPrepareEqualsRopeNormAndCacheWrite) {
 }
 
 TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
-  // Kimi-like head shapes (scaled down in heads) and the real latent width 512 + 64.
-  for (auto [heads, nope, rope, v, latent] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
-           {8, 16, 16, 24, 32}, {16, 128, 64, 128, 512}, {8, 128, 64, 128, 512}, {20, 32, 16, 32, 64},
-           {40, 128, 64, 128, 512}}) {  // 40 heads: a 32-head block and a partial one
+  for (auto [heads, nope, rope, v, latent] : mla_shapes()) {
     const int64_t page = 64, entry = latent + rope;
     // Decode tokens at many context lengths (partial tiles, several tiles, a context long enough to
     // be split), mixed with prefill chunks with and without a cached prefix; then a decode step of
@@ -290,12 +310,8 @@ TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
                              std::vector<Seq>{{70, 1}, {1500, 1}, {4000, 1}}}) {
       RaggedStep r = ragged_step(seqs, page, entry, io::KvCacheDtype::kF32, io::KvCacheDtype::kBF16);
       auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
-      HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
-      auto kv_b_g = gpu_->upload_linear(kv_b.w);
-      auto qv = random(T * heads * (nope + rope));
-      ops::MlaDims dims{heads, nope, rope, v, latent, 0.14f};
-      Tensor oc = cpu_.empty({T, heads * v});
-      cpu_.mla_attention(cpu({T, heads * (nope + rope)}, qv), kc, kv_b.w, dims, step, oc);
+      const MlaProblem m = mla_problem(r, heads, nope, rope, v, latent);
+      const auto& [kv_b, kv_b_g, qv, dims, oc] = m;
       // The fp32 CUDA-core kernel differs from the CPU only in summation order; the tensor-core
       // kernel also rounds the (absorbed, scaled) query and the probabilities to bf16 (~2^-9 each).
       for (const auto& [kernel, tol] :
@@ -329,11 +345,8 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
                                    {64, 1}, {3, 40},   {65, 1},  {191, 1},  {31, 1}};
     RaggedStep r = ragged_step(seqs, page, entry, io::KvCacheDtype::kF32, io::KvCacheDtype::kBF16);
     auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
-    HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
-    auto qv = random(T * heads * (nope + rope));
-    ops::MlaDims dims{heads, nope, rope, v, latent, 0.14f};
-    Tensor oc = cpu_.empty({T, heads * v});
-    cpu_.mla_attention(cpu({T, heads * (nope + rope)}, qv), kc, kv_b.w, dims, step, oc);
+    const MlaProblem m = mla_problem(r, heads, nope, rope, v, latent);  // (kv_b is uploaded per backend below)
+    const auto& [kv_b, kv_b_gpu, qv, dims, oc] = m;
     const auto ref = cpu_.to_host_f32(oc);
     // Forced and chosen by the registry (auto picks wgmma for these decode rows on Hopper).
     for (const std::string kernels : {"mla=wgmma", ""}) {
@@ -415,9 +428,7 @@ TEST_F(CudaOpsTest, Fp8KvCacheWriteGivesTheCpusBytes) {
 // dequantized values are exact on both sides; the tensor-core kernels round q and p to bf16 as with
 // a bf16 cache). The heads-as-M kernel reads bf16 only: forcing it is an error naming both.
 TEST_F(CudaOpsTest, MlaAttentionFp8CacheMatchesTheCpuFp8Cache) {
-  for (auto [heads, nope, rope, v, latent] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
-           {8, 16, 16, 24, 32}, {16, 128, 64, 128, 512}, {8, 128, 64, 128, 512}, {20, 32, 16, 32, 64},
-           {40, 128, 64, 128, 512}}) {
+  for (auto [heads, nope, rope, v, latent] : mla_shapes()) {
     const int64_t page = 64, entry = latent + rope;
     const float scale = 0.37f;  // not a power of two: the scale must be applied, not just the bytes
     const std::vector<Seq> seqs = {{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {1500, 1}, {31, 1}};
@@ -425,12 +436,8 @@ TEST_F(CudaOpsTest, MlaAttentionFp8CacheMatchesTheCpuFp8Cache) {
     auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
     ASSERT_EQ(ops::cuda::device_bytes(cache_g), std::vector<uint8_t>(cache_c.data<uint8_t>(),
                                                                      cache_c.data<uint8_t>() + cache_c.nbytes()));
-    HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
-    auto kv_b_g = gpu_->upload_linear(kv_b.w);
-    auto qv = random(T * heads * (nope + rope));
-    ops::MlaDims dims{heads, nope, rope, v, latent, 0.14f};
-    Tensor oc = cpu_.empty({T, heads * v});
-    cpu_.mla_attention(cpu({T, heads * (nope + rope)}, qv), kc, kv_b.w, dims, step, oc);
+    const MlaProblem m = mla_problem(r, heads, nope, rope, v, latent);
+    const auto& [kv_b, kv_b_g, qv, dims, oc] = m;
     // "auto": prefill rows through the prefill path (fp8 gathered to bf16, split precision), decode
     // rows through the KV-major kernel where it has an instance, else the fp32 kernel.
     for (const auto& [kernel, tol] :
