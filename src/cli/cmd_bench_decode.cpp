@@ -20,6 +20,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_bench.h"
 #include "ops/cuda/kernel_registry.h"
+#include "ops/cuda/kernel_trace.h"
 #endif
 
 namespace tessera::cli {
@@ -34,6 +35,7 @@ struct DecodeArgs {
   std::string device = "cuda";
   std::string kernels;
   std::string kv_cache_dtype = "auto";  // auto: the backend's default
+  bool trace = false;                   // one more step per batch size, its kernels on the device clock
 };
 
 using Clock = std::chrono::steady_clock;
@@ -52,6 +54,42 @@ core::Tensor host_random_bf16(core::Shape shape, float scale, uint64_t seed) {
   for (auto& v : *data) v = core::f32_to_bf16(u(rng));
   return core::Tensor::adopt(core::DType::kBF16, std::move(shape), data->data(), core::Device::kCpu, data);
 }
+
+#ifdef TESSERA_HAVE_CUDA
+// One step's kernels as the GPU ran them: start and end from the step's first kernel, and what each
+// added to the step: how far its end moved the latest end so far (kernels that overlap earlier ones,
+// under programmatic dependent launch or on the second stream, add only what sticks out).
+void print_kernel_trace(const std::vector<ops::cuda::KernelSpan>& spans, int64_t batch) {
+  if (spans.empty()) return;
+  const uint64_t t0 = spans.front().start_ns;
+  fmt::print("\nkernels of one step at batch {} (device clock, µs from the first kernel's start; adds = how far the "
+             "kernel's end moved the latest end before it):\n",
+             batch);
+  fmt::print("{:>9} {:>9} {:>8} {:>8} {:>7}  {}\n", "start", "end", "length", "adds", "stream", "kernel");
+  // Frontier in end order, reported in start order.
+  std::vector<size_t> by_end(spans.size());
+  for (size_t i = 0; i < spans.size(); ++i) by_end[i] = i;
+  std::sort(by_end.begin(), by_end.end(), [&](size_t a, size_t b) { return spans[a].end_ns < spans[b].end_ns; });
+  std::vector<double> adds(spans.size(), 0.0);
+  uint64_t frontier = t0, busy = 0, busy_end = t0;
+  for (size_t i : by_end) {
+    adds[i] = spans[i].end_ns > frontier ? static_cast<double>(spans[i].end_ns - std::max(frontier, spans[i].start_ns)) : 0.0;
+    frontier = std::max(frontier, spans[i].end_ns);
+  }
+  for (const auto& k : spans) {  // the union of the intervals, in start order
+    if (k.end_ns <= busy_end) continue;
+    busy += k.end_ns - std::max(busy_end, k.start_ns);
+    busy_end = k.end_ns;
+  }
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const auto& k = spans[i];
+    fmt::print("{:>9.1f} {:>9.1f} {:>8.1f} {:>8.1f} {:>7}  {}\n", (k.start_ns - t0) / 1e3, (k.end_ns - t0) / 1e3,
+               (k.end_ns - k.start_ns) / 1e3, adds[i] / 1e3, k.stream, k.name.substr(0, 90));
+  }
+  fmt::print("step span {:.1f} µs: kernels running {:.1f} µs, none running {:.1f} µs\n", (frontier - t0) / 1e3,
+             busy / 1e3, (frontier - t0 - busy) / 1e3);
+}
+#endif
 
 double host_copy_bandwidth() {
   const size_t bytes = size_t{256} << 20;
@@ -88,6 +126,8 @@ int64_t layers_that_fit(const std::string& preset, uint64_t free_bytes, int64_t 
 int run(const DecodeArgs& a) {
   TESSERA_CHECK(a.context >= 1, "--context {}: at least one cached token", a.context);
   TESSERA_CHECK(a.steps >= 1, "--steps {}: at least one timed step", a.steps);
+  TESSERA_CHECK(!a.trace || a.device == "cuda", "--trace records CUDA kernels: it needs --device cuda (got {})",
+                a.device);
   for (int64_t b : a.batches) TESSERA_CHECK(b >= 1, "--batch {}: at least one sequence", b);
   const int64_t max_batch = *std::max_element(a.batches.begin(), a.batches.end());
   (void)model::synthetic_config(a.preset, 1);  // validates the preset name first
@@ -141,19 +181,24 @@ int run(const DecodeArgs& a) {
   // copying the logits, which device-side sampling does not need.
   core::Tensor flag = o.empty_i32({1});
   auto wait = [&] { (void)o.to_host_i32(flag); };
+  // Step s of a batch: every sequence's next token at position context + s.
+  auto make_step = [&](int64_t batch, int s) {
+    model::StepBatch step;
+    for (int64_t i = 0; i < batch; ++i) {
+      model::SequenceStep seq;
+      seq.start_pos = a.context + s;
+      seq.num_tokens = 1;
+      for (int64_t p = 0; p < model::pages_for_tokens(seq.start_pos + 1); ++p)
+        seq.block_table.push_back(static_cast<int32_t>(i * pages_per_seq + p));
+      step.seqs.push_back(std::move(seq));
+      step.token_ids.push_back(token(rng));
+    }
+    return step;
+  };
   for (int64_t batch : a.batches) {
     std::vector<double> step_s, head_s;
     for (int s = 0; s < 2 + a.steps; ++s) {
-      model::StepBatch step;
-      for (int64_t i = 0; i < batch; ++i) {
-        model::SequenceStep seq;
-        seq.start_pos = a.context + s;
-        seq.num_tokens = 1;
-        for (int64_t p = 0; p < model::pages_for_tokens(seq.start_pos + 1); ++p)
-          seq.block_table.push_back(static_cast<int32_t>(i * pages_per_seq + p));
-        step.seqs.push_back(std::move(seq));
-        step.token_ids.push_back(token(rng));
-      }
+      const model::StepBatch step = make_step(batch, s);
       wait();
       const auto t0 = Clock::now();
       core::Tensor logits = m.forward(step, cache);
@@ -182,6 +227,17 @@ int run(const DecodeArgs& a) {
                head * 1e3, layer * 1e6, floor * 1e6, 100.0 * floor / layer, bytes.expected_experts,
                static_cast<double>(batch) / step);
     std::fflush(stdout);
+#ifdef TESSERA_HAVE_CUDA
+    if (a.trace) {
+      // One more step (the cache holds one more position), untimed, its kernels recorded.
+      const model::StepBatch step = make_step(batch, 2 + a.steps);
+      wait();
+      ops::cuda::KernelTrace trace;
+      (void)m.forward(step, cache);
+      print_kernel_trace(trace.stop(), batch);
+      fmt::print("\n");
+    }
+#endif
   }
   fmt::print("\nfloor = bytes a layer must read / copy bandwidth: attention weights, router, shared expert, "
              "the expected distinct routed experts E(1-(1-k/E)^batch) and the KV of every sequence; "
@@ -209,6 +265,9 @@ CommandRegistration reg{
        app.add_option("--kernels", a->kernels, "force CUDA kernels, as for serve");
        app.add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV cache element type: auto (the backend's default), fp32, bf16, fp8")
            ->capture_default_str();
+       app.add_flag("--trace", a->trace,
+                    "after each batch size, one more step with its kernels' device start and end times (CUDA: "
+                    "loads the toolkit's CUPTI library)");
        return [a] { return run(*a); };
      },
      "bench"}};

@@ -16,6 +16,7 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_registry.h"
+#include "ops/cuda/kernel_trace.h"
 #include "ops/cuda/kernels.h"
 
 namespace tessera {
@@ -697,6 +698,19 @@ TEST_F(CudaOpsTest, MoeBlockWithTheSharedExpertBesideTheRouter) {
               eg, &sg[0], again);
     expect_close(oc, again, 5e-3, label + " after a refused config");
   }
+}
+
+// The names a kernel trace prints (a pure function: runs without a GPU). The mangled names are the
+// device kernels' own, as CUPTI reports them.
+TEST(KernelTrace, DisplayNamesDropNamespacesAndParameters) {
+  EXPECT_EQ(ops::cuda::kernel_display_name("_ZN7tessera3ops4cuda38_GLOBAL__N__4a7726d9_6_moe_cu_81d1cf6319router_"
+                                           "fused_kernelILi12ELb0EEEvPKfllPK13__nv_bfloat16lPfS5_lllbfPiS9_Pj"),
+            "router_fused_kernel<12, false>");
+  EXPECT_EQ(ops::cuda::kernel_display_name("_ZN7tessera3ops4cuda44_GLOBAL__N__784fee8a_11_moe_gemv_cu_b04550a718expert_"
+                                           "gemv_kernelILb1EEEvPK13__nv_bfloat16iiPKiS8_S8_S8_PKS6_SA_iiPS4_Pf"),
+            "expert_gemv_kernel<true>");
+  EXPECT_EQ(ops::cuda::kernel_display_name("my_kernel"), "my_kernel");
+  EXPECT_EQ(ops::cuda::kernel_display_name(nullptr), "?");
 }
 
 // The context split count: one that launch_mla_attend runs as given (it rounds each split up to
