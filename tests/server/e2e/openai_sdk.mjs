@@ -208,10 +208,12 @@ test('reasoning without budget can eat max_tokens; with a budget the answer keep
 
 test('thinking switch: thinking / enable_thinking reach the template; off means no reasoning', async () => {
   const msgs = [{ role: 'user', content: 'hi' }];
-  const on = await client.chat.completions.create({ model, messages: msgs, max_tokens: 4, chat_template_kwargs: { thinking: true } });
-  const on2 = await client.chat.completions.create({ model, messages: msgs, max_tokens: 4, chat_template_kwargs: { enable_thinking: true } });
-  // Seeded: with random demo weights an unseeded draw can spend the one token left for the answer
-  // on text that decodes to nothing yet (a partial UTF-8 sequence), which made this test flaky.
+  // Seeded, all three: with random demo weights an unseeded draw can end the reasoning early (a
+  // CI run drew the end-of-thinking marker among the first 4 tokens: 3 reasoning tokens), or spend
+  // the one token left for the answer on text that decodes to nothing yet (a partial UTF-8
+  // sequence); both made this test flaky.
+  const on = await client.chat.completions.create({ model, messages: msgs, max_tokens: 4, chat_template_kwargs: { thinking: true }, seed: 5 });
+  const on2 = await client.chat.completions.create({ model, messages: msgs, max_tokens: 4, chat_template_kwargs: { enable_thinking: true }, seed: 5 });
   const off = await client.chat.completions.create({ model, messages: msgs, max_tokens: 4, chat_template_kwargs: { thinking: false }, seed: 5 });
   assert.equal(on.usage.prompt_tokens, on2.usage.prompt_tokens);
   assert.notEqual(on.usage.prompt_tokens, off.usage.prompt_tokens);
