@@ -83,18 +83,24 @@ std::string kernel_display_name(const char* mangled) {
     if (s[i] == '(' && depth == 0 && s.compare(i, 11, "(anonymous ") != 0) params = i;
   }
   if (params != std::string::npos) s.resize(params);
-  for (const std::string prefix : {"void ", "tessera::ops::cuda::", "(anonymous namespace)::"})
-    if (s.rfind(prefix, 0) == 0) s.erase(0, prefix.size());
-  for (const std::string prefix : {"tessera::ops::cuda::", "(anonymous namespace)::"})
-    if (s.rfind(prefix, 0) == 0) s.erase(0, prefix.size());
+  // The return type and the namespaces in front of the name, in whatever order they come.
+  for (bool stripped = true; stripped;) {
+    stripped = false;
+    for (const std::string prefix : {"void ", "tessera::ops::cuda::", "(anonymous namespace)::"})
+      if (s.rfind(prefix, 0) == 0) {
+        s.erase(0, prefix.size());
+        stripped = true;
+      }
+  }
   return s;
 }
 
 namespace {
 
 constexpr size_t kBufferBytes = size_t{8} << 20;
-std::mutex g_mu;
-std::vector<KernelSpan>* g_sink = nullptr;  // the running trace's spans
+std::mutex g_mu;                // guards the two below: CUPTI completes buffers on its own thread
+bool g_recording = false;       // a trace is running
+std::vector<KernelSpan> g_spans;  // its kernels so far
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
@@ -108,12 +114,10 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   while (cupti().next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-    if (g_sink != nullptr) g_sink->push_back({kernel_display_name(k->name), k->streamId, k->start, k->end});
+    if (g_recording) g_spans.push_back({kernel_display_name(k->name), k->streamId, k->start, k->end});
   }
   std::free(buffer);
 }
-
-std::vector<KernelSpan> g_spans;
 
 }  // namespace
 
@@ -121,9 +125,9 @@ KernelTrace::KernelTrace() {
   const Cupti& c = cupti();
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    TESSERA_CHECK(g_sink == nullptr, "kernel trace: one trace at a time");
+    TESSERA_CHECK(!g_recording, "kernel trace: one trace at a time");
     g_spans.clear();
-    g_sink = &g_spans;
+    g_recording = true;
   }
   try {
     check(c.register_callbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
@@ -131,13 +135,12 @@ KernelTrace::KernelTrace() {
     check(c.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable");
   } catch (...) {
     std::lock_guard<std::mutex> lock(g_mu);
-    g_sink = nullptr;
+    g_recording = false;
     throw;
   }
 }
 
 KernelTrace::~KernelTrace() {
-  if (stopped_) return;
   try {
     (void)stop();
   } catch (...) {  // a destructor does not throw; the trace is dropped
@@ -145,17 +148,20 @@ KernelTrace::~KernelTrace() {
 }
 
 std::vector<KernelSpan> KernelTrace::stop() {
+  if (stopped_) return {};
   stopped_ = true;
   (void)cudaDeviceSynchronize();
   const Cupti& c = cupti();
-  check(c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-  check(c.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable");
+  const CUptiResult flushed = c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  const CUptiResult disabled = c.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   std::vector<KernelSpan> spans;
   {
-    std::lock_guard<std::mutex> lock(g_mu);
+    std::lock_guard<std::mutex> lock(g_mu);  // the next trace may start even if this one failed
     spans.swap(g_spans);
-    g_sink = nullptr;
+    g_recording = false;
   }
+  check(flushed, "cuptiActivityFlushAll");
+  check(disabled, "cuptiActivityDisable");
   std::sort(spans.begin(), spans.end(), [](const KernelSpan& a, const KernelSpan& b) { return a.start_ns < b.start_ns; });
   return spans;
 }

@@ -30,7 +30,8 @@ class KernelTrace {
   ~KernelTrace();
   KernelTrace(const KernelTrace&) = delete;
   KernelTrace& operator=(const KernelTrace&) = delete;
-  // Waits for the device, stops recording and returns the kernels ordered by start.
+  // Waits for the device, stops recording and returns the kernels ordered by start (empty when
+  // already stopped).
   std::vector<KernelSpan> stop();
 
  private:
