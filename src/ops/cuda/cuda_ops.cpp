@@ -11,7 +11,6 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -483,8 +482,9 @@ class CudaOps final : public Ops {
     const ExpertTable& table = expert_table(experts, fold ? shared : nullptr);
     const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(ids.dim(1)),
                          fold ? static_cast<int>(E) : -1};
-    const GroupedExperts run = grouped_experts(x, slots, fold ? E + 1 : E, table, 0, experts[0].gate.out, stream_);
-    launch_moe_combine(run.y, T, x.dim(1), slots, fold ? E + 1 : E, nullptr, ptr<float>(out), stream_);
+    const int64_t table_experts = fold ? E + 1 : E;
+    const GroupedExperts run = grouped_experts(x, slots, table_experts, table, 0, experts[0].gate.out, stream_);
+    launch_moe_combine(run.y, T, x.dim(1), slots, table_experts, nullptr, ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
     if (shared && !fold) add_shared_expert(x, *shared, out);
   }
@@ -556,10 +556,7 @@ class CudaOps final : public Ops {
            moe_grouped_supported(H, inter, static_cast<int64_t>(experts.size()) + 1);
   }
   static bool shared_expert_stream_enabled() {
-    static const bool enabled = [] {
-      const char* env = std::getenv("TESSERA_SHARED_EXPERT_STREAM");
-      return env == nullptr || std::string_view(env) != "0";
-    }();
+    static const bool enabled = ab_switch_on("TESSERA_SHARED_EXPERT_STREAM");
     return enabled;
   }
 

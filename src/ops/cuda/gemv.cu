@@ -10,10 +10,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string_view>
 
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/kernels.h"
@@ -104,9 +102,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slice
   int it = static_cast<int>(blockIdx.x);
   RowRange rows = rows_of(it);
   uint4 raw[kRows][kUnroll];
+  // The first batch of a row group's weights, by this warp.
+  auto load_first = [&](const RowRange& r) {
+    if (r.valid && slice < all_chunks) load_chunks(raw, r.w + 8 * lane, r.w_row, slice, slices, all_chunks, policy);
+  };
   // The first weights are in flight before the previous kernel has finished (weights are constant:
   // launch.cuh) and before x is normalised.
-  if (rows.valid && slice < all_chunks) load_chunks(raw, rows.w + 8 * lane, rows.w_row, slice, slices, all_chunks, policy);
+  load_first(rows);
   pdl_wait();  // launched with launch_dependent: x is the previous kernel's output
   const float* x = g.x + b * g.x_batch + 8 * lane;
   int64_t x_row = g.x_row;
@@ -177,9 +179,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slice
       }
       if (c0 + step < chunks) load_chunks(raw, rows.w + 8 * lane, rows.w_row, c0 + step, slices, chunks, policy);
     }
-    // The next iteration's first weights, in flight during this one's reduction and store.
-    if (next.valid && slice < all_chunks)
-      load_chunks(raw, next.w + 8 * lane, next.w_row, slice, slices, all_chunks, policy);
+    load_first(next);  // in flight during this iteration's reduction and store
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -341,10 +341,7 @@ void launch_gemv(const GemvArgs& g, int64_t batch, int num_sms, cudaStream_t s, 
   const int64_t iterations = (rows / kRows + groups - 1) / groups;
   // As many blocks as are resident at once (over the batch), each looping over its iterations.
   // TESSERA_GEMV_LOOP=0: a block an iteration (for A/B measurements).
-  static const bool loop = [] {
-    const char* env = std::getenv("TESSERA_GEMV_LOOP");
-    return env == nullptr || std::string_view(env) != "0";
-  }();
+  static const bool loop = ab_switch_on("TESSERA_GEMV_LOOP");
   const int64_t resident = static_cast<int64_t>(resident_blocks_per_sm(kernel)) * num_sms;
   const int64_t blocks = loop ? std::min(iterations, std::max<int64_t>(1, resident / batch)) : iterations;
   dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(batch));

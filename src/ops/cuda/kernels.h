@@ -133,6 +133,12 @@ int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent,
 void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
                      int64_t nope, int64_t v, float* out, cudaStream_t s);
 
+// --- launch.cpp ---
+// An optimisation's off switch for A/B measurements (TESSERA_PDL, TESSERA_GEMV_LOOP,
+// TESSERA_SHARED_EXPERT_STREAM): on unless the environment variable `name` is "0". Callers read
+// it once.
+bool ab_switch_on(const char* name);
+
 // --- moe.cu ---
 // Router logits[t, e] = x[t] · W[e] (fp32 accumulate over bf16 weights and fp32 activations).
 // Steps of at most this many tokens compute them with launch_router_fused; more go through two

@@ -3,13 +3,19 @@
 
 #include <cuda_runtime.h>
 
+#include "ops/cuda/kernels.h"
+
 namespace tessera::ops::cuda {
+
+bool ab_switch_on(const char* name) {
+  const char* env = std::getenv(name);
+  return env == nullptr || std::string_view(env) != "0";
+}
 
 // Declared in launch.cuh (a CUDA header: its launch template needs nvcc).
 bool pdl_enabled() {
   static const bool enabled = [] {
-    const char* env = std::getenv("TESSERA_PDL");
-    if (env != nullptr && std::string_view(env) == "0") return false;
+    if (!ab_switch_on("TESSERA_PDL")) return false;
     int major = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) {
       (void)cudaGetLastError();
