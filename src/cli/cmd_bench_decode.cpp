@@ -36,6 +36,7 @@ struct DecodeArgs {
   std::string kernels;
   std::string kv_cache_dtype = "auto";  // auto: the backend's default
   bool trace = false;                   // one more step per batch size, its kernels on the device clock
+  bool enforce_eager = false;           // CUDA: no decode-step graphs
 };
 
 using Clock = std::chrono::steady_clock;
@@ -132,7 +133,7 @@ int run(const DecodeArgs& a) {
   const int64_t max_batch = *std::max_element(a.batches.begin(), a.batches.end());
   (void)model::synthetic_config(a.preset, 1);  // validates the preset name first
 
-  std::unique_ptr<ops::Ops> backend = model::make_backend(a.device, a.kernels);
+  std::unique_ptr<ops::Ops> backend = model::make_backend(a.device, a.kernels, a.enforce_eager);
   // No checkpoint, so no hint: an explicit --kv-cache-dtype or the backend's default.
   const io::KvCacheDtype kv_dtype = io::resolve_kv_cache_dtype(a.kv_cache_dtype, {}, backend->supported_kv_dtypes(),
                                                                backend->default_kv_dtype(), backend->name())
@@ -196,6 +197,9 @@ int run(const DecodeArgs& a) {
     return step;
   };
   for (int64_t batch : a.batches) {
+#ifdef TESSERA_HAVE_CUDA
+    const ops::cuda::StepGraphStats graphs_before = ops::cuda::step_graph_stats(o);
+#endif
     std::vector<double> step_s, head_s;
     for (int s = 0; s < 2 + a.steps; ++s) {
       const model::StepBatch step = make_step(batch, s);
@@ -226,6 +230,19 @@ int run(const DecodeArgs& a) {
     fmt::print("{:>6} {:>10.3f} {:>10.3f} {:>11.1f} {:>11.1f} {:>7.0f}% {:>9.1f} {:>12.1f}\n", batch, step * 1e3,
                head * 1e3, layer * 1e6, floor * 1e6, 100.0 * floor / layer, bytes.expected_experts,
                static_cast<double>(batch) / step);
+#ifdef TESSERA_HAVE_CUDA
+    if (a.device == "cuda") {
+      const ops::cuda::StepGraphStats g = ops::cuda::step_graph_stats(o);
+      const int64_t replayed = g.replayed - graphs_before.replayed;
+      fmt::print("       steps as CUDA graphs: {} replayed, {} recorded, {} eager, {} stale{}", replayed,
+                 g.recorded - graphs_before.recorded, g.eager - graphs_before.eager, g.stale - graphs_before.stale,
+                 a.enforce_eager ? " (--enforce-eager)" : "");
+      if (replayed > 0)
+        fmt::print("; a replay's host pass {:.0f} µs",
+                   (g.replay_host_seconds - graphs_before.replay_host_seconds) / static_cast<double>(replayed) * 1e6);
+      fmt::print("\n");
+    }
+#endif
     std::fflush(stdout);
 #ifdef TESSERA_HAVE_CUDA
     if (a.trace) {
@@ -265,6 +282,8 @@ CommandRegistration reg{
        app.add_option("--kernels", a->kernels, "force CUDA kernels, as for serve");
        app.add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV cache element type: auto (the backend's default), fp32, bf16, fp8")
            ->capture_default_str();
+       app.add_flag("--enforce-eager", a->enforce_eager,
+                    "CUDA: launch each step's kernels one by one instead of replaying a CUDA graph");
        app.add_flag("--trace", a->trace,
                     "after each batch size, one more step with its kernels' device start and end times (CUDA: "
                     "loads the toolkit's CUPTI library)");

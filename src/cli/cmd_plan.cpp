@@ -16,6 +16,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #ifdef TESSERA_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_registry.h"
 #endif
 
@@ -35,7 +36,7 @@ int run(const PlanArgs& a) {
   const io::ModelConfig cfg = io::parse_model_config(config_json, (dir / "config.json").string());
   const io::QuantConfig quant = io::load_quant_config(dir, config_json);
   auto ckpt = io::Checkpoint::open(dir);  // headers only: validates every shard, reads no weight
-  std::unique_ptr<ops::Ops> backend = model::make_backend(a.model.device, a.model.kernels);
+  std::unique_ptr<ops::Ops> backend = model::make_backend(a.model.device, a.model.kernels, a.model.enforce_eager);
   const io::KvCacheDtypeResolution kv = io::resolve_kv_cache_dtype(
       a.model.kv_cache_dtype, quant, backend->supported_kv_dtypes(), backend->default_kv_dtype(), backend->name());
   const uint64_t params = cfg.parameter_count();
@@ -97,6 +98,11 @@ int run(const PlanArgs& a) {
       fmt::print("  {:<12} {:<3} {} — {}\n", k.op, k.available ? "ok" : "NO", k.kernel, k.reason);
       ok &= k.available;
     }
+    fmt::print("decode steps {}\n",
+               !ops::cuda::step_graphs_enabled(!a.model.enforce_eager)
+                   ? "kernels launched one by one (--enforce-eager or TESSERA_CUDA_GRAPHS=0)"
+                   : "CUDA graphs: recorded per batch size on its second step, then replayed (--enforce-eager "
+                     "turns them off)");
   }
 #endif
   if (ok) {

@@ -15,6 +15,8 @@ void ModelOptions::add_to(CLI::App& app) {
   app.add_option("--kernels", kernels,
                  "force CUDA kernels: op=kernel[,op=kernel] with mla=auto|wgmma|kv-major|mma|cuda-core, moe=auto|grouped|per-expert "
                  "(default: the registry's choice, or TESSERA_KERNELS)");
+  app.add_flag("--enforce-eager", enforce_eager,
+               "CUDA: launch every decode step's kernels one by one instead of replaying them as a CUDA graph");
   app.add_option("--latent-norm-eps", latent_norm_eps,
                  "epsilon of the q_a/kv_a latent RMSNorms (default: 1e-6, as the transformers reference)");
 }
@@ -24,6 +26,7 @@ model::LoadOptions ModelOptions::load_options() const {
   o.device = device;
   o.kv_cache_dtype = kv_cache_dtype;
   o.kernels = kernels;
+  o.enforce_eager = enforce_eager;
   if (latent_norm_eps >= 0) o.latent_norm_eps = latent_norm_eps;
   return o;
 }

@@ -16,6 +16,7 @@ struct ModelOptions {
   std::string device = "cpu";
   std::string kv_cache_dtype = "auto";
   std::string kernels;
+  bool enforce_eager = false;
   double latent_norm_eps = -1;  // < 0: the reference default
 
   void add_to(CLI::App& app);

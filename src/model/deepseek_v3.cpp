@@ -128,7 +128,15 @@ Tensor DeepseekV3Model::forward(const StepBatch& batch, KvCache& cache) {
     begin += s.num_tokens;
   }
   TESSERA_CHECK(begin == T, "forward: sequences cover {} tokens but the step has {}", begin, T);
+  // A decode-only step issues the same ops for every step of its size: the backend may replay it
+  // (CUDA graphs). Steps with prefill chunks vary in their ops and run as they are (key -1).
+  const bool decode_only = static_cast<int64_t>(batch.seqs.size()) == T;
+  return ops_->graphed_step(decode_only ? T : -1, [&] { return run_step(batch, seqs, logit_rows, cache); });
+}
 
+Tensor DeepseekV3Model::run_step(const StepBatch& batch, std::span<const ops::AttentionSeq> seqs,
+                                 std::span<const int64_t> logit_rows, KvCache& cache) {
+  const int64_t T = static_cast<int64_t>(batch.token_ids.size()), H = cfg_.hidden_size;
   auto& o = *ops_;
   ops::RopeTables rope = rope_tables(batch);
   Tensor x = o.empty({T, H});
@@ -147,6 +155,7 @@ Tensor DeepseekV3Model::forward(const StepBatch& batch, KvCache& cache) {
     } else {
       o.add_inplace(x, y);
     }
+    o.step_boundary();
   }
   Tensor last = o.empty({static_cast<int64_t>(logit_rows.size()), H});
   o.gather_rows(x, logit_rows, last);

@@ -24,6 +24,9 @@ class DeepseekV3Model final : public Model {
   void attention(int64_t layer, const core::Tensor& h, const ops::RopeTables& rope,
                  std::span<const ops::AttentionSeq> seqs, KvCache& cache, core::Tensor& out);
   void feed_forward(int64_t layer, const core::Tensor& h, core::Tensor& out);
+  // The ops of a checked step: embedding, the layers, the final norm and lm_head.
+  core::Tensor run_step(const StepBatch& batch, std::span<const ops::AttentionSeq> seqs,
+                        std::span<const int64_t> logit_rows, KvCache& cache);
   ops::RopeTables rope_tables(const StepBatch& batch);
   // Hands every weight to the backend once (it may move or convert them).
   void upload_weights();

@@ -12,7 +12,7 @@
 
 namespace tessera::model {
 
-std::unique_ptr<ops::Ops> make_backend(const std::string& device, const std::string& kernels) {
+std::unique_ptr<ops::Ops> make_backend(const std::string& device, const std::string& kernels, bool enforce_eager) {
   if (device == "cpu") {
     if (!kernels.empty())
       core::fail("--kernels '{}': kernel choices apply to --device cuda; the cpu backend has one kernel per op",
@@ -21,7 +21,7 @@ std::unique_ptr<ops::Ops> make_backend(const std::string& device, const std::str
   }
   if (device == "cuda") {
 #ifdef TESSERA_HAVE_CUDA
-    auto ops = ops::cuda::make_cuda_ops(kernels);
+    auto ops = ops::cuda::make_cuda_ops(kernels, !enforce_eager);
     spdlog::info("backend: cuda on {}", ops::cuda::device_description());
     return ops;
 #else
@@ -50,7 +50,7 @@ LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& opti
   m.quant = io::load_quant_config(dir, config_json);
   if (m.quant.method != io::QuantConfig::Method::kNone)
     spdlog::info("quantization: {} (from {})", m.quant.method_name(), m.quant.source);
-  std::unique_ptr<ops::Ops> backend = make_backend(options.device, options.kernels);
+  std::unique_ptr<ops::Ops> backend = make_backend(options.device, options.kernels, options.enforce_eager);
   m.kv_cache = io::resolve_kv_cache_dtype(options.kv_cache_dtype, m.quant, backend->supported_kv_dtypes(),
                                           backend->default_kv_dtype(), backend->name());
   spdlog::info("KV cache dtype: {}: {}", io::kv_cache_dtype_name(m.kv_cache.dtype), m.kv_cache.reason);

@@ -35,6 +35,7 @@ struct LoadOptions {
   std::string device = "cpu";           // --device: cpu (the fp32 reference) or cuda
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype
   std::string kernels;                  // --kernels: forced CUDA kernels, "op=kernel,..."
+  bool enforce_eager = false;           // --enforce-eager: no CUDA graphs for decode steps
   std::optional<double> latent_norm_eps;  // override of the q_a/kv_a RMSNorm epsilon
 };
 
@@ -54,9 +55,10 @@ struct LoadedModel {
   }
 };
 
-// The ops backend for --device (cpu or cuda) with --kernels overrides (CUDA only); throws naming
-// the flag when unavailable.
-std::unique_ptr<ops::Ops> make_backend(const std::string& device, const std::string& kernels = "");
+// The ops backend for --device (cpu or cuda) with --kernels overrides (CUDA only) and decode steps as
+// CUDA graphs unless `enforce_eager`; throws naming the flag when unavailable.
+std::unique_ptr<ops::Ops> make_backend(const std::string& device, const std::string& kernels = "",
+                                       bool enforce_eager = false);
 
 // Reads config.json (+ hf_quant_config.json), resolves the KV dtype, opens and validates the
 // checkpoint and builds the model for its architecture on the CPU backend.

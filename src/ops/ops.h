@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -193,6 +194,22 @@ class Ops {
     silu_mul(g, u, act);
     linear(act, m.down, y);
   }
+
+  // Runs `step`, the ops of one whole model step, returning its result (the logits). A backend may
+  // record the step's launches the first times it sees a key >= 0 and replay them afterwards (CUDA
+  // graphs): steps of one key must issue the same ops on tensors of the same shapes, with the same
+  // weights (the model passes the token count of decode-only steps, and -1 for steps not to be
+  // recorded). The backend checks that a replay would launch what was recorded and runs the step as
+  // usual otherwise. The result may live in memory that the next graphed step reuses: read it
+  // before then. Within a step, the backend may keep what it derived from the sequences' metadata.
+  virtual core::Tensor graphed_step(int64_t key, const std::function<core::Tensor()>& step) {
+    (void)key;
+    return step();
+  }
+
+  // A point between two layers of a step given to graphed_step, where nothing of the step runs
+  // beside its main chain: a backend replaying a recorded step may start the work up to here.
+  virtual void step_boundary() {}
 
   // Copies rows `rows` of x into out [rows.size(), cols] (used to pick the positions whose logits
   // are wanted).

@@ -98,7 +98,7 @@ __device__ inline void load_row_f32(const uint8_t* cache, int64_t row, int entry
 template <class CacheT>
 __global__ void attend_kernel(const float* q_full, int heads, int heads_per_block, int latent, int rope,
                               const TokenInfo* info, const int32_t* tables, const CacheT* cache, int page,
-                              float scale, float kv_scale, int chunk, float* o_part, float* ml_part) {
+                              float scale, float kv_scale, float* o_part, float* ml_part) {
   extern __shared__ float smem[];
   const int entry = latent + rope;
   const int row_stride = entry + 1;  // +1 float: lanes reading different rows hit different banks
@@ -110,6 +110,7 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
   const bool active = warp < heads_per_block && h < heads;
   const TokenInfo ti = info[t];
   const int visible = ti.pos + 1;
+  const int chunk = mla_split_chunk(visible, gridDim.x, kTile);
   const int begin = split * chunk, end = min(visible, begin + chunk);
   if (active)
     for (int i = lane; i < entry; i += 32) qs[warp * entry + i] = q_full[(static_cast<int64_t>(t) * heads + h) * entry + i];
@@ -292,7 +293,7 @@ void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t 
                          const __nv_bfloat16* kv_b, int64_t v, int64_t latent, float* q_full, cudaStream_t s) {
   if (tokens == 0) return;
   dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads));
-  absorb_q_kernel<<<grid, 128, nope * sizeof(float), s>>>(q, heads, nope, rope, kv_b, v, latent, q_full);
+  launch_plain(absorb_q_kernel, grid, 128, nope * sizeof(float), s, q, heads, nope, rope, kv_b, v, latent, q_full);
 }
 
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms, MlaKernel kernel) {
@@ -307,12 +308,18 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   const int64_t per_block = wgmma ? 64 : 16, per_sm = wgmma ? 1 : 2, tile = wgmma ? 2 * kTile : kTile;
   const int64_t groups = (heads + per_block - 1) / per_block, slots = per_sm * static_cast<int64_t>(num_sms);
   const int64_t base = std::max<int64_t>(1, tokens * groups);
-  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, max_visible / (2 * tile)));
+  // Decided for a rounded-up context (8193 -> 9216), so that a recorded decode graph, which bakes
+  // the count in, stays valid while the context grows within an eighth of an octave.
+  int64_t octave = 1;  // the largest power of two <= max_visible
+  while (octave * 2 <= max_visible) octave *= 2;
+  const int64_t step = std::max<int64_t>(tile, octave / 8);
+  const int64_t visible = (max_visible + step - 1) / step * step;
+  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, visible / (2 * tile)));
   int64_t best = 1;
   double best_fill = 0;
   for (int64_t s = 1; s <= max_splits; ++s) {
-    const int64_t chunk = ((max_visible + s - 1) / s + tile - 1) / tile * tile;
-    if ((max_visible + chunk - 1) / chunk != s) continue;  // runs as fewer splits
+    const int64_t chunk = mla_split_chunk(static_cast<int>(visible), static_cast<int>(s), static_cast<int>(tile));
+    if ((visible + chunk - 1) / chunk != s) continue;  // runs as fewer splits
     const int64_t blocks = base * s, waves = (blocks + slots - 1) / slots;
     const double fill = static_cast<double>(blocks) / static_cast<double>(waves * slots);
     if (fill >= 0.9) return s;
@@ -329,42 +336,38 @@ template <class CacheT>
 void launch_attend_cuda_core(dim3 grid, int heads_per_block, size_t smem, cudaStream_t s, const float* q_full,
                              int64_t heads, int64_t latent, int64_t rope, const TokenInfo* info,
                              const int32_t* tables, const CacheT* cache, int64_t page, float scale, float kv_scale,
-                             int64_t chunk, float* o_part, float* ml_part) {
+                             float* o_part, float* ml_part) {
   static bool configured = false;
   if (!configured) {
     // 576-wide entries need ~90 KB: above the 48 KB default, within every target's limit (SM120: 99 KB).
     cudaFuncSetAttribute(attend_kernel<CacheT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
     configured = true;
   }
-  attend_kernel<CacheT><<<grid, 32 * heads_per_block, smem, s>>>(
+  launch_plain(attend_kernel<CacheT>, grid, 32 * heads_per_block, smem, s,
       q_full, static_cast<int>(heads), heads_per_block, static_cast<int>(latent), static_cast<int>(rope), info, tables,
-      cache, static_cast<int>(page), scale, kv_scale, static_cast<int>(chunk), o_part, ml_part);
+      cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part);
 }
 }  // namespace
 
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
-                       int64_t page, int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch,
-                       MlaKernel kernel, cudaStream_t s) {
+                       int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
+                       cudaStream_t s) {
   if (tokens == 0) return;
   const int64_t entry = latent + rope;
-  int64_t chunk = (max_visible + splits - 1) / splits;
-  // Whole tiles per split: 32 positions for the mma.sync kernels, 64 for the wgmma kernel.
-  const int64_t tile = kernel == MlaKernel::kWgmma ? 2 * kTile : kTile;
-  chunk = (chunk + tile - 1) / tile * tile;
   float* o_part = scratch;
   float* ml_part = scratch + splits * tokens * heads * latent;
   if (kernel == MlaKernel::kWgmma && !cache.fp8) {
     // (The wgmma kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
     launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages,
-                                     page, splits, chunk, scale, o_part, ml_part, s);
+                                     page, splits, scale, o_part, ml_part, s);
   } else if (kernel == MlaKernel::kKvMajor) {
-    launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, chunk,
-                                        scale, o_part, ml_part, s);
+    launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, scale,
+                                        o_part, ml_part, s);
   } else if (kernel == MlaKernel::kTensorCore && !cache.fp8) {
     // (The heads-as-M kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
     launch_mla_attend_mma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), page, splits,
-                                   chunk, scale, o_part, ml_part, s);
+                                   scale, o_part, ml_part, s);
   } else {
     const int heads_per_block = static_cast<int>(std::min<int64_t>(heads, kMaxHeadsPerBlock));
     const int64_t head_groups = (heads + heads_per_block - 1) / heads_per_block;
@@ -372,10 +375,10 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
     dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(head_groups));
     if (cache.fp8)
       launch_attend_cuda_core(grid, heads_per_block, smem, s, q_full, heads, latent, rope, info, tables, cache.bytes(),
-                              page, scale, cache.scale, chunk, o_part, ml_part);
+                              page, scale, cache.scale, o_part, ml_part);
     else
       launch_attend_cuda_core(grid, heads_per_block, smem, s, q_full, heads, latent, rope, info, tables, cache.bf16(),
-                              page, scale, 1.0f, chunk, o_part, ml_part);
+                              page, scale, 1.0f, o_part, ml_part);
   }
   dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads),
              static_cast<unsigned>((latent + 4 * kCombineCols - 1) / (4 * kCombineCols)));
@@ -392,7 +395,7 @@ void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t 
                      int64_t nope, int64_t v, float* out, cudaStream_t s) {
   if (tokens == 0) return;
   dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads));
-  up_v_kernel<<<grid, 128, 0, s>>>(o_lat, heads, latent, kv_b, nope, v, out);
+  launch_plain(up_v_kernel, grid, 128, 0, s, o_lat, heads, latent, kv_b, nope, v, out);
 }
 
 }  // namespace tessera::ops::cuda

@@ -20,6 +20,7 @@
 
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/kv_fp8.cuh"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_primitives.cuh"
 
 namespace tessera::ops::cuda {
@@ -59,7 +60,7 @@ template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT>
 __global__ void __launch_bounds__(kWarps * 32)
     attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
                            const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page,
-                           float scale, float kv_scale, int chunk, float* __restrict__ o_part,
+                           float scale, float kv_scale, float* __restrict__ o_part,
                            float* __restrict__ ml_part) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride;
@@ -80,6 +81,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int tokens = gridDim.y;
   const TokenInfo ti = info[t];
   const int visible = ti.pos + 1;
+  const int chunk = mla_split_chunk(visible, gridDim.x, kTp);
   const int begin = split * chunk, end = min(visible, begin + chunk);
   const int ntiles = end > begin ? (end - begin + kTp - 1) / kTp : 0;
 
@@ -332,8 +334,8 @@ constexpr int kStages = 2;
 
 template <int NH, int LAT, int ROPE, bool FP8, class CacheT, int STAGES = kStages>
 void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
-            const CacheT* cache, int64_t page, int64_t splits, int64_t chunk, float scale, float kv_scale,
-            float* o_part, float* ml_part, cudaStream_t s) {
+            const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
+            float* ml_part, cudaStream_t s) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   static bool configured = false;
   if (!configured) {
@@ -342,17 +344,16 @@ void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo*
     configured = true;
   }
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>((heads + NH - 1) / NH));
-  attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT><<<grid, kWarps * 32, L::kSmem, s>>>(
-      q_full, static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, kv_scale,
-      static_cast<int>(chunk), o_part, ml_part);
+  launch_plain(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>, grid, kWarps * 32, L::kSmem, s,
+      q_full, static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part);
 }
 
 template <int LAT, int ROPE, bool FP8, class CacheT>
 void launch_heads(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
-                  const CacheT* cache, int64_t page, int64_t splits, int64_t chunk, float scale, float kv_scale,
-                  float* o_part, float* ml_part, cudaStream_t s) {
+                  const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
+                  float* ml_part, cudaStream_t s) {
   (heads <= 8 ? launch<8, LAT, ROPE, FP8, CacheT> : launch<16, LAT, ROPE, FP8, CacheT>)(
-      tokens, heads, q_full, info, tables, cache, page, splits, chunk, scale, kv_scale, o_part, ml_part, s);
+      tokens, heads, q_full, info, tables, cache, page, splits, scale, kv_scale, o_part, ml_part, s);
 }
 
 }  // namespace
@@ -377,15 +378,15 @@ static_assert(Layout<16, 512, 64, kStages>::kSmem <= 99 * 1024 && Layout<16, 512
 
 void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
                                          int64_t rope, const TokenInfo* info, const int32_t* tables,
-                                         const KvCacheArg& cache, int64_t page, int64_t splits, int64_t chunk,
-                                         float scale, float* o_part, float* ml_part, cudaStream_t s) {
+                                         const KvCacheArg& cache, int64_t page, int64_t splits, float scale,
+                                         float* o_part, float* ml_part, cudaStream_t s) {
   const bool wide = latent == 512 && rope == 64;
   if (cache.fp8) {
     (wide ? launch_heads<512, 64, true, uint8_t> : launch_heads<64, 16, true, uint8_t>)(
-        tokens, heads, q_full, info, tables, cache.bytes(), page, splits, chunk, scale, cache.scale, o_part, ml_part, s);
+        tokens, heads, q_full, info, tables, cache.bytes(), page, splits, scale, cache.scale, o_part, ml_part, s);
   } else {
     (wide ? launch_heads<512, 64, false, __nv_bfloat16> : launch_heads<64, 16, false, __nv_bfloat16>)(
-        tokens, heads, q_full, info, tables, cache.bf16(), page, splits, chunk, scale, 1.0f, o_part, ml_part, s);
+        tokens, heads, q_full, info, tables, cache.bf16(), page, splits, scale, 1.0f, o_part, ml_part, s);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/mma_primitives.cuh"
 
 namespace tessera::ops::cuda {
@@ -32,8 +33,8 @@ __device__ inline uint32_t load_pair(const __nv_bfloat16* p) { return *reinterpr
 template <int NB>
 __global__ void __launch_bounds__(kWarps * 32)
     attend_mma_kernel(const float* q_full, int heads, int latent, int rope, const TokenInfo* info,
-                      const int32_t* tables, const __nv_bfloat16* cache, int page, float scale, int chunk,
-                      float* o_part, float* ml_part) {
+                      const int32_t* tables, const __nv_bfloat16* cache, int page, float scale, float* o_part,
+                      float* ml_part) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int entry = latent + rope, stride = entry + kPad;
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);            // [kRows][stride]
@@ -45,6 +46,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int tokens = gridDim.y;
   const TokenInfo ti = info[t];
   const int visible = ti.pos + 1;
+  const int chunk = mla_split_chunk(visible, gridDim.x, kTile);
   const int begin = split * chunk, end = min(visible, begin + chunk);
 
   // Q rows (pre-scaled), zero for padding heads.
@@ -184,15 +186,15 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 template <int NB>
 void launch(dim3 grid, size_t smem, cudaStream_t s, const float* q_full, int heads, int latent, int rope,
-            const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int page, float scale, int chunk,
+            const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int page, float scale,
             float* o_part, float* ml_part) {
   static bool configured = false;
   if (!configured) {
     cudaFuncSetAttribute(attend_mma_kernel<NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
     configured = true;
   }
-  attend_mma_kernel<NB><<<grid, kWarps * 32, smem, s>>>(q_full, heads, latent, rope, info, tables, cache, page, scale,
-                                                        chunk, o_part, ml_part);
+  launch_plain(attend_mma_kernel<NB>, grid, kWarps * 32, smem, s, q_full, heads, latent, rope, info, tables, cache, page,
+               scale, o_part, ml_part);
 }
 
 }  // namespace
@@ -204,20 +206,20 @@ bool mla_attend_mma_supported(int64_t latent, int64_t rope) {
 
 void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                     const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
-                                    int64_t page, int64_t splits, int64_t chunk, float scale, float* o_part,
-                                    float* ml_part, cudaStream_t s) {
+                                    int64_t page, int64_t splits, float scale, float* o_part, float* ml_part,
+                                    cudaStream_t s) {
   const int64_t entry = latent + rope, stride = entry + kPad;
   const size_t smem = (kRows * stride + kTile * stride + kRows * (kTile + kPad)) * 2 + kWarps * kRows * 4;
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens),
             static_cast<unsigned>((heads + kRows - 1) / kRows));
   const int h = static_cast<int>(heads), l = static_cast<int>(latent), r = static_cast<int>(rope),
-            pg = static_cast<int>(page), ch = static_cast<int>(chunk);
+            pg = static_cast<int>(page);
   switch (latent) {
-    case 32: launch<1>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, ch, o_part, ml_part); break;
-    case 64: launch<2>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, ch, o_part, ml_part); break;
-    case 128: launch<4>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, ch, o_part, ml_part); break;
-    case 256: launch<8>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, ch, o_part, ml_part); break;
-    default: launch<16>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, ch, o_part, ml_part); break;
+    case 32: launch<1>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part); break;
+    case 64: launch<2>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part); break;
+    case 128: launch<4>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part); break;
+    case 256: launch<8>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part); break;
+    default: launch<16>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part); break;
   }
 }
 

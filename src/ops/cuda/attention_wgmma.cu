@@ -27,6 +27,10 @@
 // (PTX ISA, wgmma "Register Fragments", matrix D): thread i of the warpgroup, warp w = i / 32,
 // lane = i % 32, g = lane / 4, c = lane % 4 holds d[4j + 2a + b] = D[16 w + g + 8 a][8 j + 2 c + b].
 #include <cuda.h>  // CUtensorMap
+
+#include <map>
+#include <mutex>
+#include <utility>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include <cfloat>
@@ -73,8 +77,8 @@ template <bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     attend_wgmma_kernel(const __grid_constant__ CUtensorMap cache_map, const float* __restrict__ q_full, int heads,
                         const TokenInfo* __restrict__ info, const int32_t* __restrict__ tables,
-                        const __nv_bfloat16* __restrict__ cache, int page, float scale, int chunk,
-                        float* __restrict__ o_part, float* __restrict__ ml_part) {
+                        const __nv_bfloat16* __restrict__ cache, int page, float scale, float* __restrict__ o_part,
+                        float* __restrict__ ml_part) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace mma;
   pdl_wait();  // first: launched with launch_dependent (q_full and the cache's newest entry are the
@@ -93,6 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tokens = gridDim.y;
   const TokenInfo ti = info[t];
   const int visible = ti.pos + 1;
+  const int chunk = mla_split_chunk(visible, gridDim.x, kTp);
   const int begin = split * chunk, end = min(visible, begin + chunk);
   const int ntiles = end > begin ? (end - begin + kTp - 1) / kTp : 0;
 
@@ -472,10 +477,14 @@ bool encode_cache_map(CUtensorMap* map, const __nv_bfloat16* cache, int64_t rows
 
 }  // namespace
 
+// The replay check's view of a tensor map (launch_gate.h): encoded into a zeroed object from the
+// cache's address and extent, so equal bytes mean an equal map.
+void add_fields(Signature& s, const CUtensorMap& map) { s.add_bytes(&map, sizeof map); }
+
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
-                                      int64_t cache_pages, int64_t page, int64_t splits, int64_t chunk, float scale,
-                                      float* o_part, float* ml_part, cudaStream_t s) {
+                                      int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
+                                      float* ml_part, cudaStream_t s) {
   (void)latent, (void)rope;  // checked by the caller (mla_attend_wgmma_supported)
   static bool configured = false;
   if (!configured) {
@@ -486,12 +495,27 @@ void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64
   // TMA when every 64-position tile lies in one page (splits start at multiples of 64, so pages
   // of a multiple of 64 positions); the map cannot fail for a pool allocation (16-byte aligned),
   // but if it does the cp.async variant gives the same result.
+  // Encoded once per cache extent: the driver call costs microseconds of host time, per layer and
+  // step. A map encodes only the address and the extent, so a cache at a reused address gets the
+  // same map.
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int64_t>, std::pair<bool, CUtensorMap>> maps;
   CUtensorMap map{};
-  const bool tma = page % kTp == 0 && chunk % kTp == 0 && encode_cache_map(&map, cache, cache_pages * page);
+  bool tma = false;
+  if (page % kTp == 0) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto [it, added] = maps.try_emplace({cache, cache_pages * page});
+    if (added) {
+      it->second.second = CUtensorMap{};
+      it->second.first = encode_cache_map(&it->second.second, cache, cache_pages * page);
+    }
+    tma = it->second.first;
+    map = it->second.second;
+  }
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(heads / kHeads));
   auto kernel = tma ? attend_wgmma_kernel<true> : attend_wgmma_kernel<false>;
   launch_dependent(kernel, grid, kThreads, kSmemBytes, s, map, q_full, static_cast<int>(heads), info, tables, cache,
-                   static_cast<int>(page), scale, static_cast<int>(chunk), o_part, ml_part);
+                   static_cast<int>(page), scale, o_part, ml_part);
 }
 
 }  // namespace tessera::ops::cuda

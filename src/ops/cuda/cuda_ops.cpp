@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include "ops/cuda/pinned_staging.h"
 #include "ops/cuda/mla_prefill.h"
 #include "ops/cuda/sampling.h"  // sampling
+#include "ops/cuda/step_graph.h"
 #include "ops/sample_args.h"    // sampling
 
 namespace tessera::ops::cuda {
@@ -53,6 +55,19 @@ DevicePool& pool() {
   return *p;
 }
 
+// The stream every backend object issues its work on: one for the process, as tensors are shared
+// between backend objects (tests run one op through several forced kernels) and must stay ordered.
+// Not the legacy default stream, which CUDA graphs cannot capture; a blocking stream, so work on the
+// legacy stream (weight uploads, test read-backs) stays ordered with it.
+cudaStream_t backend_stream() {
+  static cudaStream_t stream = [] {
+    cudaStream_t s = nullptr;
+    TESSERA_CUDA_CHECK(cudaStreamCreate(&s));
+    return s;
+  }();
+  return stream;
+}
+
 template <class T>
 T* ptr(Tensor& t) {
   return t.data<T>();
@@ -62,11 +77,24 @@ const T* ptr(const Tensor& t) {
   return t.data<T>();
 }
 
+// Stream work other than a kernel launch, through the replay check of recorded decode steps
+// (launch_gate.h): `what` names the operation, `values` are everything it hands the driver.
+template <class... V>
+bool admit_op(const char* what, V... values) {
+  return admit([&](Signature& s) {
+    s.add(static_cast<const void*>(what));
+    (s.add(values), ...);
+  });
+}
+
+
 class CudaOps final : public Ops {
  public:
-  explicit CudaOps(const std::string& kernels) : forced_(kernel_overrides_from(kernels)) {
+  CudaOps(const std::string& kernels, bool step_graphs) : forced_(kernel_overrides_from(kernels)) {
     TESSERA_CHECK(cuda_available(), "no CUDA device is available");
     TESSERA_CUDA_CHECK(cudaSetDevice(0));
+    stream_ = backend_stream();
+    if (step_graphs_enabled(step_graphs)) graphs_ = std::make_unique<StepGraphs>(stream_);
     TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt_));
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, 0));
     int major = 0, minor = 0, smem_optin = 0;
@@ -92,6 +120,7 @@ class CudaOps final : public Ops {
       cudaEventDestroy(join_);
       cudaStreamDestroy(side_stream_);
     }
+    graphs_.reset();
   }
 
   std::string name() const override { return "cuda"; }
@@ -100,12 +129,14 @@ class CudaOps final : public Ops {
     sync();  // tensors released by queued work are back in the pool before it is counted
     size_t free = 0, total = 0;
     TESSERA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-    return DeviceMemory{free, pool().bytes_in_use() + pool().bytes_cached()};
+    return DeviceMemory{free, pool().bytes_in_use() + pool().bytes_cached() +
+                                  (graphs_ ? graphs_->memory().device_bytes() : 0)};
   }
 
+  // From the pool, or from the graph memory while a decode step is recorded or replayed.
   Tensor alloc(DType dtype, core::Shape shape) {
     const size_t bytes = static_cast<size_t>(core::shape_numel(shape)) * core::dtype_size(dtype);
-    auto owner = pool().allocate(bytes);
+    auto owner = graph_step() ? graphs_->memory().allocate(bytes) : pool().allocate(bytes);
     return Tensor::adopt(dtype, std::move(shape), owner.get(), core::Device::kCuda, owner);
   }
   // Weights and other one-time uploads: synchronous, straight from the caller's memory.
@@ -115,13 +146,22 @@ class CudaOps final : public Ops {
     return t;
   }
   // Per-step uploads: through pinned staging, queued on the stream without making the host wait.
+  // In a recorded or replayed step: staged in graph memory, copied before the graph is launched.
   Tensor upload_async(DType dtype, core::Shape shape, const void* host) {
+    if (graph_step()) {
+      const size_t bytes = static_cast<size_t>(core::shape_numel(shape)) * core::dtype_size(dtype);
+      GraphMemory::Staged staged = graphs_->memory().stage(host, bytes);
+      (void)admit_op("staged upload", staged.device.get(), bytes);  // the same layout at every replay
+      void* device = staged.device.get();
+      return Tensor::adopt(dtype, std::move(shape), device, core::Device::kCuda, std::move(staged.device));
+    }
     Tensor t = alloc(dtype, std::move(shape));
     if (t.nbytes() == 0) return t;
     void* staged = staging_.stage(host, t.nbytes());
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(t.raw(), staged, t.nbytes(), cudaMemcpyHostToDevice, stream_));
     return t;
   }
+  bool graph_step() const { return graphs_ != nullptr && graphs_->active(); }
   // Waits for the stream; staged upload memory can be reused afterwards.
   void sync() {
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -132,7 +172,8 @@ class CudaOps final : public Ops {
   // reader of something no op wrote shows up in the tests that run in that mode.
   Tensor empty(core::Shape shape) override {
     Tensor t = alloc(DType::kF32, std::move(shape));
-    if (DevicePool::exact_mode()) TESSERA_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0xff, t.nbytes(), stream_));
+    if (DevicePool::exact_mode() && admit_op("memset", t.raw(), 0xff, t.nbytes(), stream_))
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0xff, t.nbytes(), stream_));
     return t;
   }
   Tensor empty_i32(core::Shape shape) override { return alloc(DType::kI32, std::move(shape)); }
@@ -399,8 +440,9 @@ class CudaOps final : public Ops {
       gemm_bf16_strided(absorb, kv_b_w, q_hi, ptr<float>(q_full));
       gemm_bf16_strided(absorb, kv_b_w, q_lo, ptr<float>(q_full), 1.0f);
       // q_pe passes through.
-      TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(ptr<float>(q_full) + d.latent, entry * 4, ptr<float>(q) + d.nope, qk * 4,
-                                           d.rope * 4, T * H, cudaMemcpyDeviceToDevice, stream_));
+      if (admit_op("memcpy2d", ptr<float>(q_full) + d.latent, entry, ptr<float>(q) + d.nope, qk, d.rope, T * H, stream_))
+        TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(ptr<float>(q_full) + d.latent, entry * 4, ptr<float>(q) + d.nope, qk * 4,
+                                             d.rope * 4, T * H, cudaMemcpyDeviceToDevice, stream_));
     } else {
       launch_mla_absorb_q(ptr<float>(q), T, H, d.nope, d.rope, kv_b_w, d.v, d.latent, ptr<float>(q_full), stream_);
     }
@@ -408,8 +450,8 @@ class CudaOps final : public Ops {
     const int64_t splits = mla_attend_splits(T, H, meta.max_visible, num_sms_, kernel);
     Tensor scratch = alloc(DType::kF32, {mla_attend_scratch_floats(T, H, d.latent, splits)});
     launch_mla_attend(ptr<float>(q_full), T, H, d.latent, d.rope, meta.info.data<TokenInfo>(),
-                      ptr<int32_t>(meta.tables), cache_in, cache.pages.dim(0), cache.page_size, meta.max_visible,
-                      splits, d.scale, ptr<float>(o_lat), ptr<float>(scratch), kernel, stream_);
+                      ptr<int32_t>(meta.tables), cache_in, cache.pages.dim(0), cache.page_size, splits, d.scale,
+                      ptr<float>(o_lat), ptr<float>(scratch), kernel, stream_);
     if (gemv) {
       // out[t, h*v + j] = o_lat[t, h] · W_UV[h][j], W_UV[h] = kv_b rows [h(nope+v)+nope, (h+1)(nope+v)).
       launch_gemv({ptr<float>(o_lat), H * d.latent, d.latent, kv_b_w + d.nope * d.latent, d.latent,
@@ -467,7 +509,8 @@ class CudaOps final : public Ops {
                    const Tensor& weights, Tensor& out, const ExpertWeights* shared) override {
     const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
     if (E == 0 || T == 0) {
-      TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_));
+      if (admit_op("memset", out.raw(), 0, out.nbytes(), stream_))
+        TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_));
       if (shared && T > 0) add_shared_expert(x, *shared, out);
       return;
     }
@@ -505,8 +548,10 @@ class CudaOps final : public Ops {
     const ExpertTable& table = expert_table(experts, shared);
     const int64_t inter = experts[0].gate.out;
     cudaStream_t side = side_stream();
-    TESSERA_CUDA_CHECK(cudaEventRecord(fork_, stream_));
-    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(side, fork_, 0));
+    if (admit_op("fork", fork_, stream_, side)) {
+      TESSERA_CUDA_CHECK(cudaEventRecord(fork_, stream_));
+      TESSERA_CUDA_CHECK(cudaStreamWaitEvent(side, fork_, 0));
+    }
     // Expert E of the table alone, one slot a token: scratch.y is the shared expert's [T, H] output.
     const MoeSlots shared_slots{nullptr, nullptr, 0, 0};
     const GroupedExperts shared_run = grouped_experts(x, shared_slots, 1, table, E, inter, side);
@@ -519,12 +564,12 @@ class CudaOps final : public Ops {
         if (!joined) (void)cudaStreamSynchronize(stream);
       }
     } unwind{side};
-    TESSERA_CUDA_CHECK(cudaEventRecord(join_, side));
+    if (admit_op("record", join_, side)) TESSERA_CUDA_CHECK(cudaEventRecord(join_, side));
     Tensor ids = alloc(DType::kI32, {T, cfg.top_k}), weights = alloc(DType::kF32, {T, cfg.top_k});
     moe_route(x, router, bias, cfg, ids, weights);
     const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(cfg.top_k), -1};
     const GroupedExperts run = grouped_experts(x, slots, E, table, 0, inter, stream_);
-    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
+    if (admit_op("join", stream_, join_)) TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
     unwind.joined = true;
     launch_moe_combine(run.y, T, x.dim(1), slots, E, shared_run.y, ptr<float>(out), stream_);
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -584,7 +629,8 @@ class CudaOps final : public Ops {
       rows[static_cast<size_t>(e)].push_back(static_cast<int32_t>(i / K));
       wts[static_cast<size_t>(e)].push_back(h_w[static_cast<size_t>(i)]);
     }
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_));
+    if (admit_op("memset", out.raw(), 0, out.nbytes(), stream_))
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream_));
     for (size_t e = 0; e < experts.size(); ++e) {
       const int64_t n = static_cast<int64_t>(rows[e].size());
       if (n == 0) continue;
@@ -622,6 +668,30 @@ class CudaOps final : public Ops {
   }
   // --- end sampling
 
+  // Decode steps as CUDA graphs (step_graph.h). The attention metadata that upload_meta keeps for
+  // the layers of one step is dropped around it: a graphed step's copy lives in graph memory.
+  Tensor graphed_step(int64_t key, const std::function<Tensor()>& step) override {
+    if (in_step_) return step();
+    auto scoped = [&] {
+      struct Scope {
+        CudaOps& ops;
+        explicit Scope(CudaOps& o) : ops(o) { ops.in_step_ = true; }
+        ~Scope() {
+          ops.in_step_ = false;
+          ops.meta_cache_ = StepMeta{};
+          ops.meta_key_.reset();
+        }
+      } scope(*this);
+      return step();
+    };
+    if (graphs_ == nullptr || key < 0) return scoped();
+    return graphs_->run(key, scoped);
+  }
+  void step_boundary() override {
+    if (graph_step()) graphs_->boundary();
+  }
+  StepGraphStats graph_stats() const { return graphs_ ? graphs_->stats() : StepGraphStats{}; }
+
   std::vector<int32_t> to_host_i32(const Tensor& x) override {
     std::vector<int32_t> v(static_cast<size_t>(x.numel()));
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(v.data(), x.raw(), v.size() * 4, cudaMemcpyDeviceToHost, stream_));
@@ -653,8 +723,15 @@ class CudaOps final : public Ops {
   // `shared`, when given, is appended as expert E. Cached per expert list, and checked against the
   // weights' current device pointers: a list freed and another allocated at the same address (a
   // second model, a test) must not get the old table.
+  // The device table of the experts' weight pointers, made once per expert list. Its pointers are
+  // compared with the list's on every call (a list freed and another made at the same address gets
+  // a new table), except while a recorded step is replayed: steps of one key use the same weights.
   const ExpertTable& expert_table(const std::vector<ExpertWeights>& experts, const ExpertWeights* shared) {
     const auto key = std::make_pair(experts.data(), shared);
+    if (graphs_ != nullptr && graphs_->replaying()) {
+      auto it = expert_tables_.find(key);
+      if (it != expert_tables_.end()) return it->second.second;
+    }
     const size_t E = experts.size() + (shared ? 1 : 0);
     std::vector<const __nv_bfloat16*> host(3 * E);
     for (size_t e = 0; e < E; ++e) {
@@ -753,35 +830,44 @@ class CudaOps final : public Ops {
     return wgmma_problem_->second;
   }
 
+  // Within one step (Ops::graphed_step) every layer asks twice for the metadata of the same
+  // sequences (the model's span): it is built and uploaded once. Outside a step (ops called one by
+  // one) it is built every time.
   StepMeta upload_meta(std::span<const AttentionSeq> seqs, int64_t page, int64_t num_pages) {
+    const MetaKey key{seqs.data(), seqs.size(), page, num_pages};
+    if (in_step_ && meta_key_ && key == *meta_key_) return meta_cache_;
     std::vector<TokenInfo> info;
-    std::vector<int32_t> tables;
+    // Each sequence's table at a multiple of one power-of-two stride (unused entries are never read):
+    // a decode step's uploads then keep their sizes while its sequences grow by a page, which a
+    // recorded CUDA graph needs (step_graph.h).
+    size_t max_pages = 1;
+    for (const auto& s : seqs) max_pages = std::max(max_pages, s.block_table.size());
+    const size_t stride = std::bit_ceil(max_pages);
+    std::vector<int32_t> tables(seqs.size() * stride, 0);
     int64_t max_visible = 0;
-    for (const auto& s : seqs) {
-      const int32_t offset = static_cast<int32_t>(tables.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const AttentionSeq& s = seqs[i];
+      const int32_t offset = static_cast<int32_t>(i * stride);
       TESSERA_CHECK(static_cast<int64_t>(s.block_table.size()) * page >= s.start_pos + s.num_tokens,
                     "attention: block table of {} pages cannot hold {} tokens", s.block_table.size(),
                     s.start_pos + s.num_tokens);
-      for (int32_t p : s.block_table) {
+      for (size_t j = 0; j < s.block_table.size(); ++j) {
+        const int32_t p = s.block_table[j];
         TESSERA_CHECK(p >= 0 && p < num_pages, "attention: page id {} out of range [0, {})", p, num_pages);
-        tables.push_back(p);
+        tables[offset + j] = p;
       }
-      for (int64_t i = 0; i < s.num_tokens; ++i) info.push_back({static_cast<int32_t>(s.start_pos + i), offset});
+      for (int64_t t = 0; t < s.num_tokens; ++t) info.push_back({static_cast<int32_t>(s.start_pos + t), offset});
       max_visible = std::max(max_visible, s.start_pos + s.num_tokens);
     }
-    if (tables.empty()) tables.push_back(0);
-    // Every layer of a step asks twice for the same metadata: upload it once.
-    const bool same = meta_cache_.info.numel() > 0 && info.size() == meta_host_info_.size() &&
-                      tables == meta_host_tables_ &&
-                      std::memcmp(info.data(), meta_host_info_.data(), info.size() * sizeof(TokenInfo)) == 0;
-    if (same) return meta_cache_;
+    if (tables.empty()) tables.push_back(0);  // no sequences
     StepMeta m;
     m.info = upload_async(DType::kU8, {static_cast<int64_t>(info.size() * sizeof(TokenInfo))}, info.data());
     m.tables = upload_async(DType::kI32, {static_cast<int64_t>(tables.size())}, tables.data());
     m.max_visible = max_visible;
-    meta_cache_ = m;
-    meta_host_info_ = std::move(info);
-    meta_host_tables_ = std::move(tables);
+    if (in_step_) {
+      meta_cache_ = m;
+      meta_key_ = key;
+    }
     return m;
   }
 
@@ -846,8 +932,17 @@ class CudaOps final : public Ops {
     if (g.n == 0) return;
     const GemmPlan& p = gemm_plan(g);
     const float alpha = 1.0f;
-    TESSERA_CUBLAS_CHECK(cublasLtMatmul(lt_, p.op, &alpha, a, p.la, b, p.lb, &beta, c, p.lc, c, p.lc, &p.algo,
-                                        workspace_.raw(), kWorkspaceBytes, stream_));
+    const bool issue = admit([&](Signature& s) {
+      s.add(static_cast<const void*>("gemm"));
+      s.add(g.trans_a);
+      for (int64_t v : {g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c}) s.add(v);
+      for (const void* v : {static_cast<const void*>(a), static_cast<const void*>(b), static_cast<const void*>(c)}) s.add(v);
+      s.add(beta);
+      s.add(stream_);
+    });
+    if (issue)
+      TESSERA_CUBLAS_CHECK(cublasLtMatmul(lt_, p.op, &alpha, a, p.la, b, p.lb, &beta, c, p.lc, c, p.lc, &p.algo,
+                                          workspace_.raw(), kWorkspaceBytes, stream_));
   }
 
   // Row-major out[n, m] = in[n, k] · W[m, k]ᵀ: in column-major terms outᵀ (m x n) = W (m x k, stored
@@ -859,9 +954,16 @@ class CudaOps final : public Ops {
   std::map<GemmShape::Key, GemmPlan> gemm_plans_;
   KernelOverrides forced_;
   PinnedStaging staging_;
+  // upload_meta's within-step cache.
+  struct MetaKey {
+    const AttentionSeq* seqs = nullptr;
+    size_t count = 0;
+    int64_t page = 0, num_pages = 0;
+    bool operator==(const MetaKey&) const = default;
+  };
   StepMeta meta_cache_;
-  std::vector<TokenInfo> meta_host_info_;
-  std::vector<int32_t> meta_host_tables_;
+  std::optional<MetaKey> meta_key_;  // none: nothing cached
+  bool in_step_ = false;  // inside graphed_step
   std::map<std::pair<const ExpertWeights*, const ExpertWeights*>,
            std::pair<std::vector<const __nv_bfloat16*>, ExpertTable>>
       expert_tables_;
@@ -870,22 +972,34 @@ class CudaOps final : public Ops {
   int sm_ = 0;               // compute capability of device 0, e.g. 90
   int64_t smem_optin_ = 0;   // shared memory a block may opt in to
   mutable std::optional<std::pair<std::tuple<int64_t, int64_t, int64_t>, std::string>> wgmma_problem_;
-  cudaStream_t stream_ = nullptr;  // the legacy default stream: every op is ordered
+  cudaStream_t stream_ = nullptr;  // backend_stream(): every op is ordered on it
   // A second stream for work an op runs beside its main chain (the shared expert), forked from and
   // joined back into stream_ with the two events before the op returns.
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   Tensor workspace_;
   Tensor router_done_blocks_;  // launch_router_fused's counter (0 between calls)
+  std::unique_ptr<StepGraphs> graphs_;  // null: --enforce-eager, TESSERA_CUDA_GRAPHS=0 or an exact pool
 };
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels) { return std::make_unique<CudaOps>(kernels); }
+std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels, bool step_graphs) {
+  return std::make_unique<CudaOps>(kernels, step_graphs);
+}
+
+bool step_graphs_enabled(bool step_graphs) {
+  return step_graphs && ab_switch_on("TESSERA_CUDA_GRAPHS") && !DevicePool::exact_mode();
+}
+
+StepGraphStats step_graph_stats(const Ops& ops) {
+  const auto* cuda = dynamic_cast<const CudaOps*>(&ops);
+  return cuda ? cuda->graph_stats() : StepGraphStats{};
+}
 
 std::vector<uint8_t> device_bytes(const Tensor& t) {
   std::vector<uint8_t> v(t.nbytes());
-  // cudaMemcpy orders after the legacy default stream, the backend's stream.
+  // cudaMemcpy orders after the legacy default stream, with which the backend's stream synchronises.
   if (!v.empty()) TESSERA_CUDA_CHECK(cudaMemcpy(v.data(), t.raw(), v.size(), cudaMemcpyDeviceToHost));
   return v;
 }

@@ -20,7 +20,22 @@ std::string device_description();
 // Creates the backend on device 0; throws core::Error when there is no usable GPU.
 // `kernels`: forced kernels, "op=kernel[,op=kernel...]" (see kernel_registry.h); "" = the
 // registry's choice, or the TESSERA_KERNELS environment variable when set.
-std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels = "");
+// `step_graphs`: decode steps run as CUDA graphs (Ops::graphed_step, step_graph.h) unless false
+// (--enforce-eager) or TESSERA_CUDA_GRAPHS=0.
+std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels = "", bool step_graphs = true);
+
+// How the CUDA backend's decode steps ran (step_graph.h); all zero for other backends.
+struct StepGraphStats {
+  int64_t eager = 0;     // steps run as usual: first sight of a key, or a key that cannot be captured
+  int64_t recorded = 0;  // steps captured into a graph (and launched)
+  int64_t replayed = 0;  // steps that launched a recorded graph
+  int64_t stale = 0;     // replays refused because the step's operations differed from the recording
+  double replay_host_seconds = 0;  // host time of the replays' checking passes (the GPU waits for it)
+};
+StepGraphStats step_graph_stats(const Ops& ops);
+// Whether make_cuda_ops(..., step_graphs) records decode steps: step_graphs, unless
+// TESSERA_CUDA_GRAPHS=0 or TESSERA_DEVICE_POOL=exact (whose cudaFree a capture cannot contain).
+bool step_graphs_enabled(bool step_graphs);
 
 // The raw bytes of a device tensor (tests: fp8 KV pages are U8), after the legacy stream's work.
 std::vector<uint8_t> device_bytes(const core::Tensor& t);

@@ -178,17 +178,17 @@ __global__ void read_stream_kernel(const uint4* __restrict__ p, int64_t n, uint4
 void launch_read_stream(const void* p, size_t bytes, void* sink, int num_sms, cudaStream_t s) {
   const int64_t n = static_cast<int64_t>(bytes / sizeof(uint4));
   if (n > 0)
-    read_stream_kernel<<<static_cast<unsigned>(num_sms * 8), kThreads, 0, s>>>(static_cast<const uint4*>(p), n,
+    launch_plain(read_stream_kernel, static_cast<unsigned>(num_sms * 8), kThreads, 0, s, static_cast<const uint4*>(p), n,
                                                                                static_cast<uint4*>(sink));
 }
 
 void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t s) {
-  if (n > 0) fill_random_bf16_kernel<<<1024, kThreads, 0, s>>>(p, n, seed, scale);
+  if (n > 0) launch_plain(fill_random_bf16_kernel, 1024, kThreads, 0, s, p, n, seed, scale);
 }
 
 void launch_embedding(const __nv_bfloat16* table, const int32_t* ids, int64_t tokens, int64_t hidden, float* out,
                       cudaStream_t s) {
-  if (tokens > 0) embedding_kernel<<<static_cast<unsigned>(tokens), kRowThreads, 0, s>>>(table, ids, hidden, out);
+  if (tokens > 0) launch_plain(embedding_kernel, static_cast<unsigned>(tokens), kRowThreads, 0, s, table, ids, hidden, out);
 }
 
 void launch_rms_norm(const float* x, int64_t rows, int64_t width, int64_t col_begin, const float* weight, int64_t d,
@@ -211,7 +211,7 @@ void launch_add(float* x, const float* y, int64_t n, cudaStream_t s) {
 }
 
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
-  if (n > 0) silu_mul_kernel<<<blocks_for(n), kThreads, 0, s>>>(gate, up, out, n);
+  if (n > 0) launch_plain(silu_mul_kernel, blocks_for(n), kThreads, 0, s, gate, up, out, n);
 }
 
 void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const float* sin, int64_t half,
@@ -227,25 +227,25 @@ void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const 
 }
 
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s) {
-  if (n > 0) f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, s>>>(in, out, n);
+  if (n > 0) launch_plain(f32_to_bf16_kernel, blocks_for(n), kThreads, 0, s, in, out, n);
 }
 
 void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t n, cudaStream_t s) {
-  if (n > 0) f32_to_bf16_split_kernel<<<blocks_for(n), kThreads, 0, s>>>(in, hi, lo, n);
+  if (n > 0) launch_plain(f32_to_bf16_split_kernel, blocks_for(n), kThreads, 0, s, in, hi, lo, n);
 }
 
 void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s) {
-  if (n > 0) gather_rows_kernel<int64_t><<<static_cast<unsigned>(n), kRowThreads, 0, s>>>(x, width, rows, out);
+  if (n > 0) launch_plain(gather_rows_kernel<int64_t>, static_cast<unsigned>(n), kRowThreads, 0, s, x, width, rows, out);
 }
 
 void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out,
                             cudaStream_t s) {
-  if (n > 0) gather_rows_kernel<int32_t><<<static_cast<unsigned>(n), kThreads, 0, s>>>(x, width, rows, out);
+  if (n > 0) launch_plain(gather_rows_kernel<int32_t>, static_cast<unsigned>(n), kThreads, 0, s, x, width, rows, out);
 }
 
 void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
                              float* out, cudaStream_t s) {
-  if (n > 0) scatter_add_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(y, width, rows, weights, out);
+  if (n > 0) launch_plain(scatter_add_rows_kernel, static_cast<unsigned>(n), kThreads, 0, s, y, width, rows, weights, out);
 }
 
 }  // namespace tessera::ops::cuda

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "ops/cuda/launch_gate.h"
+
 namespace tessera::ops::cuda {
 
 // --- elementwise.cu ---
@@ -70,6 +72,20 @@ struct MlaPrepareArgs {
   float scale;
   int64_t tokens;
 };
+// The replay check's view of the arguments (launch_gate.h): every field, none of the padding. The
+// size check fails when a field is added, so that it is added here too.
+inline void add_fields(Signature& s, const MlaPrepareArgs& a) {
+  static_assert(sizeof(MlaPrepareArgs) == 112, "a field was added: add it to the signature");
+  for (const void* p : {static_cast<const void*>(a.q), static_cast<const void*>(a.kv),
+                        static_cast<const void*>(a.norm_weight), static_cast<const void*>(a.cos),
+                        static_cast<const void*>(a.sin), static_cast<const void*>(a.info),
+                        static_cast<const void*>(a.tables)})
+    s.add(p);
+  for (int64_t v : {a.q_row, a.page, a.tokens, int64_t{a.heads}, int64_t{a.nope}, int64_t{a.rope}, int64_t{a.latent}})
+    s.add(v);
+  s.add(a.eps);
+  s.add(a.scale);
+}
 void launch_mla_prepare(const MlaPrepareArgs& a, void* cache, bool fp8, cudaStream_t s);
 // The latent cache as the attention kernels read it: bf16 elements, or fp8 e4m3 bytes whose values
 // are q · scale.
@@ -91,21 +107,30 @@ void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t 
 // mma.sync (bf16 or fp8 cache; mla_attend_kv_major_supported), or Hopper wgmma (64 heads a block,
 // sm_90a; bf16 cache only).
 enum class MlaKernel { kCudaCore, kTensorCore, kKvMajor, kWgmma };
+// Positions per split for a token that sees `visible` positions: an equal share of whole tiles.
+// Each token's splits are computed from its own length in the kernels, so a step's launches do not
+// depend on how long its contexts are (a recorded CUDA graph stays valid while they grow; only the
+// split count comes from the host, see mla_attend_splits).
+__host__ __device__ inline int mla_split_chunk(int visible, int splits, int tile) {
+  return ((visible + splits - 1) / splits + tile - 1) / tile * tile;
+}
 bool mla_attend_mma_supported(int64_t latent, int64_t rope);
 // Context splits for a step: the fewest whose blocks fill whole waves of the GPU. The wgmma kernel
-// runs 64 heads a block and one block an SM, the mma.sync kernels 16 heads and two.
+// runs 64 heads a block and one block an SM, the mma.sync kernels 16 heads and two. Chosen for
+// max_visible rounded up to an eighth of its power of two, so that it changes only every ~12% of
+// context growth (each change makes a recorded decode graph stale).
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
                           MlaKernel kernel = MlaKernel::kKvMajor);
 // `cache` holds `cache_pages` pages of `page` positions (the wgmma kernel's TMA map needs its extent).
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
-                       int64_t page, int64_t max_visible, int64_t splits, float scale, float* o_lat, float* scratch,
-                       MlaKernel kernel, cudaStream_t s);
+                       int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
+                       cudaStream_t s);
 // attention_mma.cu: writes the per-split partials that launch_mla_attend then combines.
 void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                     const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
-                                    int64_t page, int64_t splits, int64_t chunk, float scale, float* o_part,
-                                    float* ml_part, cudaStream_t s);
+                                    int64_t page, int64_t splits, float scale, float* o_part, float* ml_part,
+                                    cudaStream_t s);
 // attention_kv_major.cu: positions as the MMA M dimension, 8 or 16 heads as N (no padding rows at 8
 // heads per GPU), cp.async double buffering, ldmatrix. Shapes: latent 512 + rope 64, and 64 + 16.
 // An fp8 cache streams its bytes through a staging buffer and is converted to bf16 in shared memory.
@@ -114,8 +139,8 @@ bool mla_attend_kv_major_supported(int64_t latent, int64_t rope);
 int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope, bool fp8);
 void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
                                          int64_t rope, const TokenInfo* info, const int32_t* tables,
-                                         const KvCacheArg& cache, int64_t page, int64_t splits, int64_t chunk,
-                                         float scale, float* o_part, float* ml_part, cudaStream_t s);
+                                         const KvCacheArg& cache, int64_t page, int64_t splits, float scale,
+                                         float* o_part, float* ml_part, cudaStream_t s);
 // attention_wgmma.cu: Hopper warpgroup MMA (sm_90a only), 64 heads a block as the wgmma M, cache
 // tiles of 64 positions in two stages (TMA for pages of a multiple of 64 positions, else cp.async).
 // Shapes: latent 512 + rope 64, heads a multiple of 64.
@@ -126,8 +151,8 @@ int64_t mla_wgmma_smem_bytes();
 // `cache_pages` (pages in `cache`) bounds the TMA tensor map over it.
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
-                                      int64_t cache_pages, int64_t page, int64_t splits, int64_t chunk, float scale,
-                                      float* o_part, float* ml_part, cudaStream_t s);
+                                      int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
+                                      float* ml_part, cudaStream_t s);
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
 // out[t, h * v + j] = W_UV[h, j] · o_lat[t, h].
 void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
@@ -176,6 +201,13 @@ struct MoeSlots {
     return k < top_k ? weights[t * top_k + k] : 1.0f;
   }
 };
+inline void add_fields(Signature& s, const MoeSlots& a) {
+  static_assert(sizeof(MoeSlots) == 24, "a field was added: add it to the signature");
+  s.add(a.ids);
+  s.add(a.weights);
+  s.add(a.top_k);
+  s.add(a.extra_id);
+}
 struct MoeGroupedScratch {
   __nv_bfloat16* xb;  // [tokens, hidden]: x rounded to bf16
   int32_t* offsets;
@@ -231,6 +263,17 @@ struct GemvArgs {
   // [n, n + pass_through) (MLA's q_pe beside the absorbed q_nope, without a memcpy between kernels).
   int pass_through = 0;
 };
+inline void add_fields(Signature& s, const GemvArgs& g) {
+  static_assert(sizeof(GemvArgs) == 144, "a field was added: add it to the signature");
+  for (const void* p : {static_cast<const void*>(g.x), static_cast<const void*>(g.w), static_cast<const void*>(g.out),
+                        static_cast<const void*>(g.w2), static_cast<const void*>(g.out2),
+                        static_cast<const void*>(g.norm_weight)})
+    s.add(p);
+  for (int64_t v : {g.x_row, g.x_batch, g.w_row, g.w_batch, g.out_row, g.out_batch, g.w2_row, g.out2_row, int64_t{g.k},
+                    int64_t{g.n}, int64_t{g.tokens}, int64_t{g.n2}, int64_t{g.pass_through}})
+    s.add(v);
+  s.add(g.norm_eps);
+}
 constexpr int64_t kGemvNormMaxK = 4096;
 // out[t, i] = Σ_c x[t, c] · W[i, c] for i < n, c < k (k a multiple of 256, n of 4).
 bool gemv_applies(int64_t tokens, int64_t k, int64_t n);

@@ -4,8 +4,14 @@
 #include <cuda_runtime.h>
 
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch_gate.h"
 
 namespace tessera::ops::cuda {
+
+StepTape*& active_tape() {
+  thread_local StepTape* tape = nullptr;
+  return tape;
+}
 
 bool ab_switch_on(const char* name) {
   const char* env = std::getenv(name);

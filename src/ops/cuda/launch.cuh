@@ -12,6 +12,10 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
+#include "ops/cuda/launch_gate.h"
+
 namespace tessera::ops::cuda {
 
 __device__ __forceinline__ void pdl_wait() {
@@ -26,9 +30,39 @@ __device__ __forceinline__ void pdl_wait() {
 // Device 0 is sm_90+ and TESSERA_PDL is not "0" (decided once).
 bool pdl_enabled();
 
+// Whether a launch is to be issued (launch_gate.h): always, unless a recorded step is being
+// replayed, when it is only checked against the recording. Each struct argument type has an
+// add_fields overload (kernels.h) that lists its fields.
+template <class T>
+void add_argument(Signature& s, const T& v) {
+  if constexpr (std::is_arithmetic_v<T> || std::is_pointer_v<T> || std::is_enum_v<T>)
+    s.add(v);
+  else
+    add_fields(s, v);
+}
+template <typename... Params, typename... Args>
+bool admit_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                  const Args&... args) {
+  return admit([&](Signature& s) {
+    s.add(reinterpret_cast<const void*>(kernel));
+    for (unsigned v : {grid.x, grid.y, grid.z, block.x, block.y, block.z}) s.add(v);
+    s.add(smem);
+    s.add(stream);
+    (add_argument(s, static_cast<std::remove_cv_t<std::remove_reference_t<Params>>>(args)), ...);
+  });
+}
+
+// An ordinary launch (kernel<<<grid, block, smem, stream>>>) through the replay check.
+template <typename... Params, typename... Args>
+void launch_plain(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+  if (!admit_launch(kernel, grid, block, smem, stream, args...)) return;
+  kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
+}
+
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                       Args... args) {
+  if (!admit_launch(kernel, grid, block, smem, stream, args...)) return;
   if (!pdl_enabled()) {
     kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
     return;

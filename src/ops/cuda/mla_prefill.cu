@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "ops/cuda/kv_fp8.cuh"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/mla_prefill_kernels.h"
 #include "ops/cuda/mma_primitives.cuh"
 
@@ -336,7 +337,7 @@ void launch_shape(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s)
     configured = true;
   }
   dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(a.heads));
-  prefill_attend_kernel<QK, DV, SPLIT><<<grid, kThreads, smem, s>>>(a);
+  launch_plain(prefill_attend_kernel<QK, DV, SPLIT>, grid, kThreads, smem, s, a);
 }
 
 template <int QK, int DV>
@@ -394,7 +395,7 @@ void launch_gather(const CacheT* cache, int64_t page, int64_t entry, const int32
                    int64_t num_chunks, int64_t max_rows, __nv_bfloat16* lat, cudaStream_t s) {
   if (num_chunks == 0 || max_rows == 0) return;
   dim3 grid(static_cast<unsigned>((max_rows + kGatherRows - 1) / kGatherRows), static_cast<unsigned>(num_chunks));
-  gather_latents_kernel<CacheT><<<grid, 128, 0, s>>>(cache, static_cast<int>(page), static_cast<int>(entry), tables,
+  launch_plain(gather_latents_kernel<CacheT>, grid, 128, 0, s, cache, static_cast<int>(page), static_cast<int>(entry), tables,
                                                       chunks, lat);
 }
 
@@ -458,11 +459,11 @@ void launch_mla_prefill_attend(const PrefillAttendArgs& a, int64_t num_tiles, cu
 void launch_split_bf16(const float* x, int64_t n, __nv_bfloat16* hi, __nv_bfloat16* lo, cudaStream_t s) {
   if (n == 0) return;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65536);
-  split_bf16_kernel<<<static_cast<unsigned>(blocks), 256, 0, s>>>(x, n, hi, lo);
+  launch_plain(split_bf16_kernel, static_cast<unsigned>(blocks), 256, 0, s, x, n, hi, lo);
 }
 
 void launch_scatter_rows(const float* y, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s) {
-  if (n > 0) scatter_rows_kernel<<<static_cast<unsigned>(n), 128, 0, s>>>(y, width, rows, out);
+  if (n > 0) launch_plain(scatter_rows_kernel, static_cast<unsigned>(n), 128, 0, s, y, width, rows, out);
 }
 
 }  // namespace tessera::ops::cuda

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "ops/cuda/launch_gate.h"
+
 namespace tessera::ops::cuda {
 
 // One sequence's slice [c0, c1) of its context, as held by one pass's buffers.
@@ -75,6 +77,17 @@ struct PrefillAttendArgs {
   // read from `lat` is unscaled there (see launch_mla_gather_latents_fp8); 1 for a bf16 cache.
   float q_rope_scale = 1.0f;
 };
+inline void add_fields(Signature& s, const PrefillAttendArgs& a) {
+  static_assert(sizeof(PrefillAttendArgs) == 104, "a field was added: add it to the signature");
+  for (const void* p : {static_cast<const void*>(a.q), static_cast<const void*>(a.lat), static_cast<const void*>(a.kv),
+                        static_cast<const void*>(a.kv_lo), static_cast<const void*>(a.chunks),
+                        static_cast<const void*>(a.tiles), static_cast<const void*>(a.out),
+                        static_cast<const void*>(a.ml)})
+    s.add(p);
+  for (int v : {int{a.split}, a.heads, a.nope, a.rope, a.v, a.latent}) s.add(v);
+  s.add(a.scale);
+  s.add(a.q_rope_scale);
+}
 void launch_mla_prefill_attend(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s);
 
 // hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i]) (the split operands).

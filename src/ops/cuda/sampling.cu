@@ -1,6 +1,7 @@
 // Ops::sample on the GPU: one block of 1024 threads per row, the row read from global memory a few
 // times (argmax, then per selection four radix passes, then the draw), no sort and no scratch
 // memory. The arithmetic is sampling_rule.h's, so the tokens equal the CPU reference's.
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/sampling.h"
 
 namespace tessera::ops::cuda {
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(kThreads)
 void launch_sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
                    int32_t* ids, float* logprobs, cudaStream_t s) {
   if (rows == 0) return;
-  sample_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(logits, vocab, params, ids,
+  launch_plain(sample_kernel, static_cast<unsigned>(rows), kThreads, 0, s, logits, vocab, params, ids,
                                                                  logprobs);
 }
 
