@@ -104,7 +104,7 @@ void DeepseekV3Model::feed_forward(int64_t layer, const Tensor& h, Tensor& out) 
 }
 
 Tensor DeepseekV3Model::forward(const StepBatch& batch, KvCache& cache) {
-  const int64_t T = static_cast<int64_t>(batch.token_ids.size()), H = cfg_.hidden_size;
+  const int64_t T = static_cast<int64_t>(batch.token_ids.size());
   TESSERA_CHECK(T > 0, "forward: empty step");
   TESSERA_CHECK(cache.num_layers() == cfg_.num_hidden_layers && cache.entry_dim() == cfg_.kv_cache_entry_dim(),
                 "forward: KV cache shape does not match the model");
@@ -145,9 +145,13 @@ Tensor DeepseekV3Model::run_step(const StepBatch& batch, std::span<const ops::At
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   // Each residual add is fused with the norm that follows it (the next layer's input norm).
   if (cfg_.num_hidden_layers > 0) o.rms_norm(x, w_.layers[0].input_norm, eps, h);
+  // Step boundaries (Ops::step_boundary) after the embedding, each attention and each MLP: where a
+  // backend replaying a recorded step may start what it has checked so far.
+  o.step_boundary();
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const auto& L = w_.layers[static_cast<size_t>(l)];
     attention(l, h, rope, seqs, cache, y);
+    o.step_boundary();
     o.add_rms_norm(x, y, L.post_attention_norm, eps, h);
     feed_forward(l, h, y);
     if (l + 1 < cfg_.num_hidden_layers) {

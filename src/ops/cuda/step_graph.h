@@ -73,10 +73,10 @@ class StepGraphs {
   // Runs `step` (all of its stream work on the stream given at construction, or on streams that it
   // forks from and joins back into that one) as described above.
   core::Tensor run(int64_t key, const std::function<core::Tensor()>& step);
-  // A point in the step between layers, where nothing runs on a second stream. A recorded step is
-  // cut there into segments (after 1, 2, 4, ... boundaries): a replay launches each segment as soon
-  // as its part of the step has been checked, so the GPU starts after the first layer's check rather
-  // than after the whole step's.
+  // A point in the step where nothing runs on a second stream (Ops::step_boundary). A recorded step
+  // is cut there into segments (after 1, 2, 4, ... boundaries): a replay launches each segment as
+  // soon as its part of the step has been checked, so the GPU starts after the first part's check
+  // rather than after the whole step's.
   void boundary();
   // True while a step is recorded or replayed: the backend then allocates and stages from memory().
   bool active() const { return active_; }
