@@ -170,11 +170,32 @@ int run(const DecodeArgs& a) {
              "shared, {} heads), random bf16 weights: {}\n",
              a.preset, layers, cfg.hidden_size, cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.n_shared_experts,
              cfg.num_attention_heads, core::human_bytes(m.weight_bytes()));
-  fmt::print("kv cache     {} pages of {} ({}), context {} per sequence\n\n", cache.num_pages(), cache.page_size(),
+  fmt::print("kv cache     {} pages of {} ({}), context {} per sequence\n", cache.num_pages(), cache.page_size(),
              io::kv_cache_dtype_name(kv_dtype), a.context);
+  // A 1-layer twin on the same first-layer weights (shared, not copied) with a backend and a cache
+  // of its own: the per-layer slope (step - twin's step) / (layers - 1) is free of what every step
+  // pays once (launch latency, the first kernels' ramp, a graph replay's host check before its first
+  // launch), which the head subtraction leaves in `layer us`.
+  std::unique_ptr<model::DeepseekV3Model> twin;
+  std::unique_ptr<model::KvCache> twin_cache;
+  if (layers > 1) {
+    try {
+      model::ModelWeights first = m.weights();
+      first.layers.resize(1);
+      twin = std::make_unique<model::DeepseekV3Model>(model::synthetic_config(a.preset, 1), std::move(first),
+                                                      model::make_backend(a.device, a.kernels, a.enforce_eager));
+      twin_cache = std::make_unique<model::KvCache>(twin->ops(), 1, max_batch * pages_per_seq,
+                                                    cfg.kv_cache_entry_dim(), kv_dtype);
+      fmt::print("slope        against a 1-layer twin on the same weights\n");
+    } catch (const core::Error& e) {
+      twin.reset();
+      fmt::print("slope        not measured: the 1-layer twin does not fit ({})\n", e.what());
+    }
+  }
+  fmt::print("\n");
 
-  fmt::print("{:>6} {:>10} {:>10} {:>11} {:>11} {:>8} {:>9} {:>12}\n", "batch", "step ms", "head ms", "layer us",
-             "floor us", "of floor", "experts", "tokens/s");
+  fmt::print("{:>6} {:>10} {:>10} {:>11} {:>11} {:>8} {:>9} {:>12} {:>10} {:>8}\n", "batch", "step ms", "head ms",
+             "layer us", "floor us", "of floor", "experts", "tokens/s", "slope us", "of floor");
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(cfg.vocab_size - 1));
   const auto& w = m.weights();
@@ -200,7 +221,7 @@ int run(const DecodeArgs& a) {
 #ifdef TESSERA_HAVE_CUDA
     const ops::cuda::StepGraphStats graphs_before = ops::cuda::step_graph_stats(o);
 #endif
-    std::vector<double> step_s, head_s;
+    std::vector<double> step_s, head_s, twin_s;
     for (int s = 0; s < 2 + a.steps; ++s) {
       const model::StepBatch step = make_step(batch, s);
       wait();
@@ -217,9 +238,18 @@ int run(const DecodeArgs& a) {
       o.linear(normed, w.lm_head, head_logits);
       wait();
       const double dh = std::chrono::duration<double>(Clock::now() - t1).count();
+      double d1 = 0;
+      if (twin) {
+        (void)twin->ops().to_host_i32(flag);
+        const auto t2 = Clock::now();
+        core::Tensor twin_logits = twin->forward(step, *twin_cache);
+        (void)twin->ops().to_host_i32(flag);
+        d1 = std::chrono::duration<double>(Clock::now() - t2).count();
+      }
       if (s >= 2) {
         step_s.push_back(dt);
         head_s.push_back(dh);
+        twin_s.push_back(d1);
       }
     }
     const double step = median(step_s), head = median(head_s);
@@ -227,9 +257,14 @@ int run(const DecodeArgs& a) {
     const model::DecodeLayerBytes bytes = model::decode_layer_bytes(
         cfg, batch, a.context, static_cast<double>(model::KvCache::bytes_per_token(1, 1, kv_dtype)));
     const double floor = bytes.total() / bandwidth;  // the copy moves read + write bytes at this rate
-    fmt::print("{:>6} {:>10.3f} {:>10.3f} {:>11.1f} {:>11.1f} {:>7.0f}% {:>9.1f} {:>12.1f}\n", batch, step * 1e3,
+    fmt::print("{:>6} {:>10.3f} {:>10.3f} {:>11.1f} {:>11.1f} {:>7.0f}% {:>9.1f} {:>12.1f}", batch, step * 1e3,
                head * 1e3, layer * 1e6, floor * 1e6, 100.0 * floor / layer, bytes.expected_experts,
                static_cast<double>(batch) / step);
+    if (twin) {
+      const double slope = (step - median(twin_s)) / static_cast<double>(layers - 1);
+      fmt::print(" {:>10.1f} {:>7.0f}%", slope * 1e6, 100.0 * floor / slope);
+    }
+    fmt::print("\n");
 #ifdef TESSERA_HAVE_CUDA
     if (a.device == "cuda") {
       const ops::cuda::StepGraphStats g = ops::cuda::step_graph_stats(o);
@@ -259,7 +294,8 @@ int run(const DecodeArgs& a) {
   fmt::print("\nfloor = bytes a layer must read / copy bandwidth: attention weights, router, shared expert, "
              "the expected distinct routed experts E(1-(1-k/E)^batch) and the KV of every sequence; "
              "layer = (step - head) / layers, where head = final norm + lm_head, timed alone "
-             "(logits stay on the device); tokens/s = batch / step for this {}-layer model.\n",
+             "(logits stay on the device); tokens/s = batch / step for this {}-layer model; slope = (step - the "
+             "1-layer twin's step) / (layers - 1), free of the costs every step pays once.\n",
              layers);
   return 0;
 }

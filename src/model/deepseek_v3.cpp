@@ -145,9 +145,9 @@ Tensor DeepseekV3Model::run_step(const StepBatch& batch, std::span<const ops::At
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   // Each residual add is fused with the norm that follows it (the next layer's input norm).
   if (cfg_.num_hidden_layers > 0) o.rms_norm(x, w_.layers[0].input_norm, eps, h);
-  // Step boundaries (Ops::step_boundary) after the embedding, each attention and each MLP: where a
-  // backend replaying a recorded step may start what it has checked so far.
-  o.step_boundary();
+  // Step boundaries (Ops::step_boundary) after each attention and each MLP: where a backend
+  // replaying a recorded step may start what it has checked so far. (Not after the embedding: its
+  // few µs of GPU work would not cover the next part's check, and each boundary costs launches.)
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const auto& L = w_.layers[static_cast<size_t>(l)];
     attention(l, h, rope, seqs, cache, y);

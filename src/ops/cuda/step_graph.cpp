@@ -212,10 +212,10 @@ void StepGraphs::close_segment() {
 void StepGraphs::boundary() {
   if (!active_) return;
   ++boundaries_;
-  // Segments end after 1, 2, 4, 8, ... boundaries (the model marks one after the embedding and two
-  // a layer): the GPU starts once the embedding is checked, and each later segment's check runs
-  // while the GPU works through the one before, which is half as long and takes far longer to run
-  // than to check. A segment boundary costs a graph launch and the PDL overlap across it.
+  // Segments end after 1, 2, 4, 8, ... boundaries (the model marks two a layer): the GPU starts once
+  // the first attention is checked, and each later segment's check runs while the GPU works through
+  // the one before, which is half as long and takes far longer to run than to check. A segment
+  // boundary costs a graph launch and the PDL overlap across it.
   if ((boundaries_ & (boundaries_ - 1)) != 0) return;
   Graph& g = *current_;
   if (!checking_) {
