@@ -155,7 +155,8 @@ TEST(StepGraphModel, GraphedDecodeStepsGiveTheEagerLogits) {
   std::vector<int32_t> next(kSeqs);
   auto table = [&](int64_t s, int64_t tokens) {
     std::vector<int32_t> t;
-    for (int64_t p = 0; p < model::pages_for_tokens(tokens); ++p) t.push_back(static_cast<int32_t>(s * kPagesPerSeq + p));
+    for (int64_t p = 0; p < model::pages_for_tokens(tokens); ++p)
+      t.push_back(static_cast<int32_t>(s * kPagesPerSeq + p));
     return t;
   };
   // Prompts (a mixed step: never graphed) of 100-130 tokens, so that decoding crosses 128.

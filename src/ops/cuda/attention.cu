@@ -97,8 +97,8 @@ __device__ inline void load_row_f32(const uint8_t* cache, int64_t row, int entry
 // CacheT: __nv_bfloat16, or uint8_t for an fp8 e4m3 cache read as q · kv_scale.
 template <class CacheT>
 __global__ void attend_kernel(const float* q_full, int heads, int heads_per_block, int latent, int rope,
-                              const TokenInfo* info, const int32_t* tables, const CacheT* cache, int page,
-                              float scale, float kv_scale, float* o_part, float* ml_part) {
+                              const TokenInfo* info, const int32_t* tables, const CacheT* cache, int page, float scale,
+                              float kv_scale, float* o_part, float* ml_part) {
   extern __shared__ float smem[];
   const int entry = latent + rope;
   const int row_stride = entry + 1;  // +1 float: lanes reading different rows hit different banks
@@ -334,18 +334,18 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
 namespace {
 template <class CacheT>
 void launch_attend_cuda_core(dim3 grid, int heads_per_block, size_t smem, cudaStream_t s, const float* q_full,
-                             int64_t heads, int64_t latent, int64_t rope, const TokenInfo* info,
-                             const int32_t* tables, const CacheT* cache, int64_t page, float scale, float kv_scale,
-                             float* o_part, float* ml_part) {
+                             int64_t heads, int64_t latent, int64_t rope, const TokenInfo* info, const int32_t* tables,
+                             const CacheT* cache, int64_t page, float scale, float kv_scale, float* o_part,
+                             float* ml_part) {
   static bool configured = false;
   if (!configured) {
     // 576-wide entries need ~90 KB: above the 48 KB default, within every target's limit (SM120: 99 KB).
     cudaFuncSetAttribute(attend_kernel<CacheT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
     configured = true;
   }
-  launch_plain(attend_kernel<CacheT>, grid, 32 * heads_per_block, smem, s,
-      q_full, static_cast<int>(heads), heads_per_block, static_cast<int>(latent), static_cast<int>(rope), info, tables,
-      cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part);
+  launch_plain(attend_kernel<CacheT>, grid, 32 * heads_per_block, smem, s, q_full, static_cast<int>(heads),
+               heads_per_block, static_cast<int>(latent), static_cast<int>(rope), info, tables, cache,
+               static_cast<int>(page), scale, kv_scale, o_part, ml_part);
 }
 }  // namespace
 
@@ -359,15 +359,15 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   float* ml_part = scratch + splits * tokens * heads * latent;
   if (kernel == MlaKernel::kWgmma && !cache.fp8) {
     // (The wgmma kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
-    launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages,
-                                     page, splits, scale, o_part, ml_part, s);
+    launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages, page,
+                                     splits, scale, o_part, ml_part, s);
   } else if (kernel == MlaKernel::kKvMajor) {
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, scale,
                                         o_part, ml_part, s);
   } else if (kernel == MlaKernel::kTensorCore && !cache.fp8) {
     // (The heads-as-M kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
-    launch_mla_attend_mma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), page, splits,
-                                   scale, o_part, ml_part, s);
+    launch_mla_attend_mma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), page, splits, scale,
+                                   o_part, ml_part, s);
   } else {
     const int heads_per_block = static_cast<int>(std::min<int64_t>(heads, kMaxHeadsPerBlock));
     const int64_t head_groups = (heads + heads_per_block - 1) / heads_per_block;

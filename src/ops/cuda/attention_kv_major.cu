@@ -59,9 +59,8 @@ struct Layout {
 template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT>
 __global__ void __launch_bounds__(kWarps * 32)
     attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
-                           const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page,
-                           float scale, float kv_scale, float* __restrict__ o_part,
-                           float* __restrict__ ml_part) {
+                           const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page, float scale,
+                           float kv_scale, float* __restrict__ o_part, float* __restrict__ ml_part) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -344,16 +343,17 @@ void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo*
     configured = true;
   }
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>((heads + NH - 1) / NH));
-  launch_plain(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>, grid, kWarps * 32, L::kSmem, s,
-      q_full, static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part);
+  launch_plain(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>, grid, kWarps * 32, L::kSmem, s, q_full,
+               static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part);
 }
 
 template <int LAT, int ROPE, bool FP8, class CacheT>
 void launch_heads(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
                   const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
                   float* ml_part, cudaStream_t s) {
-  (heads <= 8 ? launch<8, LAT, ROPE, FP8, CacheT> : launch<16, LAT, ROPE, FP8, CacheT>)(
-      tokens, heads, q_full, info, tables, cache, page, splits, scale, kv_scale, o_part, ml_part, s);
+  (heads <= 8 ? launch<8, LAT, ROPE, FP8, CacheT>
+              : launch<16, LAT, ROPE, FP8, CacheT>)(tokens, heads, q_full, info, tables, cache, page, splits, scale,
+                                                    kv_scale, o_part, ml_part, s);
 }
 
 }  // namespace
@@ -382,11 +382,13 @@ void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, in
                                          float* o_part, float* ml_part, cudaStream_t s) {
   const bool wide = latent == 512 && rope == 64;
   if (cache.fp8) {
-    (wide ? launch_heads<512, 64, true, uint8_t> : launch_heads<64, 16, true, uint8_t>)(
-        tokens, heads, q_full, info, tables, cache.bytes(), page, splits, scale, cache.scale, o_part, ml_part, s);
+    (wide ? launch_heads<512, 64, true, uint8_t>
+          : launch_heads<64, 16, true, uint8_t>)(tokens, heads, q_full, info, tables, cache.bytes(), page, splits,
+                                                 scale, cache.scale, o_part, ml_part, s);
   } else {
-    (wide ? launch_heads<512, 64, false, __nv_bfloat16> : launch_heads<64, 16, false, __nv_bfloat16>)(
-        tokens, heads, q_full, info, tables, cache.bf16(), page, splits, scale, 1.0f, o_part, ml_part, s);
+    (wide ? launch_heads<512, 64, false, __nv_bfloat16>
+          : launch_heads<64, 16, false, __nv_bfloat16>)(tokens, heads, q_full, info, tables, cache.bf16(), page, splits,
+                                                        scale, 1.0f, o_part, ml_part, s);
   }
 }
 

@@ -193,8 +193,8 @@ void launch(dim3 grid, size_t smem, cudaStream_t s, const float* q_full, int hea
     cudaFuncSetAttribute(attend_mma_kernel<NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
     configured = true;
   }
-  launch_plain(attend_mma_kernel<NB>, grid, kWarps * 32, smem, s, q_full, heads, latent, rope, info, tables, cache, page,
-               scale, o_part, ml_part);
+  launch_plain(attend_mma_kernel<NB>, grid, kWarps * 32, smem, s, q_full, heads, latent, rope, info, tables, cache,
+               page, scale, o_part, ml_part);
 }
 
 }  // namespace
@@ -215,11 +215,21 @@ void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t
   const int h = static_cast<int>(heads), l = static_cast<int>(latent), r = static_cast<int>(rope),
             pg = static_cast<int>(page);
   switch (latent) {
-    case 32: launch<1>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part); break;
-    case 64: launch<2>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part); break;
-    case 128: launch<4>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part); break;
-    case 256: launch<8>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part); break;
-    default: launch<16>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part); break;
+    case 32:
+      launch<1>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part);
+      break;
+    case 64:
+      launch<2>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part);
+      break;
+    case 128:
+      launch<4>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part);
+      break;
+    case 256:
+      launch<8>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part);
+      break;
+    default:
+      launch<16>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part);
+      break;
   }
 }
 

@@ -87,7 +87,6 @@ bool admit_op(const char* what, V... values) {
   });
 }
 
-
 class CudaOps final : public Ops {
  public:
   CudaOps(const std::string& kernels, bool step_graphs) : forced_(kernel_overrides_from(kernels)) {
@@ -440,7 +439,8 @@ class CudaOps final : public Ops {
       gemm_bf16_strided(absorb, kv_b_w, q_hi, ptr<float>(q_full));
       gemm_bf16_strided(absorb, kv_b_w, q_lo, ptr<float>(q_full), 1.0f);
       // q_pe passes through.
-      if (admit_op("memcpy2d", ptr<float>(q_full) + d.latent, entry, ptr<float>(q) + d.nope, qk, d.rope, T * H, stream_))
+      if (admit_op("memcpy2d", ptr<float>(q_full) + d.latent, entry, ptr<float>(q) + d.nope, qk, d.rope, T * H,
+                   stream_))
         TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(ptr<float>(q_full) + d.latent, entry * 4, ptr<float>(q) + d.nope, qk * 4,
                                              d.rope * 4, T * H, cudaMemcpyDeviceToDevice, stream_));
     } else {
@@ -668,8 +668,8 @@ class CudaOps final : public Ops {
   }
   // --- end sampling
 
-  // Decode steps as CUDA graphs (step_graph.h). The attention metadata that upload_meta keeps for
-  // the layers of one step is dropped around it: a graphed step's copy lives in graph memory.
+  // Decode steps as CUDA graphs (step_graph.h). Every step (key -1 too) runs in a scope within which
+  // upload_meta keeps the step's attention metadata for all layers; it is dropped when the step ends.
   Tensor graphed_step(int64_t key, const std::function<Tensor()>& step) override {
     if (in_step_) return step();
     auto scoped = [&] {
@@ -722,10 +722,9 @@ class CudaOps final : public Ops {
   };
   // `shared`, when given, is appended as expert E. Cached per expert list, and checked against the
   // weights' current device pointers: a list freed and another allocated at the same address (a
-  // second model, a test) must not get the old table.
-  // The device table of the experts' weight pointers, made once per expert list. Its pointers are
-  // compared with the list's on every call (a list freed and another made at the same address gets
-  // a new table), except while a recorded step is replayed: steps of one key use the same weights.
+  // second model, a test) must not get the old table. Not while a recorded step is replayed: steps
+  // of one key use the same weights (Ops::graphed_step), and the check reads every expert's weights
+  // (~10 µs of host time a layer, which a replay's check would add before the graph's launch).
   const ExpertTable& expert_table(const std::vector<ExpertWeights>& experts, const ExpertWeights* shared) {
     const auto key = std::make_pair(experts.data(), shared);
     if (graphs_ != nullptr && graphs_->replaying()) {
@@ -936,7 +935,8 @@ class CudaOps final : public Ops {
       s.add(static_cast<const void*>("gemm"));
       s.add(g.trans_a);
       for (int64_t v : {g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.batch, g.stride_a, g.stride_b, g.stride_c}) s.add(v);
-      for (const void* v : {static_cast<const void*>(a), static_cast<const void*>(b), static_cast<const void*>(c)}) s.add(v);
+      for (const void* v : {static_cast<const void*>(a), static_cast<const void*>(b), static_cast<const void*>(c)})
+        s.add(v);
       s.add(beta);
       s.add(stream_);
     });

@@ -178,8 +178,8 @@ __global__ void read_stream_kernel(const uint4* __restrict__ p, int64_t n, uint4
 void launch_read_stream(const void* p, size_t bytes, void* sink, int num_sms, cudaStream_t s) {
   const int64_t n = static_cast<int64_t>(bytes / sizeof(uint4));
   if (n > 0)
-    launch_plain(read_stream_kernel, static_cast<unsigned>(num_sms * 8), kThreads, 0, s, static_cast<const uint4*>(p), n,
-                                                                               static_cast<uint4*>(sink));
+    launch_plain(read_stream_kernel, static_cast<unsigned>(num_sms * 8), kThreads, 0, s, static_cast<const uint4*>(p),
+                 n, static_cast<uint4*>(sink));
 }
 
 void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t s) {
@@ -188,7 +188,8 @@ void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float s
 
 void launch_embedding(const __nv_bfloat16* table, const int32_t* ids, int64_t tokens, int64_t hidden, float* out,
                       cudaStream_t s) {
-  if (tokens > 0) launch_plain(embedding_kernel, static_cast<unsigned>(tokens), kRowThreads, 0, s, table, ids, hidden, out);
+  if (tokens > 0)
+    launch_plain(embedding_kernel, static_cast<unsigned>(tokens), kRowThreads, 0, s, table, ids, hidden, out);
 }
 
 void launch_rms_norm(const float* x, int64_t rows, int64_t width, int64_t col_begin, const float* weight, int64_t d,
@@ -235,7 +236,8 @@ void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16*
 }
 
 void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s) {
-  if (n > 0) launch_plain(gather_rows_kernel<int64_t>, static_cast<unsigned>(n), kRowThreads, 0, s, x, width, rows, out);
+  if (n > 0)
+    launch_plain(gather_rows_kernel<int64_t>, static_cast<unsigned>(n), kRowThreads, 0, s, x, width, rows, out);
 }
 
 void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out,
@@ -245,7 +247,8 @@ void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, 
 
 void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
                              float* out, cudaStream_t s) {
-  if (n > 0) launch_plain(scatter_add_rows_kernel, static_cast<unsigned>(n), kThreads, 0, s, y, width, rows, weights, out);
+  if (n > 0)
+    launch_plain(scatter_add_rows_kernel, static_cast<unsigned>(n), kThreads, 0, s, y, width, rows, weights, out);
 }
 
 }  // namespace tessera::ops::cuda

@@ -395,8 +395,8 @@ void launch_gather(const CacheT* cache, int64_t page, int64_t entry, const int32
                    int64_t num_chunks, int64_t max_rows, __nv_bfloat16* lat, cudaStream_t s) {
   if (num_chunks == 0 || max_rows == 0) return;
   dim3 grid(static_cast<unsigned>((max_rows + kGatherRows - 1) / kGatherRows), static_cast<unsigned>(num_chunks));
-  launch_plain(gather_latents_kernel<CacheT>, grid, 128, 0, s, cache, static_cast<int>(page), static_cast<int>(entry), tables,
-                                                      chunks, lat);
+  launch_plain(gather_latents_kernel<CacheT>, grid, 128, 0, s, cache, static_cast<int>(page), static_cast<int>(entry),
+               tables, chunks, lat);
 }
 
 __global__ void split_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* hi, __nv_bfloat16* lo) {

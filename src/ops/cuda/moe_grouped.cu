@@ -255,20 +255,20 @@ void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
   dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
                static_cast<unsigned>(splits));
   for (int matrix = 0; matrix < 2; ++matrix)
-    launch_plain(expert_project_kernel<true, false>, gu_grid, kWarpsPerBlock * 32, 0, stream,
-        x, static_cast<int>(hidden), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active,
-        matrix == 0 ? gate_w : up_w, static_cast<int>(inter), s.gate_up_part + matrix * splits * slice, slice,
-        min_pairs);
-  launch_plain(gate_up_finish_kernel, static_cast<unsigned>((slice + 255) / 256), 256, 0, stream,
-      s.gate_up_part, s.gate_up_part + splits * slice, static_cast<int>(splits), slice, s.act);
+    launch_plain(expert_project_kernel<true, false>, gu_grid, kWarpsPerBlock * 32, 0, stream, x,
+                 static_cast<int>(hidden), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active,
+                 matrix == 0 ? gate_w : up_w, static_cast<int>(inter), s.gate_up_part + matrix * splits * slice, slice,
+                 min_pairs);
+  launch_plain(gate_up_finish_kernel, static_cast<unsigned>((slice + 255) / 256), 256, 0, stream, s.gate_up_part,
+               s.gate_up_part + splits * slice, static_cast<int>(splits), slice, s.act);
 }
 
 void launch_mma_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, unsigned expert_slots, int min_pairs,
                      const __nv_bfloat16* const* down_w, int64_t inter, cudaStream_t stream) {
   dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
-  launch_plain(expert_project_kernel<false, true>, d_grid, kWarpsPerBlock * 32, 0, stream,
-      s.act, static_cast<int>(inter), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, down_w,
-      static_cast<int>(hidden), s.y, 0, min_pairs);
+  launch_plain(expert_project_kernel<false, true>, d_grid, kWarpsPerBlock * 32, 0, stream, s.act,
+               static_cast<int>(inter), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, down_w,
+               static_cast<int>(hidden), s.y, 0, min_pairs);
 }
 
 }  // namespace

@@ -321,8 +321,7 @@ __global__ void __launch_bounds__(kThreads)
 void launch_sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
                    int32_t* ids, float* logprobs, cudaStream_t s) {
   if (rows == 0) return;
-  launch_plain(sample_kernel, static_cast<unsigned>(rows), kThreads, 0, s, logits, vocab, params, ids,
-                                                                 logprobs);
+  launch_plain(sample_kernel, static_cast<unsigned>(rows), kThreads, 0, s, logits, vocab, params, ids, logprobs);
 }
 
 }  // namespace tessera::ops::cuda
