@@ -101,8 +101,8 @@ int run(const PlanArgs& a) {
     fmt::print("decode steps {}\n",
                !ops::cuda::step_graphs_enabled(!a.model.enforce_eager)
                    ? "kernels launched one by one (--enforce-eager or TESSERA_CUDA_GRAPHS=0)"
-                   : "CUDA graphs: recorded per batch size on its second step, then replayed (--enforce-eager "
-                     "turns them off)");
+                   : "CUDA graphs: recorded per batch size (up to 256 sequences) on its second step, then "
+                     "replayed (--enforce-eager turns them off)");
   }
 #endif
   if (ok) {

@@ -1,6 +1,6 @@
 // tessera plan --device cuda with an fp8 KV cache: the dtype, one byte per element in the memory plan,
-// the kernels that read fp8, and the heads-as-M kernel refused by name when forced. Skips itself
-// without a GPU.
+// the kernels that read fp8, the heads-as-M kernel refused by name when forced, and whether decode
+// steps run as CUDA graphs. Skips itself without a GPU.
 #include <gtest/gtest.h>
 
 #include "ops/cuda/cuda_ops.h"
@@ -29,9 +29,14 @@ TEST(PlanCuda, Fp8KvCacheFromTheCheckpointsHint) {
   EXPECT_NE(out.find("fp8 cache dequantized on load"), std::string::npos) << out;
   EXPECT_NE(out.find("fp8 -> bf16"), std::string::npos) << out;  // the prefill gather
 
-  out = tessera("plan --device cuda --model " + dir + " --kv-cache-bytes 1MiB --kv-cache-dtype bf16", &rc);
+  // Decode steps as CUDA graphs, unless --enforce-eager.
+  EXPECT_NE(out.find("decode steps CUDA graphs"), std::string::npos) << out;
+
+  out = tessera("plan --device cuda --model " + dir + " --kv-cache-bytes 1MiB --kv-cache-dtype bf16 --enforce-eager",
+                &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("288 bytes per token"), std::string::npos) << out;
+  EXPECT_NE(out.find("decode steps kernels launched one by one"), std::string::npos) << out;
 
   out = tessera("plan --device cuda --model " + dir + " --kv-cache-bytes 1MiB --kernels mla=mma", &rc);
   EXPECT_EQ(rc, 1) << out;

@@ -684,7 +684,9 @@ class CudaOps final : public Ops {
       } scope(*this);
       return step();
     };
-    if (graphs_ == nullptr || key < 0) return scoped();
+    // Larger decode steps take the per-expert MoE path, which reads the routing back to the host: a
+    // capture would fail (and be retried once per batch size).
+    if (graphs_ == nullptr || key < 0 || key > kGroupedMoeMaxTokens) return scoped();
     return graphs_->run(key, scoped);
   }
   void step_boundary() override {
