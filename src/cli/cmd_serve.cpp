@@ -24,7 +24,8 @@ namespace {
 
 struct ServeArgs {
   std::string config;
-  std::string model_dir, device = "cpu", kv_cache_dtype = "auto";
+  std::string model_dir, device = "cpu", kv_cache_dtype = "auto", kernels;
+  bool enforce_eager = false;
   EngineOptions engine;
   server::ServerOptions server;
   std::string served_model_name, chat_template;
@@ -80,6 +81,8 @@ int run(CLI::App& sub, ServeArgs& a) {
   model::LoadOptions lo;
   lo.device = a.device;
   lo.kv_cache_dtype = a.kv_cache_dtype;
+  lo.kernels = a.kernels;
+  lo.enforce_eager = a.enforce_eager;
   model::LoadedModel m = model::load_model(dir, lo);
   if (a.test_fail_token >= 0) m.model = server::make_failing_model(std::move(m.model), a.test_fail_token);
   BuiltEngine built = build_engine(m, a.engine);
@@ -130,6 +133,9 @@ CommandRegistration reg{
        sub.add_option("--model", a->model_dir, "checkpoint directory; omitted: the built-in demo model (random weights)");
        sub.add_option("--device", a->device, "cpu (fp32 reference) or cuda")->capture_default_str();
        sub.add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV cache element type: auto, fp32, bf16, fp8")->capture_default_str();
+       sub.add_option("--kernels", a->kernels, "force CUDA kernels: op=kernel[,op=kernel] (as for `plan`; or TESSERA_KERNELS)");
+       sub.add_flag("--enforce-eager", a->enforce_eager,
+                    "CUDA: launch every decode step's kernels one by one instead of replaying them as a CUDA graph");
        a->engine.add_to(sub);
        sub.add_option("--host", a->server.host, "address to listen on")->capture_default_str();
        sub.add_option("--port", a->server.port, "port (0: any free port, printed at start)")->capture_default_str();
