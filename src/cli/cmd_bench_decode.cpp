@@ -203,6 +203,15 @@ int run(const DecodeArgs& a) {
   // copying the logits, which device-side sampling does not need.
   core::Tensor flag = o.empty_i32({1});
   auto wait = [&] { (void)o.to_host_i32(flag); };
+  // Host-clock seconds of `work`, from an idle device to its end (on CUDA every backend object, the
+  // twin's too, issues its work on the same stream, so one wait covers both).
+  auto timed = [&](auto&& work) {
+    wait();
+    const auto t0 = Clock::now();
+    work();
+    wait();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
   // Step s of a batch: every sequence's next token at position context + s.
   auto make_step = [&](int64_t batch, int s) {
     model::StepBatch step;
@@ -224,28 +233,15 @@ int run(const DecodeArgs& a) {
     std::vector<double> step_s, head_s, twin_s;
     for (int s = 0; s < 2 + a.steps; ++s) {
       const model::StepBatch step = make_step(batch, s);
-      wait();
-      const auto t0 = Clock::now();
-      core::Tensor logits = m.forward(step, cache);
-      wait();
-      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double dt = timed([&] { (void)m.forward(step, cache); });
       // The part of the step that is not a layer: final norm + lm_head.
       core::Tensor x = o.empty({batch, cfg.hidden_size}), normed = o.empty({batch, cfg.hidden_size});
       core::Tensor head_logits = o.empty({batch, cfg.vocab_size});
-      wait();
-      const auto t1 = Clock::now();
-      o.rms_norm(x, w.final_norm, static_cast<float>(cfg.rms_norm_eps), normed);
-      o.linear(normed, w.lm_head, head_logits);
-      wait();
-      const double dh = std::chrono::duration<double>(Clock::now() - t1).count();
-      double d1 = 0;
-      if (twin) {
-        (void)twin->ops().to_host_i32(flag);
-        const auto t2 = Clock::now();
-        core::Tensor twin_logits = twin->forward(step, *twin_cache);
-        (void)twin->ops().to_host_i32(flag);
-        d1 = std::chrono::duration<double>(Clock::now() - t2).count();
-      }
+      const double dh = timed([&] {
+        o.rms_norm(x, w.final_norm, static_cast<float>(cfg.rms_norm_eps), normed);
+        o.linear(normed, w.lm_head, head_logits);
+      });
+      const double d1 = twin ? timed([&] { (void)twin->forward(step, *twin_cache); }) : 0.0;
       if (s >= 2) {
         step_s.push_back(dt);
         head_s.push_back(dh);

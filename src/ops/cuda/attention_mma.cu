@@ -214,23 +214,13 @@ void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t
             static_cast<unsigned>((heads + kRows - 1) / kRows));
   const int h = static_cast<int>(heads), l = static_cast<int>(latent), r = static_cast<int>(rope),
             pg = static_cast<int>(page);
-  switch (latent) {
-    case 32:
-      launch<1>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part);
-      break;
-    case 64:
-      launch<2>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part);
-      break;
-    case 128:
-      launch<4>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part);
-      break;
-    case 256:
-      launch<8>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part);
-      break;
-    default:
-      launch<16>(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part);
-      break;
-  }
+  // One instance per supported latent width (mla_attend_mma_supported): NB = latent / 32.
+  const auto run = latent == 32    ? launch<1>
+                   : latent == 64  ? launch<2>
+                   : latent == 128 ? launch<4>
+                   : latent == 256 ? launch<8>
+                                   : launch<16>;
+  run(grid, smem, s, q_full, h, l, r, info, tables, cache, pg, scale, o_part, ml_part);
 }
 
 }  // namespace tessera::ops::cuda

@@ -291,36 +291,42 @@ core::Tensor StepGraphs::record(Graph& g, const std::function<core::Tensor()>& s
     TESSERA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     out = step();
     close_segment();
+  } catch (const CaptureFailed& f) {
+    abandon_recording(g);
+    spdlog::warn("CUDA graph: capturing a decode step failed ({}); steps of its size run without a graph",
+                 cudaGetErrorString(f.error));
+    return run_without_graph(g, step);
   } catch (...) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    (void)cudaStreamIsCapturing(stream_, &status);
-    cudaGraph_t graph = nullptr;
-    if (status != cudaStreamCaptureStatusNone) (void)cudaStreamEndCapture(stream_, &graph);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    (void)cudaGetLastError();
-    end();
-    drop_segments(g);
-    // Segments may have been launched: they finish before anything is staged again.
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     // A failure of the step itself (a refused argument) is the caller's; one that broke the capture
     // (a read-back to the host, a synchronous copy) means steps of this key run without a graph.
-    try {
-      throw;
-    } catch (const CaptureFailed& f) {
-      spdlog::warn("CUDA graph: capturing a decode step failed ({}); steps of its size run without a graph",
-                   cudaGetErrorString(f.error));
-    } catch (...) {
-      if (status != cudaStreamCaptureStatusInvalidated) throw;
-      spdlog::warn("CUDA graph: a decode step cannot be captured; steps of its size run without a graph");
-    }
-    g.never = true;
-    ++stats_.eager;
-    return step();
+    if (!abandon_recording(g)) throw;
+    spdlog::warn("CUDA graph: a decode step cannot be captured; steps of its size run without a graph");
+    return run_without_graph(g, step);
   }
   end();
   TESSERA_CUDA_CHECK(cudaEventRecord(done_, stream_));
   ++stats_.recorded;
   return out;
+}
+
+bool StepGraphs::abandon_recording(Graph& g) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  (void)cudaStreamIsCapturing(stream_, &status);
+  cudaGraph_t graph = nullptr;
+  if (status != cudaStreamCaptureStatusNone) (void)cudaStreamEndCapture(stream_, &graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
+  end();
+  drop_segments(g);
+  // Segments may have been launched: they finish before anything is staged again.
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return status == cudaStreamCaptureStatusInvalidated;
+}
+
+core::Tensor StepGraphs::run_without_graph(Graph& g, const std::function<core::Tensor()>& step) {
+  g.never = true;
+  ++stats_.eager;
+  return step();
 }
 
 }  // namespace tessera::ops::cuda

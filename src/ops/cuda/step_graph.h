@@ -100,6 +100,11 @@ class StepGraphs {
   // False when the step's operations differ from the recording (then segments before the
   // difference may have been launched: launched_ says how many).
   bool replay(Graph& g, const std::function<core::Tensor()>& step, core::Tensor& out);
+  // Ends a recording that threw; true when the capture had been invalidated (the step cannot be
+  // captured), false when the step itself failed.
+  bool abandon_recording(Graph& g);
+  // Marks the key as never to be recorded and runs the step as usual.
+  core::Tensor run_without_graph(Graph& g, const std::function<core::Tensor()>& step);
   void begin(Graph& g, bool checking);
   void end();
   void launch(const Segment& segment);
