@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace {
@@ -21,8 +22,7 @@ const Tokenizer& tokenizer(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
   auto& t = cache[name];
   if (!t) {
-    const char* env = std::getenv("TESSERA_FIXTURES");
-    const std::filesystem::path root = env ? env : TESSERA_FIXTURES_DIR;
+    const std::filesystem::path root = tessera::core::env_value("TESSERA_FIXTURES").value_or(TESSERA_FIXTURES_DIR);
     t = tessera::text::load_tokenizer(root / "tokenizers" / name);
   }
   return *t;

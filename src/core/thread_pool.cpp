@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/env.h"
+
 namespace tessera::core {
 
 namespace {
@@ -116,8 +118,8 @@ Pool& pool() {
 
 int num_threads() {
   static int n = [] {
-    if (const char* env = std::getenv("TESSERA_NUM_THREADS")) {
-      int v = std::atoi(env);
+    if (const auto env = env_value("TESSERA_NUM_THREADS")) {
+      int v = std::atoi(env->c_str());
       if (v > 0) return v;
     }
     return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

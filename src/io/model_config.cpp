@@ -134,6 +134,14 @@ uint64_t ModelConfig::parameter_count() const {
   return n;
 }
 
+uint64_t ModelConfig::vector_parameter_count() const {
+  uint64_t n = static_cast<uint64_t>(hidden_size);  // the final norm
+  for (int64_t l = 0; l < num_hidden_layers; ++l)
+    n += 2 * static_cast<uint64_t>(hidden_size) + static_cast<uint64_t>(q_lora_rank) + kv_lora_rank +
+         (is_moe_layer(l) ? static_cast<uint64_t>(n_routed_experts) : 0);
+  return n;
+}
+
 ModelConfig parse_model_config(const json& root, const std::string& where) {
   if (!root.is_object()) fail("{}: must be a JSON object", where);
   ModelConfig c;

@@ -78,6 +78,9 @@ struct ModelConfig {
   std::vector<float> rope_inv_freq() const;
   // Parameters of the language model as the config describes it (no checkpoint needed).
   uint64_t parameter_count() const;
+  // Of those, the parameters of 1-D tensors (norm weights, router biases): backends keep them in
+  // fp32 while matrices may be bf16 or narrower.
+  uint64_t vector_parameter_count() const;
 };
 
 // Parses `config_json` (the whole config.json). `where` names the file for messages.

@@ -1,4 +1,4 @@
-// The op contract the model is written against. Each backend (cpu/, later cuda/) implements it;
+// The op contract the model is written against. Each backend (cpu/, cuda/) implements it;
 // the model code is the same for all of them. Shapes are row-major; T = tokens in the step.
 // Activations are backend-chosen float tensors (fp32 on the CPU reference backend).
 #pragma once
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/model_config.h"
 #include "io/quant_config.h"
 #include "ops/linear_weight.h"
 #include "ops/sampling_rule.h"
@@ -63,6 +64,26 @@ struct ExpertWeights {
   LinearWeight gate, up, down;
 };
 
+// --- What a backend will run for a model, decided before any weight is read (`tessera plan`
+// prints it; the engine runs exactly it).
+
+// One line of the plan: the kernel an op runs, why, and whether it can run at all.
+struct KernelChoice {
+  std::string op;
+  std::string kernel;
+  std::string reason;
+  bool available = true;  // false: nothing can run this op here (the plan fails before loading)
+};
+
+struct BackendPlan {
+  std::string device;                  // e.g. "cpu (fp32 reference backend)", "NVIDIA H200 (sm_90, ...)"
+  std::optional<uint64_t> free_bytes;  // device memory free now; none for a backend in host memory
+  uint64_t weight_bytes = 0;           // what the weights will occupy there once uploaded (0: mapped)
+  std::string weight_rule;             // how that was counted
+  std::vector<KernelChoice> kernels;   // every op, in the order `tessera plan` prints them
+  std::string decode_steps;            // how decode steps are launched (CUDA graphs or one by one)
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -75,6 +96,10 @@ class Ops {
     uint64_t held_bytes = 0;
   };
   virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
+
+  // What this backend will run for `config` with a KV cache of `kv_dtype`: the kernel of each op
+  // (the backend executes these choices), the device and the bytes the weights will take there.
+  virtual BackendPlan plan(const io::ModelConfig& config, io::KvCacheDtype kv_dtype) const = 0;
 
   // A new activation tensor (fp32 on every backend so far) and a new int32 index tensor. Their
   // contents are unspecified until an op writes them (the CPU backend zeroes them; the CUDA backend

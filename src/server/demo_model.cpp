@@ -1,15 +1,16 @@
-#include "core/file.h"
 #include "server/demo_model.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/env.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "io/safetensors.h"
 
 namespace tessera::server {
@@ -184,7 +185,7 @@ fs::path find_demo_tokenizer(const fs::path& explicit_dir) {
     if (!ok(explicit_dir)) core::fail("--demo-tokenizer {}: needs tokenizer.json and tokenizer_config.json", explicit_dir.string());
     return explicit_dir;
   }
-  if (const char* env = std::getenv("TESSERA_DEMO_TOKENIZER"); env && *env && ok(env)) return env;
+  if (const auto env = core::env_value("TESSERA_DEMO_TOKENIZER"); env && ok(*env)) return *env;
   for (fs::path base : {fs::current_path(), exe_dir()}) {
     for (int up = 0; up < 5 && !base.empty(); ++up) {
       if (ok(base / kNpmModels)) return base / kNpmModels;

@@ -1,6 +1,8 @@
 // Every CUDA op against its CPU reference op on random inputs (bf16-representable, so that the only
 // differences left are summation order), over shapes that include ragged batches, cached
 // prefixes, empty experts and very uneven routing. Skips itself without a GPU.
+#include "ops/cuda/cuda_ops.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -14,10 +16,10 @@
 #include "core/error.h"
 #include "model/golden_util.h"
 #include "ops/cpu/cpu_ops.h"
-#include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernel_trace.h"
 #include "ops/cuda/kernels.h"
+#include "support/require_gpu.h"
 
 namespace tessera {
 namespace {
@@ -28,7 +30,7 @@ using core::Tensor;
 class CudaOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+    if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
     gpu_ = ops::cuda::make_cuda_ops();
   }
   // Random bf16-representable fp32 values.
@@ -386,7 +388,7 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
                            {heads, nope, rope, v, latent, 0.14f}, std::span(&a, 1), og);
     ADD_FAILURE() << "forcing the wgmma kernel on 40 heads was accepted";
   } catch (const core::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'wgmma' was forced"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("mla=wgmma was forced"), std::string::npos) << e.what();
   }
   if (!problem.empty()) GTEST_SKIP() << problem;
 }
@@ -742,106 +744,6 @@ TEST(MlaSplits, CountsKeepTheSplitsBusyAndChangeRarelyAsTheContextGrows) {
             EXPECT_LE(changes, 8) << tokens << " tokens, " << heads << " heads, " << sms << " SMs, from " << start;
           }
         }
-}
-
-TEST(KernelOverrides, ParsesAndRefusesByName) {
-  auto o = ops::cuda::parse_kernel_overrides("mla=mma, moe=grouped");
-  EXPECT_EQ(o.mla, "mma");
-  EXPECT_EQ(ops::cuda::parse_kernel_overrides("mla=wgmma").mla, "wgmma");
-  EXPECT_EQ(o.moe, "grouped");
-  EXPECT_EQ(ops::cuda::parse_kernel_overrides("").mla, "auto");
-  for (const auto& [spec, needle] : std::vector<std::pair<std::string, std::string>>{
-           {"mla", "expected op=kernel"}, {"attn=mma", "unknown op 'attn'"}, {"moe=fast", "kernel 'fast' for op 'moe'"}}) {
-    try {
-      (void)ops::cuda::parse_kernel_overrides(spec);
-      ADD_FAILURE() << spec << " was accepted";
-    } catch (const core::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  }
-}
-
-// Which MLA decode kernel the plan names, decided from made-up device capabilities (no GPU needed).
-TEST(KernelRegistry, WgmmaOnHopperForMultiplesOf64Heads) {
-  const bool sm90a = ops::cuda::compiled_architectures().find("90a-real") != std::string::npos;
-  auto decode = [](const ops::cuda::DeviceCaps& caps, int64_t heads, const std::string& forced) {
-    ops::cuda::MlaShape shape{heads, 512, 64, 128, 128};
-    ops::cuda::KernelOverrides o;
-    o.mla = forced;
-    for (const auto& k : ops::cuda::plan_kernels(caps, shape, 384, 7168, 2048, o))
-      if (k.op == "mla decode") return k;
-    return ops::cuda::KernelChoice{};
-  };
-  ops::cuda::DeviceCaps hopper{"H200", 90, 132, 227 * 1024, 0, 0}, blackwell{"RTX PRO 6000", 120, 188, 99 * 1024, 0, 0};
-  if (ops::cuda::architecture_problem(90).empty()) {
-    for (int64_t heads : {int64_t{64}, int64_t{128}}) {
-      const auto k = decode(hopper, heads, "auto");
-      EXPECT_EQ(k.kernel.find("wgmma") != std::string::npos, sm90a) << heads << " heads: " << k.kernel << " / "
-                                                                     << k.reason;
-      EXPECT_TRUE(k.available) << k.reason;
-    }
-    // 8 and 16 heads keep the KV-major kernel; 96 heads is not a multiple of 64.
-    for (int64_t heads : {int64_t{8}, int64_t{16}, int64_t{96}})
-      EXPECT_NE(decode(hopper, heads, "auto").kernel.find("kv_major"), std::string::npos) << heads;
-    const auto bad_heads = decode(hopper, 40, "wgmma");
-    EXPECT_FALSE(bad_heads.available);
-    EXPECT_NE(bad_heads.reason.find("40 heads"), std::string::npos) << bad_heads.reason;
-  }
-  // Not on other architectures; forcing it there is refused, naming the architecture.
-  if (ops::cuda::architecture_problem(120).empty()) {
-    EXPECT_EQ(decode(blackwell, 64, "auto").kernel.find("wgmma"), std::string::npos);
-    const auto forced = decode(blackwell, 64, "wgmma");
-    EXPECT_FALSE(forced.available);
-    EXPECT_NE(forced.reason.find("sm_90"), std::string::npos) << forced.reason;
-  }
-}
-
-// The registry's choice for an fp8 cache, on a described GPU (no device needed): the KV-major kernel
-// where it has an instance (within SM120's 99 KB a block), else the fp32 kernel, never the
-// heads-as-M kernel, which is refused by name when forced; prefill gathers fp8 to bf16.
-TEST(KernelPlan, Fp8CachePicksKernelsThatReadIt) {
-  ops::cuda::DeviceCaps caps;
-  caps.name = "described";
-  caps.sm = 90;
-  caps.num_sms = 132;
-  caps.smem_per_block_optin = 99 * 1024;  // SM120's limit
-  if (!ops::cuda::architecture_problem(caps.sm).empty()) GTEST_SKIP() << "this build carries no sm_90 code";
-  auto decode = [&](ops::cuda::MlaShape shape, const std::string& mla) {
-    ops::cuda::KernelOverrides forced;
-    forced.mla = mla;
-    for (const auto& k : ops::cuda::plan_kernels(caps, shape, 384, 7168, 2048, forced))
-      if (k.op == "mla decode") return k;
-    ADD_FAILURE() << "no mla decode line";
-    return ops::cuda::KernelChoice{};
-  };
-  auto prefill = [&](ops::cuda::MlaShape shape) {
-    for (const auto& k : ops::cuda::plan_kernels(caps, shape, 384, 7168, 2048, {}))
-      if (k.op == "mla prefill") return k;
-    return ops::cuda::KernelChoice{};
-  };
-  const ops::cuda::MlaShape kimi_fp8{16, 512, 64, 128, 128, true}, kimi_bf16{16, 512, 64, 128, 128, false};
-  auto k = decode(kimi_fp8, "auto");
-  EXPECT_TRUE(k.available) << k.reason;
-  EXPECT_NE(k.kernel.find("attend_kv_major_kernel (fp8 cache"), std::string::npos) << k.kernel;
-  EXPECT_NE(k.reason.find("94 KB shared memory of 99 KB"), std::string::npos) << k.reason;
-  k = decode(kimi_bf16, "auto");
-  EXPECT_TRUE(k.available) << k.reason;
-  EXPECT_NE(k.kernel.find("attend_kv_major_kernel (mma.sync bf16"), std::string::npos) << k.kernel;
-  k = decode(kimi_fp8, "mma");
-  EXPECT_FALSE(k.available);
-  EXPECT_NE(k.reason.find("mla=mma"), std::string::npos) << k.reason;
-  EXPECT_NE(k.reason.find("fp8"), std::string::npos) << k.reason;
-  k = decode(kimi_fp8, "cuda-core");
-  EXPECT_TRUE(k.available) << k.reason;
-  EXPECT_NE(k.kernel.find("fp8 cache dequantized on load"), std::string::npos) << k.kernel;
-  // A latent without a KV-major instance: the fp32 kernel, not the heads-as-M one.
-  k = decode({8, 32, 16, 16, 24, true}, "auto");
-  EXPECT_TRUE(k.available) << k.reason;
-  EXPECT_NE(k.kernel.find("attend_kernel (fp32"), std::string::npos) << k.kernel;
-  k = decode({8, 32, 16, 16, 24, false}, "auto");
-  EXPECT_NE(k.kernel.find("attend_mma_kernel"), std::string::npos) << k.kernel;
-  EXPECT_NE(prefill(kimi_fp8).kernel.find("fp8 -> bf16"), std::string::npos) << prefill(kimi_fp8).kernel;
-  EXPECT_EQ(prefill(kimi_bf16).kernel.find("fp8"), std::string::npos) << prefill(kimi_bf16).kernel;
 }
 
 }  // namespace

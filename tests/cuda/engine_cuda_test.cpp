@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "model/sequence_runner.h"
 #include "ops/cuda/cuda_ops.h"
+#include "support/require_gpu.h"
 #include "support/test_support.h"
 
 namespace tessera::engine {
@@ -24,7 +25,7 @@ std::vector<int32_t> random_ids(int64_t n, uint64_t seed) {
 }
 
 TEST(EngineCuda, ConcurrentRequestsFinishAndGreedyTokensAreTheReferenceArgmax) {
-  if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   const auto dir = test::fixtures_dir() / "models" / "dsv3-tiny";
   model::LoadOptions o;
   o.device = "cuda";

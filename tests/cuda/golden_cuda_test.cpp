@@ -11,6 +11,7 @@
 #include "model/golden_util.h"
 #include "model/sequence_runner.h"
 #include "ops/cuda/cuda_ops.h"
+#include "support/require_gpu.h"
 #include "support/test_support.h"
 
 namespace tessera {
@@ -19,7 +20,7 @@ namespace {
 class CudaGoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaGoldenTest, LogitsWithinTheBf16NoiseFloor) {
-  if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   const auto dir = test::fixtures_dir() / "models" / GetParam();
   auto golden = io::SafetensorsFile::open(dir / "golden.safetensors");
   auto meta = nlohmann::json::parse(test::read_file(dir / "golden.json"));
@@ -93,7 +94,7 @@ TEST_P(CudaGoldenTest, LogitsWithinTheBf16NoiseFloor) {
 // rounding boundary (a 2^-4 step), and these random fixtures amplify any change (fp8 against fp32
 // on the CPU: rel_rms 0.036-0.22, tests/model/kv_fp8_model_test.cpp); the bound is that test's.
 TEST(CudaFp8KvCache, FixtureModelsAgreeWithTheCpuFp8Cache) {
-  if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   for (const std::string name : {"dsv3-tiny", "kimi-k25-tiny-nvfp4"}) {
     SCOPED_TRACE(name);
     const auto dir = test::fixtures_dir() / "models" / name;

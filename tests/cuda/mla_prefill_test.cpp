@@ -26,6 +26,7 @@
 #include "model/golden_util.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
+#include "support/require_gpu.h"
 
 namespace tessera {
 namespace {
@@ -73,7 +74,7 @@ class ScopedEnv {
 class MlaPrefillTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+    if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
     gpu_ = ops::cuda::make_cuda_ops();
   }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/cuda/cuda_ops.h"
+#include "support/require_gpu.h"
 #include "support/test_support.h"
 
 namespace tessera {
@@ -16,7 +17,7 @@ std::string tessera(const std::string& args, int* rc) {
 }
 
 TEST(PlanCuda, Fp8KvCacheFromTheCheckpointsHint) {
-  if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   const auto dir = (test::fixtures_dir() / "models" / "kimi-k25-tiny-nvfp4").string();
   int rc = 0;
   std::string out = tessera("plan --device cuda --model " + dir + " --kv-cache-bytes 1MiB", &rc);

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
+#include "support/require_gpu.h"
 
 namespace tessera {
 namespace {
@@ -71,7 +72,7 @@ bool near_boundary(const float* x, int64_t n, const SampleRow& p, double eps = 1
 class SamplingCudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+    if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
     gpu_ = ops::cuda::make_cuda_ops();
   }
 

@@ -12,6 +12,7 @@
 #include "model/golden_util.h"
 #include "model/model.h"
 #include "ops/cuda/cuda_ops.h"
+#include "support/require_gpu.h"
 #include "support/test_support.h"
 
 namespace tessera {
@@ -35,7 +36,7 @@ std::vector<float> rms_norm_reference(const std::vector<float>& x, const std::ve
 class StepGraphTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+    if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
     if (!ops::cuda::step_graphs_enabled(true)) GTEST_SKIP() << "CUDA graphs are turned off in this environment";
     gpu_ = ops::cuda::make_cuda_ops();
   }
@@ -137,7 +138,7 @@ TEST_F(StepGraphTest, AnErrorInsideAStepLeavesTheBackendUsable) {
 // kernels on the same inputs, so the logits agree to the last bits, over batch sizes that come and go
 // and contexts that grow across the attention's split-count boundaries.
 TEST(StepGraphModel, GraphedDecodeStepsGiveTheEagerLogits) {
-  if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   if (!ops::cuda::step_graphs_enabled(true)) GTEST_SKIP() << "CUDA graphs are turned off in this environment";
   const auto dir = test::fixtures_dir() / "models" / "kimi-k2-tiny";
   model::LoadOptions o;

@@ -8,15 +8,16 @@
 #ifdef TESSERA_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
 #endif
+#include "support/require_gpu.h"
 
 namespace tessera::test {
 namespace {
 
 TEST(ServerCuda, ChatAndStreamedCompletionsOnTheGpu) {
 #ifndef TESSERA_HAVE_CUDA
-  GTEST_SKIP() << "built without the CUDA backend";
+  TESSERA_SKIP_UNLESS_REQUIRED("built without the CUDA backend");
 #else
-  if (!ops::cuda::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   ServerProcess srv({"--device", "cuda"});
   httplib::Client c("127.0.0.1", srv.port());
   c.set_read_timeout(120, 0);

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "server_process.h"
+#include "support/require_gpu.h"
 #include "support/test_support.h"
 
 namespace tessera::test {
@@ -12,9 +13,10 @@ namespace {
 
 TEST(ServerNodeSdk, OpenAiSdkEndToEnd) {
   const std::filesystem::path npm = TESSERA_SOURCE_DIR "/third_party/npm";
-  if (run_command("node --version", nullptr) != 0) GTEST_SKIP() << "node is not installed (scripts/setup.sh)";
+  if (run_command("node --version", nullptr) != 0)
+    TESSERA_SKIP_UNLESS_REQUIRED("node is not installed (scripts/setup.sh)");
   if (!std::filesystem::exists(npm / "node_modules" / "openai" / "package.json"))
-    GTEST_SKIP() << "npm package 'openai' missing in " << npm << " (run scripts/setup.sh)";
+    TESSERA_SKIP_UNLESS_REQUIRED("npm package 'openai' missing in " << npm << " (run scripts/setup.sh)");
   ServerProcess srv({"--api-key", "e2e-key"});
   std::string out;
   // The suite takes ~15 s in a release build, ~90 s under AddressSanitizer alone and over 120 s beside

@@ -9,13 +9,15 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/env.h"
 #include "support/test_support.h"
 
 namespace tessera::test {
 
 std::filesystem::path server_test_demo_dir() {
-  const char* env = std::getenv("TESSERA_SERVER_TEST_DIR");  // tests run outside the build tree
-  return std::filesystem::path(env ? env : TESSERA_SERVER_TEST_DIR) / "demo-cache";
+  // TESSERA_SERVER_TEST_DIR: tests run outside the build tree (the GPU machine).
+  return std::filesystem::path(core::env_value("TESSERA_SERVER_TEST_DIR").value_or(TESSERA_SERVER_TEST_DIR)) /
+         "demo-cache";
 }
 
 ServerProcess::ServerProcess(const std::vector<std::string>& extra) {

@@ -1,6 +1,8 @@
 // Elementwise ops, embedding, RMSNorm, RoPE and the dense linear of the CPU backend.
 #include "ops/cpu/cpu_ops.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -26,6 +28,16 @@ float dot(const float* a, const float* b, int64_t n) {
 Tensor CpuOps::empty(core::Shape shape) { return Tensor::zeros(DType::kF32, std::move(shape)); }
 
 Tensor CpuOps::empty_i32(core::Shape shape) { return Tensor::zeros(DType::kI32, std::move(shape)); }
+
+BackendPlan CpuOps::plan(const io::ModelConfig&, io::KvCacheDtype kv_dtype) const {
+  BackendPlan p;
+  p.device = fmt::format("cpu (fp32 reference backend, {} threads)", core::num_threads());
+  p.weight_rule = "mapped from the checkpoint (not copied)";
+  p.kernels.push_back({"every op", "cpu reference ops (fp32, weights dequantized row by row)",
+                       fmt::format("the reference backend; KV cache {}", io::kv_cache_dtype_name(kv_dtype)), true});
+  p.decode_steps = "ops run one by one on the host";
+  return p;
+}
 
 Tensor CpuOps::empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) {
   TESSERA_CHECK(dtype == io::KvCacheDtype::kF32 || dtype == io::KvCacheDtype::kFp8E4M3,

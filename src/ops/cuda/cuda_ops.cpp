@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -20,11 +22,11 @@
 #include "ops/cuda/device_pool.h"
 #include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels.h"
-#include "ops/cuda/pinned_staging.h"
 #include "ops/cuda/mla_prefill.h"
+#include "ops/cuda/pinned_staging.h"
 #include "ops/cuda/sampling.h"  // sampling
 #include "ops/cuda/step_graph.h"
-#include "ops/sample_args.h"    // sampling
+#include "ops/sample_args.h"  // sampling
 
 namespace tessera::ops::cuda {
 
@@ -40,9 +42,9 @@ bool cuda_available() {
   return n > 0;
 }
 
-std::string device_description() {
+std::string device_description(int index) {
   cudaDeviceProp p{};
-  TESSERA_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+  TESSERA_CUDA_CHECK(cudaGetDeviceProperties(&p, index));
   return fmt::format("{} (sm_{}{}, {} SMs, {:.1f} GiB)", p.name, p.major, p.minor, p.multiProcessorCount,
                      p.totalGlobalMem / double(1 << 30));
 }
@@ -55,16 +57,17 @@ DevicePool& pool() {
   return *p;
 }
 
-// The stream every backend object issues its work on: one for the process, as tensors are shared
-// between backend objects (tests run one op through several forced kernels) and must stay ordered.
-// Not the legacy default stream, which CUDA graphs cannot capture; a blocking stream, so work on the
-// legacy stream (weight uploads, test read-backs) stays ordered with it.
-cudaStream_t backend_stream() {
-  static cudaStream_t stream = [] {
-    cudaStream_t s = nullptr;
-    TESSERA_CUDA_CHECK(cudaStreamCreate(&s));
-    return s;
-  }();
+// The stream every backend object of a device issues its work on: one per device for the process,
+// as tensors are shared between backend objects (tests run one op through several forced kernels)
+// and must stay ordered. Not the legacy default stream, which CUDA graphs cannot capture; a
+// blocking stream, so work on the legacy stream (weight uploads, test read-backs) stays ordered
+// with it. Created with `device` current.
+cudaStream_t backend_stream(int device) {
+  static std::mutex mutex;
+  static std::map<int, cudaStream_t> streams;
+  std::lock_guard lock(mutex);
+  cudaStream_t& stream = streams[device];
+  if (stream == nullptr) TESSERA_CUDA_CHECK(cudaStreamCreate(&stream));
   return stream;
 }
 
@@ -89,19 +92,13 @@ bool admit_op(const char* what, V... values) {
 
 class CudaOps final : public Ops {
  public:
-  CudaOps(const std::string& kernels, bool step_graphs) : forced_(kernel_overrides_from(kernels)) {
-    TESSERA_CHECK(cuda_available(), "no CUDA device is available");
-    TESSERA_CUDA_CHECK(cudaSetDevice(0));
-    stream_ = backend_stream();
+  CudaOps(const std::string& kernels, bool step_graphs, int device)
+      : overrides_(kernel_overrides_from(kernels)), caps_(query_device_caps(device)) {
+    TESSERA_CUDA_CHECK(cudaSetDevice(device));
+    stream_ = backend_stream(device);
     if (step_graphs_enabled(step_graphs)) graphs_ = std::make_unique<StepGraphs>(stream_);
     TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt_));
-    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, 0));
-    int major = 0, minor = 0, smem_optin = 0;
-    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    sm_ = major * 10 + minor;
-    smem_optin_ = smem_optin;
+    num_sms_ = caps_.num_sms;
     workspace_ = alloc(DType::kU8, {kWorkspaceBytes});
     router_done_blocks_ = alloc(DType::kI32, {1});
     TESSERA_CUDA_CHECK(cudaMemset(router_done_blocks_.raw(), 0, sizeof(int32_t)));
@@ -124,6 +121,36 @@ class CudaOps final : public Ops {
 
   std::string name() const override { return "cuda"; }
 
+  BackendPlan plan(const io::ModelConfig& c, io::KvCacheDtype kv_dtype) const override {
+    BackendPlan p;
+    p.device = fmt::format("{} (sm_{}), {} SMs, {:.1f} GiB; build carries {}", caps_.name, caps_.sm, caps_.num_sms,
+                           caps_.total_bytes / double(1 << 30), compiled_architectures());
+    size_t free = 0, total = 0;
+    TESSERA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    p.free_bytes = free;
+    // upload_linear / upload_table keep matrices in bf16 (FP8 and NVFP4 dequantized at load),
+    // upload_vector keeps vectors in fp32.
+    const uint64_t vectors = c.vector_parameter_count();
+    p.weight_bytes = 2 * (c.parameter_count() - vectors) + 4 * vectors;
+    p.weight_rule = "matrices bf16 on the device (FP8 and NVFP4 dequantized at load), vectors fp32";
+    p.kernels = plan_kernels(caps_,
+                             {c.num_attention_heads, c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim,
+                              c.v_head_dim, kv_dtype == io::KvCacheDtype::kFp8E4M3},
+                             {c.n_routed_experts, c.hidden_size, c.moe_intermediate_size}, overrides_)
+                    .rows;
+    p.decode_steps = graphs_ != nullptr && overrides_.moe == MoeKernel::kPerExpert
+                         ? "kernels launched one by one (--kernels moe=per-expert reads the routing back to the host, "
+                           "which a CUDA graph cannot hold)"
+                     : graphs_ != nullptr
+                         ? fmt::format(
+                               "CUDA graphs: recorded per batch size (up to {} sequences) on its second "
+                               "step, then replayed (--enforce-eager turns them off)",
+                               kGroupedMoeMaxTokens)
+                         : "kernels launched one by one (--enforce-eager, TESSERA_CUDA_GRAPHS=0 or "
+                           "TESSERA_DEVICE_POOL=exact)";
+    return p;
+  }
+
   std::optional<DeviceMemory> device_memory() override {
     sync();  // tensors released by queued work are back in the pool before it is counted
     size_t free = 0, total = 0;
@@ -138,9 +165,17 @@ class CudaOps final : public Ops {
     auto owner = graph_step() ? graphs_->memory().allocate(bytes) : pool().allocate(bytes);
     return Tensor::adopt(dtype, std::move(shape), owner.get(), core::Device::kCuda, owner);
   }
+  // Memory held for the backend's life (weights, KV pages): exact-size, outside the pool's
+  // power-of-two buckets (DevicePool::allocate_resident), so it takes what the memory plan counted.
+  Tensor alloc_resident(DType dtype, core::Shape shape) {
+    if (graph_step()) return alloc(dtype, std::move(shape));
+    const size_t bytes = static_cast<size_t>(core::shape_numel(shape)) * core::dtype_size(dtype);
+    auto owner = pool().allocate_resident(bytes);
+    return Tensor::adopt(dtype, std::move(shape), owner.get(), core::Device::kCuda, owner);
+  }
   // Weights and other one-time uploads: synchronous, straight from the caller's memory.
   Tensor upload_bytes(DType dtype, core::Shape shape, const void* host) {
-    Tensor t = alloc(dtype, std::move(shape));
+    Tensor t = alloc_resident(dtype, std::move(shape));
     TESSERA_CUDA_CHECK(cudaMemcpy(t.raw(), host, t.nbytes(), cudaMemcpyHostToDevice));
     return t;
   }
@@ -186,16 +221,17 @@ class CudaOps final : public Ops {
     TESSERA_CHECK(dtype == io::KvCacheDtype::kBF16 || dtype == io::KvCacheDtype::kFp8E4M3,
                   "the cuda backend stores the KV cache in bf16 or fp8_e4m3, not {}", io::kv_cache_dtype_name(dtype));
     check_mla_kernel_reads(dtype == io::KvCacheDtype::kFp8E4M3);  // refuse at start-up, not at the first decode
-    Tensor t = alloc(dtype == io::KvCacheDtype::kBF16 ? DType::kBF16 : DType::kU8, std::move(shape));
+    Tensor t = alloc_resident(dtype == io::KvCacheDtype::kBF16 ? DType::kBF16 : DType::kU8, std::move(shape));
     TESSERA_CUDA_CHECK(cudaMemset(t.raw(), 0, t.nbytes()));
     return t;
   }
-  // The forced heads-as-M and wgmma kernels read bf16 only.
+  // The forced heads-as-M and wgmma kernels read bf16 only: refused when the cache is made, before
+  // any shape is known.
   void check_mla_kernel_reads(bool fp8) const {
-    TESSERA_CHECK(!fp8 || (forced_.mla != "mma" && forced_.mla != "wgmma"),
+    TESSERA_CHECK(!fp8 || !overrides_.mla || reads_fp8_cache(*overrides_.mla),
                   "MLA kernel '{}' (--kernels mla={}) cannot read an fp8_e4m3 KV cache (--kv-cache-dtype fp8): it "
                   "reads bf16 only; use --kernels mla=kv-major or mla=cuda-core, or --kv-cache-dtype bf16",
-                  forced_.mla, forced_.mla);
+                  kernel_flag_name(*overrides_.mla), kernel_flag_name(*overrides_.mla));
   }
   // The cache as the kernels take it; throws naming `op` for pages of another dtype or an fp8 scale
   // that is not a positive finite number.
@@ -392,13 +428,14 @@ class CudaOps final : public Ops {
 
   void mla_attention(const Tensor& q, const KvLayerView& cache, const LinearWeight& kv_b, const MlaDims& d,
                      std::span<const AttentionSeq> seqs, Tensor& out) override {
-    TESSERA_CHECK(d.latent <= 512, "cuda mla_attention: kv_lora_rank {} > 512 is not supported", d.latent);
     const KvCacheArg cache_in = cache_arg(cache, "mla_attention");
-    check_mla_kernel_reads(cache_in.fp8);
+    const MlaPlan& plan = mla_plan(d, cache_in.fp8);
+    const bool decode_only =
+        std::all_of(seqs.begin(), seqs.end(), [](const AttentionSeq& s) { return s.num_tokens <= 1; });
     // --- MLA prefill over decompressed K/V (mla_prefill.h): sequences with more than one new token
-    // run there unless mla=cuda-core (the fp32 reference) is forced; the step's decode tokens come
-    // back here, compacted, as a decode-only step.
-    if (forced_.mla != "cuda-core" && mla_prefill_applies(d, seqs)) {
+    // run there where the plan says so; the step's decode tokens come back here, compacted, as a
+    // decode-only step.
+    if (!decode_only && plan.prefill == MlaPrefillKernel::kDecompressed) {
       const MlaPrefillEnv env{lt_, workspace_.raw(), kWorkspaceBytes, stream_,
                               [this](DType t, core::Shape s) { return alloc(t, std::move(s)); },
                               [this](DType t, core::Shape s, const void* host) {
@@ -412,7 +449,7 @@ class CudaOps final : public Ops {
     // --- end MLA prefill
     const int64_t T = q.dim(0), H = d.heads, entry = d.latent + d.rope, qk = d.nope + d.rope;
     StepMeta meta = upload_meta(seqs, cache.page_size, cache.pages.dim(0));
-    const MlaKernel kernel = mla_kernel(d, seqs, cache_in.fp8);
+    const MlaKernel kernel = plan.absorbed_kernel(decode_only);
     const __nv_bfloat16* kv_b_w = ptr<__nv_bfloat16>(kv_b.weight);
     // The tensor-core path absorbs W_UK and applies W_UV as per-head batched bf16 GEMMs, each over
     // the hi and lo bf16 parts of its fp32 input (so only the weights are bf16, as in the fp32
@@ -576,18 +613,18 @@ class CudaOps final : public Ops {
     // shared_run's buffers go back to the pool here: later work on stream_ is ordered after join_.
   }
 
-  // Whether the grouped kernels take these routed experts for a step of x's tokens (uniform shapes
-  // they support; a forced choice wins, and forcing them on a shape they cannot take is an error).
-  bool moe_grouped_applies(const Tensor& x, const std::vector<ExpertWeights>& experts) const {
+  // Whether the grouped kernels take these routed experts for a step of x's tokens: the plan's
+  // choice (kernel_registry.h), for experts of one shape (the grouped kernels index one table).
+  bool moe_grouped_applies(const Tensor& x, const std::vector<ExpertWeights>& experts) {
     const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size()), inter = experts[0].gate.out;
+    if (!moe_plan({E, H, inter}).grouped_for(T)) return false;
     const bool uniform = std::all_of(experts.begin(), experts.end(),
                                      [&](const ExpertWeights& e) { return has_routed_shape(e, H, inter); });
-    const bool grouped = forced_.moe != "per-expert" && uniform && moe_grouped_supported(H, inter, E) &&
-                         (forced_.moe == "grouped" || T <= kGroupedMoeMaxTokens);
-    TESSERA_CHECK(grouped || forced_.moe != "grouped",
-                  "MoE kernel 'grouped' was forced but hidden {} / moe_intermediate {} / {} experts is not a "
-                  "supported shape", H, inter, E);
-    return grouped;
+    TESSERA_CHECK(uniform || overrides_.moe != MoeKernel::kGrouped,
+                  "MoE kernel 'grouped' was forced but the routed experts do not all have the shape of the first "
+                  "(hidden {}, moe_intermediate {})",
+                  H, inter);
+    return uniform;
   }
   static bool has_routed_shape(const ExpertWeights& e, int64_t hidden, int64_t inter) {
     return e.gate.out == inter && e.up.out == inter && e.down.in == inter && e.gate.in == hidden &&
@@ -686,7 +723,9 @@ class CudaOps final : public Ops {
     };
     // Larger decode steps take the per-expert MoE path, which reads the routing back to the host: a
     // capture would fail (and be retried once per batch size).
-    if (graphs_ == nullptr || key < 0 || key > kGroupedMoeMaxTokens) return scoped();
+    // So do all steps with --kernels moe=per-expert.
+    if (graphs_ == nullptr || key < 0 || key > kGroupedMoeMaxTokens || overrides_.moe == MoeKernel::kPerExpert)
+      return scoped();
     return graphs_->run(key, scoped);
   }
   void step_boundary() override {
@@ -794,41 +833,18 @@ class CudaOps final : public Ops {
     Tensor tables;  // all block tables, concatenated
     int64_t max_visible = 0;  // longest context any token of the step attends to
   };
-  // Kernel for the absorbed path. Decode-only steps run on tensor cores where the shape allows
-  // (wgmma on Hopper with a multiple of 64 heads, else KV-major); prefill chunks reach here only
-  // when the decompressed-K/V prefill path cannot take their head dims, and then keep the fp32
-  // kernel (bf16 q/p rounding over long prompts costs top-1 agreement). A forced choice wins.
-  // fp8 cache: the heads-as-M and wgmma kernels read bf16 only, so auto never picks them and
-  // forcing them is an error; the KV-major and CUDA-core kernels read both formats.
-  MlaKernel mla_kernel(const MlaDims& d, std::span<const AttentionSeq> seqs, bool fp8) const {
-    const bool mma = mla_attend_mma_supported(d.latent, d.rope);
-    const bool kv_major = mla_attend_kv_major_supported(d.latent, d.rope);
-    check_mla_kernel_reads(fp8);
-    const std::string& wgmma_problem = wgmma_problem_for(d);
-    TESSERA_CHECK(mma || forced_.mla != "mma",
-                  "MLA kernel 'mma' was forced but latent {} + rope {} is not a supported shape", d.latent, d.rope);
-    TESSERA_CHECK(kv_major || forced_.mla != "kv-major",
-                  "MLA kernel 'kv-major' was forced but latent {} + rope {} is not a supported shape", d.latent, d.rope);
-    TESSERA_CHECK(wgmma_problem.empty() || forced_.mla != "wgmma", "MLA kernel 'wgmma' was forced but {}",
-                  wgmma_problem);
-    if (forced_.mla == "wgmma") return MlaKernel::kWgmma;
-    if (forced_.mla == "mma") return MlaKernel::kTensorCore;
-    if (forced_.mla == "kv-major") return MlaKernel::kKvMajor;
-    if (forced_.mla == "cuda-core" || !mma) return MlaKernel::kCudaCore;
-    const bool decode_only =
-        std::all_of(seqs.begin(), seqs.end(), [](const AttentionSeq& s) { return s.num_tokens <= 1; });
-    if (!decode_only) return MlaKernel::kCudaCore;
-    if (wgmma_problem.empty() && !fp8) return MlaKernel::kWgmma;
-    return kv_major ? MlaKernel::kKvMajor : fp8 ? MlaKernel::kCudaCore : MlaKernel::kTensorCore;
+  // The plans of the shapes this backend has run (kernel_registry.h), so that a step pays a lookup,
+  // not the chooser's formatting: the same choosers `tessera plan` prints from.
+  const MlaPlan& mla_plan(const MlaDims& d, bool fp8) {
+    const MlaShape shape{d.heads, d.latent, d.rope, d.nope, d.v, fp8};
+    for (const auto& [key, plan] : mla_plans_)
+      if (key == shape) return plan;
+    return mla_plans_.emplace_back(shape, plan_mla(caps_, shape, overrides_)).second;
   }
-
-  // Why the wgmma kernel cannot run these dims here ("" = it can); formatted once per shape, not
-  // once per layer and step.
-  const std::string& wgmma_problem_for(const MlaDims& d) const {
-    const std::tuple<int64_t, int64_t, int64_t> key{d.heads, d.latent, d.rope};
-    if (!wgmma_problem_ || wgmma_problem_->first != key)
-      wgmma_problem_.emplace(key, mla_wgmma_problem(sm_, smem_optin_, d.heads, d.latent, d.rope));
-    return wgmma_problem_->second;
+  const MoePlan& moe_plan(const MoeShape& shape) {
+    for (const auto& [key, plan] : moe_plans_)
+      if (key == shape) return plan;
+    return moe_plans_.emplace_back(shape, plan_moe(caps_, shape, overrides_)).second;
   }
 
   // Within one step (Ops::graphed_step) every layer asks twice for the metadata of the same
@@ -954,7 +970,10 @@ class CudaOps final : public Ops {
   }
 
   std::map<GemmShape::Key, GemmPlan> gemm_plans_;
-  KernelOverrides forced_;
+  KernelOverrides overrides_;                           // --kernels / TESSERA_KERNELS
+  DeviceCaps caps_;                                     // the device this backend runs on
+  std::deque<std::pair<MlaShape, MlaPlan>> mla_plans_;  // deque: references stay valid as it grows
+  std::deque<std::pair<MoeShape, MoePlan>> moe_plans_;
   PinnedStaging staging_;
   // upload_meta's within-step cache.
   struct MetaKey {
@@ -971,9 +990,6 @@ class CudaOps final : public Ops {
       expert_tables_;
   cublasLtHandle_t lt_ = nullptr;
   int num_sms_ = 1;
-  int sm_ = 0;               // compute capability of device 0, e.g. 90
-  int64_t smem_optin_ = 0;   // shared memory a block may opt in to
-  mutable std::optional<std::pair<std::tuple<int64_t, int64_t, int64_t>, std::string>> wgmma_problem_;
   cudaStream_t stream_ = nullptr;  // backend_stream(): every op is ordered on it
   // A second stream for work an op runs beside its main chain (the shared expert), forked from and
   // joined back into stream_ with the two events before the op returns.
@@ -986,8 +1002,8 @@ class CudaOps final : public Ops {
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels, bool step_graphs) {
-  return std::make_unique<CudaOps>(kernels, step_graphs);
+std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels, bool step_graphs, int device) {
+  return std::make_unique<CudaOps>(kernels, step_graphs, device);
 }
 
 bool step_graphs_enabled(bool step_graphs) {

@@ -1,5 +1,6 @@
 // The CUDA backend. Activations are fp32 in device memory; weights are bf16 on the device
-// (FP8 and NVFP4 checkpoints are dequantized to bf16 at load for now); GEMMs run through cuBLASLt
+// (FP8 and NVFP4 checkpoints are dequantized to bf16 at load; the quantized-weights issue keeps
+// them quantized); GEMMs run through cuBLASLt
 // with bf16 inputs and fp32 accumulation; the latent KV cache is bf16 or fp8 e4m3. This header
 // does not include CUDA headers, so plain C++ code can create the backend.
 #pragma once
@@ -14,15 +15,17 @@ namespace tessera::ops::cuda {
 
 // True when a CUDA device is present and usable (tests skip themselves otherwise).
 bool cuda_available();
-// Name and compute capability of device 0, e.g. "NVIDIA H200 (sm_90)".
-std::string device_description();
+// Name and compute capability of device `index`, e.g. "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)".
+std::string device_description(int index = 0);
 
-// Creates the backend on device 0; throws core::Error when there is no usable GPU.
+// Creates the backend on CUDA device `device`; throws core::Error when there is no such usable GPU.
 // `kernels`: forced kernels, "op=kernel[,op=kernel...]" (see kernel_registry.h); "" = the
-// registry's choice, or the TESSERA_KERNELS environment variable when set.
+// registry's choice, or the TESSERA_KERNELS environment variable when set. Each op runs the kernel
+// that kernel_registry.h's choosers pick for its shapes on this device: what `tessera plan` prints.
+// The device memory pool is still one for the process: one process drives one device for now.
 // `step_graphs`: decode steps run as CUDA graphs (Ops::graphed_step, step_graph.h) unless false
 // (--enforce-eager) or TESSERA_CUDA_GRAPHS=0.
-std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels = "", bool step_graphs = true);
+std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels = "", bool step_graphs = true, int device = 0);
 
 // How the CUDA backend's decode steps ran (step_graph.h); all zero for other backends.
 struct StepGraphStats {

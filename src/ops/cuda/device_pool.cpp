@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/env.h"
 #include "ops/cuda/cuda_check.h"
 
 namespace tessera::ops::cuda {
@@ -17,10 +18,7 @@ size_t bucket(size_t bytes) { return std::bit_ceil(std::max<size_t>(bytes, 512))
 // device sync) when released, so that compute-sanitizer sees an access past a tensor's end instead
 // of the slack of a power-of-two block or a block reused by another tensor. Debugging only: slow.
 bool DevicePool::exact_mode() {
-  static const bool exact = [] {
-    const char* v = std::getenv("TESSERA_DEVICE_POOL");
-    return v != nullptr && std::string_view(v) == "exact";
-  }();
+  static const bool exact = [] { return core::env_value("TESSERA_DEVICE_POOL") == "exact"; }();
   return exact;
 }
 
@@ -53,6 +51,25 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
   }
   in_use_ += size;
   return std::shared_ptr<void>(p, [this, size](void* q) { release(q, size); });
+}
+
+std::shared_ptr<void> DevicePool::allocate_resident(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    trim();  // retry once after returning cached blocks
+    TESSERA_CUDA_CHECK(cudaMalloc(&p, bytes));
+  }
+  {
+    std::lock_guard lock(mu_);
+    resident_ += bytes;
+  }
+  return std::shared_ptr<void>(p, [this, bytes](void* q) {
+    cudaFree(q);
+    std::lock_guard lock(mu_);
+    resident_ -= bytes;
+  });
 }
 
 void DevicePool::release(void* p, size_t bytes) {

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace tessera::ops::cuda {
@@ -33,7 +34,7 @@ const Cupti& cupti() {
   static const Cupti loaded = [] {
     Cupti c;
     std::vector<std::string> tried;
-    if (const char* env = std::getenv("TESSERA_CUPTI_LIBRARY")) tried.emplace_back(env);
+    if (auto env = core::env_value("TESSERA_CUPTI_LIBRARY")) tried.push_back(*env);
     for (const char* name : {"libcupti.so", "libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so",
                              "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"})
       tried.emplace_back(name);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "ops/cuda/kernel_kinds.h"
 #include "ops/cuda/launch_gate.h"
 
 namespace tessera::ops::cuda {
@@ -105,8 +106,7 @@ void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t 
 // Implementations: CUDA cores in fp32 (any shape; bf16 or fp8 cache), tensor cores with heads as M
 // (mma.sync bf16, 16 heads a block; needs mla_attend_mma_supported; bf16 cache only), KV-major
 // mma.sync (bf16 or fp8 cache; mla_attend_kv_major_supported), or Hopper wgmma (64 heads a block,
-// sm_90a; bf16 cache only).
-enum class MlaKernel { kCudaCore, kTensorCore, kKvMajor, kWgmma };
+// sm_90a; bf16 cache only): MlaKernel (kernel_kinds.h; kernel_registry.h chooses).
 // Positions per split for a token that sees `visible` positions: an equal share of whole tiles.
 // Each token's splits are computed from its own length in the kernels, so a step's launches do not
 // depend on how long its contexts are (a recorded CUDA graph stays valid while they grow; only the

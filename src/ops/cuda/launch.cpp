@@ -1,8 +1,9 @@
+#include <cuda_runtime.h>
+
 #include <cstdlib>
 #include <string_view>
 
-#include <cuda_runtime.h>
-
+#include "core/env.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch_gate.h"
 
@@ -13,10 +14,7 @@ StepTape*& active_tape() {
   return tape;
 }
 
-bool ab_switch_on(const char* name) {
-  const char* env = std::getenv(name);
-  return env == nullptr || std::string_view(env) != "0";
-}
+bool ab_switch_on(const char* name) { return core::env_switch_on(name); }
 
 // Declared in launch.cuh (a CUDA header: its launch template needs nvcc).
 bool pdl_enabled() {

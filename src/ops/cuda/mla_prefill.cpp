@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
@@ -229,20 +230,15 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
 
 }  // namespace
 
-bool mla_prefill_applies(const MlaDims& d, std::span<const AttentionSeq> seqs) {
-  return mla_prefill_attend_supported(d.nope, d.rope, d.v, d.latent) && d.heads > 0 && d.heads <= 65535 &&
-         std::any_of(seqs.begin(), seqs.end(), [](const AttentionSeq& s) { return s.num_tokens > 1; });
-}
-
 bool mla_prefill_split_precision() {
-  const char* v = std::getenv("TESSERA_MLA_PREFILL_PRECISION");
-  if (v == nullptr || std::strcmp(v, "split") == 0) return true;
-  TESSERA_CHECK(std::strcmp(v, "bf16") == 0, "TESSERA_MLA_PREFILL_PRECISION='{}': expected split or bf16", v);
-  return false;
+  const std::string v = core::env_value("TESSERA_MLA_PREFILL_PRECISION").value_or("split");
+  TESSERA_CHECK(v == "split" || v == "bf16", "TESSERA_MLA_PREFILL_PRECISION='{}': expected split or bf16", v);
+  return v == "split";
 }
 
 int64_t mla_prefill_pass_rows(const MlaDims& d, bool split) {
-  if (const char* v = std::getenv("TESSERA_MLA_PREFILL_PASS_ROWS")) {
+  if (const auto env = core::env_value("TESSERA_MLA_PREFILL_PASS_ROWS")) {
+    const char* v = env->c_str();
     char* end = nullptr;
     const long long n = std::strtoll(v, &end, 10);
     TESSERA_CHECK(end != v && *end == '\0' && n >= 1,

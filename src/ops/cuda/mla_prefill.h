@@ -47,10 +47,6 @@ struct MlaPrefillEnv {
 // out [Td, ...], seqs re-based on the compacted rows.
 using MlaDecodeFn = std::function<void(const core::Tensor& q, std::span<const AttentionSeq> seqs, core::Tensor& out)>;
 
-// True when the step has a prefill chunk and the kernel supports these dims (qk <= 192, v <= 128,
-// nope, rope, v and latent multiples of 8); otherwise the caller keeps its absorbed path for all.
-bool mla_prefill_applies(const MlaDims& d, std::span<const AttentionSeq> seqs);
-
 // The precision TESSERA_MLA_PREFILL_PRECISION asks for: true = split (default), false = bf16;
 // throws on any other value.
 bool mla_prefill_split_precision();
@@ -60,7 +56,8 @@ bool mla_prefill_split_precision();
 // bf16, 1024 in split precision, which keeps fp32 K/V and its hi and lo parts).
 int64_t mla_prefill_pass_rows(const MlaDims& d, bool split);
 
-// mla_attention for a step that mla_prefill_applies to. q [T, heads * (nope + rope)] fp32, cache
+// mla_attention for a step with a prefill chunk, where the plan (kernel_registry.h: plan_mla) chose
+// the decompressed path. q [T, heads * (nope + rope)] fp32, cache
 // pages bf16 or fp8 e4m3 (U8, read as q · cache.scale) [pages, page, latent + rope] (already
 // holding the new tokens), kv_b bf16 [heads *
 // (nope + v), latent] on the device, out [T, heads * v]. Throws core::Error naming the argument

@@ -1,0 +1,56 @@
+#include "core/env.h"
+
+#include <array>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace tessera::core {
+
+namespace {
+
+constexpr std::array<EnvSwitch, 15> kSwitches{{
+    {"TESSERA_KERNELS", "",
+     "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
+     "moe=grouped|per-expert"},
+    {"TESSERA_CUDA_GRAPHS", "1", "0: run decode steps eagerly, kernel by kernel (as --enforce-eager)"},
+    {"TESSERA_PDL", "1", "0: no programmatic dependent launch on sm_90+ (A/B measurements)"},
+    {"TESSERA_GEMV_LOOP", "1", "0: matrix-vector blocks take one row group each instead of looping (A/B)"},
+    {"TESSERA_SHARED_EXPERT_STREAM", "1",
+     "0: the shared expert runs inside the routed experts' launch instead of on a second stream (A/B)"},
+    {"TESSERA_MLA_PREFILL_PRECISION", "split",
+     "MLA prefill attention operands: split (bf16 hi + lo, near fp32) or bf16 (faster, less exact)"},
+    {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
+     "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
+    {"TESSERA_DEVICE_POOL", "", "exact: one cudaMalloc per tensor, for compute-sanitizer (slow; no CUDA graphs)"},
+    {"TESSERA_NUM_THREADS", "", "CPU backend threads (default: every hardware thread)"},
+    {"TESSERA_CUPTI_LIBRARY", "", "path of libcupti.so for bench decode --trace, tried before the usual names"},
+    {"TESSERA_DEMO_TOKENIZER", "",
+     "directory of the built-in demo model's tokenizer (default: the one scripts/setup.sh installs)"},
+    {"TESSERA_FIXTURES", "", "tests and benchmarks: the fixtures directory (default: ../shared/fixtures)"},
+    {"TESSERA_BINARY", "", "tests: the tessera binary to run (default: the one in the build tree)"},
+    {"TESSERA_SERVER_TEST_DIR", "", "tests: where server tests keep their scratch files (default: the temp dir)"},
+    {"TESSERA_REQUIRE_GPU", "",
+     "tests: 1 makes a GPU or end-to-end test that would skip (no GPU, no node) fail instead; for the GPU machine"},
+}};
+
+}  // namespace
+
+std::span<const EnvSwitch> env_switches() { return kSwitches; }
+
+std::optional<std::string> env_value(std::string_view name) {
+  for (const EnvSwitch& s : kSwitches) {
+    if (name != s.name) continue;
+    const char* v = std::getenv(s.name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+  }
+  fail("environment variable {} is read but not declared in core/env.cpp", name);
+}
+
+bool env_switch_on(std::string_view name) {
+  const auto v = env_value(name);
+  return !v || *v != "0";
+}
+
+}  // namespace tessera::core
