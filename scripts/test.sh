@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Builds tessera and runs the whole test suite through ctest:
-#   1. the release build and its tests: the CUDA backend is compiled for every default architecture
-#      when nvcc is found (GPU tests skip themselves without a GPU), else the CPU-only build;
+#   1. the release build and its tests, warnings as errors: the CUDA backend is compiled for every
+#      default architecture when nvcc is found (GPU tests skip themselves without a GPU; on the GPU
+#      machine TESSERA_REQUIRE_GPU=1 makes such a skip a failure), else the CPU-only build;
 #   2. unless TESSERA_QUICK=1: the same tests under AddressSanitizer + UBSan (preset asan), and the
 #      libFuzzer targets for a bounded time (scripts/fuzz.sh, TESSERA_FUZZ_SECONDS each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-cmake --preset release >/dev/null
+cmake --preset release -DTESSERA_WERROR=ON >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"
 if [ "${TESSERA_QUICK:-0}" != 1 ]; then
   echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-  cmake --preset asan >/dev/null
+  cmake --preset asan -DTESSERA_WERROR=ON >/dev/null
   cmake --build --preset asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --preset asan -j "$jobs"
   echo "== fuzz targets"

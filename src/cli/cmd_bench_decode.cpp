@@ -16,6 +16,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/synthetic.h"
+#include "ops/backend.h"
 #ifdef TESSERA_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_bench.h"
@@ -133,7 +134,7 @@ int run(const DecodeArgs& a) {
   const int64_t max_batch = *std::max_element(a.batches.begin(), a.batches.end());
   (void)model::synthetic_config(a.preset, 1);  // validates the preset name first
 
-  std::unique_ptr<ops::Ops> backend = model::make_backend(a.device, a.kernels, a.enforce_eager);
+  std::unique_ptr<ops::Ops> backend = ops::make_backend(a.device, a.kernels, a.enforce_eager);
   // No checkpoint, so no hint: an explicit --kv-cache-dtype or the backend's default.
   const io::KvCacheDtype kv_dtype = io::resolve_kv_cache_dtype(a.kv_cache_dtype, {}, backend->supported_kv_dtypes(),
                                                                backend->default_kv_dtype(), backend->name())
@@ -183,7 +184,7 @@ int run(const DecodeArgs& a) {
       model::ModelWeights first = m.weights();
       first.layers.resize(1);
       twin = std::make_unique<model::DeepseekV3Model>(model::synthetic_config(a.preset, 1), std::move(first),
-                                                      model::make_backend(a.device, a.kernels, a.enforce_eager));
+                                                      ops::make_backend(a.device, a.kernels, a.enforce_eager));
       twin_cache = std::make_unique<model::KvCache>(twin->ops(), 1, max_batch * pages_per_seq,
                                                     cfg.kv_cache_entry_dim(), kv_dtype);
       fmt::print("slope        against a 1-layer twin on the same weights\n");

@@ -46,9 +46,11 @@ struct Live {
 int run(const BenchArgs& a) {
   TESSERA_CHECK(a.num_requests > 0 && a.input_len > 0 && a.output_len > 0,
                 "bench offline: --num-requests, --input-len and --output-len must be positive");
-  model::LoadedModel m = model::load_model(a.model.model_dir, a.model.load_options());
-  BuiltEngine built = build_engine(m, a.engine);
-  engine::Engine& eng = *built.engine;
+  std::unique_ptr<ops::Ops> backend = a.model.make_backend();
+  const engine::RuntimePlan plan = plan_or_fail(a.model.model_dir, a.model, a.engine, *backend);
+  model::LoadedModel m = model::load_model(plan.model, std::move(backend));
+  const std::unique_ptr<engine::Engine> built = engine::build_engine(m, plan);
+  engine::Engine& eng = *built;
 
   std::mt19937_64 rng(a.seed);
   const auto vocab = static_cast<uint64_t>(m.config.vocab_size);
@@ -107,7 +109,7 @@ int run(const BenchArgs& a) {
 
   fmt::print("model {} | {} requests, input {} tokens, output {} tokens, concurrency {}\n", a.model.model_dir,
              a.num_requests, a.input_len, a.output_len, concurrency);
-  fmt::print("{}\n", built.plan.describe());
+  fmt::print("{}\n", plan.memory.describe());
   fmt::print("total {:.3f} s, {} output tokens\n", seconds, output_tokens);
   fmt::print("requests/s       {:.2f}\n", static_cast<double>(a.num_requests) / seconds);
   fmt::print("output tokens/s  {:.1f}\n", static_cast<double>(output_tokens) / seconds);

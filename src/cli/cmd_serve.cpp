@@ -9,10 +9,11 @@
 #include <sstream>
 #include <thread>
 
-#include "core/file.h"
 #include "cli/command.h"
 #include "cli/engine_options.h"
+#include "cli/model_options.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "server/demo_model.h"
 #include "server/fault_injection.h"
 #include "server/http_server.h"
@@ -24,8 +25,7 @@ namespace {
 
 struct ServeArgs {
   std::string config;
-  std::string model_dir, device = "cpu", kv_cache_dtype = "auto", kernels;
-  bool enforce_eager = false;
+  ModelOptions model;  // --model optional: the built-in demo model
   EngineOptions engine;
   server::ServerOptions server;
   std::string served_model_name, chat_template;
@@ -69,7 +69,7 @@ int run(CLI::App& sub, ServeArgs& a) {
   signal(SIGPIPE, SIG_IGN);
 
   namespace fs = std::filesystem;
-  fs::path dir = a.model_dir;
+  fs::path dir = a.model.model_dir;
   bool demo = false;
   if (dir.empty()) {
     demo = true;
@@ -78,21 +78,19 @@ int run(CLI::App& sub, ServeArgs& a) {
     if (a.served_model_name.empty()) a.served_model_name = server::kDemoModelName;
     spdlog::warn("serving the built-in DEMO model with RANDOM WEIGHTS ({}): its output is meaningless", dir.string());
   }
-  model::LoadOptions lo;
-  lo.device = a.device;
-  lo.kv_cache_dtype = a.kv_cache_dtype;
-  lo.kernels = a.kernels;
-  lo.enforce_eager = a.enforce_eager;
-  model::LoadedModel m = model::load_model(dir, lo);
+  // The plan `tessera plan` prints for the same flags, resolved before any weight is read.
+  std::unique_ptr<ops::Ops> backend = a.model.make_backend();
+  const engine::RuntimePlan plan = plan_or_fail(dir, a.model, a.engine, *backend);
+  model::LoadedModel m = model::load_model(plan.model, std::move(backend));
   if (a.test_fail_token >= 0) m.model = server::make_failing_model(std::move(m.model), a.test_fail_token);
-  BuiltEngine built = build_engine(m, a.engine);
+  const std::unique_ptr<engine::Engine> built = engine::build_engine(m, plan);
 
   server::ServedModelOptions so;
   so.model_dir = dir;
   so.served_name = a.served_model_name;
   so.chat_template_file = a.chat_template;
   so.vocab_size = m.config.vocab_size;
-  so.max_model_len = built.engine->config().max_model_len;
+  so.max_model_len = built->config().max_model_len;
   for (int64_t e : m.config.eos_token_ids) so.config_eos_ids.push_back(static_cast<int32_t>(e));
   so.random_weights = demo;
   const server::ServedModel served = server::load_served_model(so);
@@ -101,7 +99,7 @@ int run(CLI::App& sub, ServeArgs& a) {
                 m.config.vocab_size);
 
   a.server.max_body_bytes = static_cast<size_t>(a.max_body_bytes);
-  engine::Engine& eng = *built.engine;
+  engine::Engine& eng = *built;
   eng.start();
   server::HttpServer http(eng, served, a.server);
   const int port = http.bind();
@@ -130,12 +128,7 @@ CommandRegistration reg{
      [](CLI::App& sub) -> std::function<int()> {
        auto a = std::make_shared<ServeArgs>();
        sub.add_option("--config", a->config, "TOML file of flag values (`port = 8080`); flags given here override it");
-       sub.add_option("--model", a->model_dir, "checkpoint directory; omitted: the built-in demo model (random weights)");
-       sub.add_option("--device", a->device, "cpu (fp32 reference) or cuda")->capture_default_str();
-       sub.add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV cache element type: auto, fp32, bf16, fp8")->capture_default_str();
-       sub.add_option("--kernels", a->kernels, "force CUDA kernels: op=kernel[,op=kernel] (as for `plan`; or TESSERA_KERNELS)");
-       sub.add_flag("--enforce-eager", a->enforce_eager,
-                    "CUDA: launch every decode step's kernels one by one instead of replaying them as a CUDA graph");
+       a->model.add_to(sub, /*model_required=*/false);
        a->engine.add_to(sub);
        sub.add_option("--host", a->server.host, "address to listen on")->capture_default_str();
        sub.add_option("--port", a->server.port, "port (0: any free port, printed at start)")->capture_default_str();

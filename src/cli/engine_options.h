@@ -1,14 +1,13 @@
-// Engine flags shared by the subcommands that run the engine (bench offline; later serve).
+// Engine flags shared by the subcommands that plan or run the engine (plan, serve, bench offline),
+// and the start-up sequence they share: resolve the plan, log it, refuse it when it cannot run.
 #pragma once
 
 #include <CLI/CLI.hpp>
-
-#include <memory>
+#include <filesystem>
 #include <string>
 
-#include "engine/engine.h"
-#include "engine/memory_plan.h"
-#include "model/model.h"
+#include "cli/model_options.h"
+#include "engine/runtime_plan.h"
 
 namespace tessera::cli {
 
@@ -21,22 +20,12 @@ struct EngineOptions {
   double gpu_memory_utilization = 0.9;  // fraction of the GPU memory free before loading (GPU backends)
 
   void add_to(CLI::App& app);
+  engine::EngineSettings settings() const;
 };
 
-// Peak activation memory of one step of `tokens` tokens on a GPU backend (fp32 activations, bf16
-// copies of GEMM inputs, attention partials, logits), plus the GEMM workspace. An estimate: the
-// terms are the tensors the forward allocates, not a measurement.
-uint64_t activation_workspace_bytes(const io::ModelConfig& config, int64_t tokens, int64_t max_seqs);
-
-struct BuiltEngine {
-  engine::MemoryPlan plan;
-  std::unique_ptr<engine::Engine> engine;
-};
-
-// Resolves the memory plan for `model` (logging it) and builds the engine over a KV pool of that size:
-// --kv-cache-bytes when given; on a GPU backend --gpu-memory-utilization of the device memory (after
-// the weights and a step's activations), capped at what --max-num-seqs sequences can use; else the
-// CPU default.
-BuiltEngine build_engine(model::LoadedModel& model, const EngineOptions& options);
+// The plan for the checkpoint in `dir` on `backend`, logged line by line; throws core::Error with its
+// problems when it cannot run (nothing has been loaded yet).
+engine::RuntimePlan plan_or_fail(const std::filesystem::path& dir, const ModelOptions& model,
+                                 const EngineOptions& engine, const ops::Ops& backend);
 
 }  // namespace tessera::cli

@@ -3,11 +3,15 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "ops/backend.h"
 
 namespace tessera::cli {
 
-void ModelOptions::add_to(CLI::App& app) {
-  app.add_option("--model", model_dir, "checkpoint directory (config.json + safetensors)")->required();
+void ModelOptions::add_to(CLI::App& app, bool model_required) {
+  if (model_required)
+    app.add_option("--model", model_dir, "checkpoint directory (config.json + safetensors)")->required();
+  else
+    app.add_option("--model", model_dir, "checkpoint directory; omitted: the built-in demo model (random weights)");
   app.add_option("--device", device, "cpu (fp32 reference) or cuda")->capture_default_str();
   app.add_option("--kv-cache-dtype", kv_cache_dtype,
                  "KV cache element type: auto (checkpoint hint if supported, else backend default), fp32, bf16, fp8")
@@ -29,6 +33,10 @@ model::LoadOptions ModelOptions::load_options() const {
   o.enforce_eager = enforce_eager;
   if (latent_norm_eps >= 0) o.latent_norm_eps = latent_norm_eps;
   return o;
+}
+
+std::unique_ptr<ops::Ops> ModelOptions::make_backend() const {
+  return ops::make_backend(device, kernels, enforce_eager);
 }
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {

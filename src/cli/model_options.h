@@ -2,8 +2,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,8 +19,11 @@ struct ModelOptions {
   bool enforce_eager = false;
   double latent_norm_eps = -1;  // < 0: the reference default
 
-  void add_to(CLI::App& app);
+  // `model_required`: false for serve, which has a built-in demo model.
+  void add_to(CLI::App& app, bool model_required = true);
   model::LoadOptions load_options() const;
+  // The backend these options name (ops::make_backend).
+  std::unique_ptr<ops::Ops> make_backend() const;
 };
 
 // Parses "1,2,3" (spaces allowed); throws naming `flag` on anything else.

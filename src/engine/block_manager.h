@@ -38,7 +38,8 @@ class BlockManager {
   bool prefix_cache_enabled() const { return enable_prefix_cache_; }
 
   // Empty string when no page is referenced and the free/idle lists account for every page;
-  // otherwise what is wrong (the leak check used by the tests and the engine's check_no_leaks()).
+  // otherwise what is wrong (the leak check of the tests and of Engine::leak_report, which serve logs
+  // at exit).
   std::string leak_report() const;
 
  private:

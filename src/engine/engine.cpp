@@ -63,23 +63,26 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 Engine::Engine(model::Model& model, model::KvCache cache, EngineConfig config)
-    : model_(model),
-      cache_(std::move(cache)),
+    : Engine(std::make_unique<LocalExecutor>(model, std::move(cache)), config) {}
+
+Engine::Engine(std::unique_ptr<Executor> executor, EngineConfig config)
+    : executor_(std::move(executor)),
       config_(config),
-      blocks_(cache_.num_pages(), cache_.page_size(), config.enable_prefix_caching),
+      blocks_(executor_->num_pages(), executor_->page_size(), config.enable_prefix_caching),
       scheduler_({config.max_num_batched_tokens, config.max_num_seqs}, blocks_) {
-  const int64_t pool_tokens = cache_.num_pages() * cache_.page_size();
-  const int64_t model_max = model_.config().max_position_embeddings;
+  const int64_t pool_tokens = executor_->num_pages() * executor_->page_size();
+  const int64_t model_max = executor_->config().max_position_embeddings;
   if (config_.max_model_len <= 0) config_.max_model_len = std::min(pool_tokens, model_max);
   TESSERA_CHECK(config_.max_model_len <= model_max, "max_model_len {} exceeds the model's max_position_embeddings {}",
                 config_.max_model_len, model_max);
-  metrics_.kv_pages_total = cache_.num_pages();
+  metrics_.kv_pages_total = executor_->num_pages();
 }
 
 Engine::~Engine() { stop(); }
 
 OutputStreamPtr Engine::submit(Request request) {
-  validate(request, model_.config().vocab_size, config_.max_model_len, cache_.num_pages() * cache_.page_size());
+  validate(request, executor_->config().vocab_size, config_.max_model_len,
+           executor_->num_pages() * executor_->page_size());
   auto state = std::make_unique<RequestState>();
   state->stream = std::make_shared<OutputStream>();
   state->request = std::move(request);
@@ -88,7 +91,7 @@ OutputStreamPtr Engine::submit(Request request) {
     std::lock_guard<std::mutex> lock(mutex_);
     TESSERA_CHECK(!submitted_ids_.contains(state->request.id), "request id '{}' is already in use",
                   state->request.id);
-    submitted_ids_[state->request.id] = 1;
+    submitted_ids_.insert(state->request.id);
     incoming_.push_back(std::move(state));
   }
   cv_.notify_all();
@@ -184,7 +187,7 @@ SampleContext next_token_context(const Sequence& seq, std::vector<int32_t>& mask
 
 std::vector<std::optional<SampledToken>> Engine::sample_step(const std::vector<ScheduledChunk>& plan,
                                                              const core::Tensor& logits) {
-  ops::Ops& ops = model_.ops();
+  ops::Ops& ops = executor_->sampling_ops();
   const int64_t vocab = logits.dim(1);
   std::vector<std::optional<SampledToken>> out(plan.size());
   std::vector<int64_t> op_rows, host_rows;
@@ -271,7 +274,6 @@ void Engine::fail_all(const std::string& why) {
 }
 
 bool Engine::step() {
-  const double t0 = now_seconds();
   take_incoming();
   std::vector<ScheduledChunk> plan = scheduler_.schedule();
   int64_t generated = 0;
@@ -284,13 +286,14 @@ bool Engine::step() {
       model::SequenceStep ss;
       ss.start_pos = s->num_computed;
       ss.num_tokens = c.num_tokens;
-      ss.block_table.assign(s->block_table.begin(),
-                            s->block_table.begin() + model::pages_for_tokens(s->num_computed + c.num_tokens, cache_.page_size()));
+      ss.block_table.assign(
+          s->block_table.begin(),
+          s->block_table.begin() + model::pages_for_tokens(s->num_computed + c.num_tokens, executor_->page_size()));
       batch.seqs.push_back(std::move(ss));
       if (s->num_computed < s->prompt_len) prompt_tokens_computed_ += std::min(c.num_tokens, s->prompt_len - s->num_computed);
     }
     try {
-      const core::Tensor logits = model_.forward(batch, cache_);
+      const core::Tensor logits = executor_->execute(batch);
       std::vector<std::optional<SampledToken>> tokens = sample_step(plan, logits);
       for (size_t i = 0; i < plan.size(); ++i) {
         scheduler_.on_computed(plan[i]);
@@ -305,7 +308,7 @@ bool Engine::step() {
   }
   ++steps_;
   generated_tokens_ += generated;
-  update_metrics(now_seconds() - t0, generated);
+  update_metrics(generated);
   std::lock_guard<std::mutex> lock(mutex_);
   return has_work_locked();
 }
@@ -314,7 +317,7 @@ bool Engine::has_work_locked() const {
   return !incoming_.empty() || !aborts_.empty() || scheduler_.num_waiting() > 0 || scheduler_.num_running() > 0;
 }
 
-void Engine::update_metrics(double, int64_t generated) {
+void Engine::update_metrics(int64_t generated) {
   const double now = now_seconds();
   recent_.emplace_back(now, generated);
   while (recent_.size() > 1 && now - recent_.front().first > 5.0) recent_.pop_front();

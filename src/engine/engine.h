@@ -14,9 +14,11 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/executor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -58,6 +60,9 @@ struct RequestState {
 
 class Engine {
  public:
+  // Steps run on `executor`'s devices (executor.h).
+  Engine(std::unique_ptr<Executor> executor, EngineConfig config);
+  // One model on its own backend: a LocalExecutor over `model` and `cache`.
   Engine(model::Model& model, model::KvCache cache, EngineConfig config);
   ~Engine();
   Engine(const Engine&) = delete;
@@ -93,12 +98,11 @@ class Engine {
   // Appends the token, pushes it to the stream and applies the stop / length rules.
   void emit_token(Sequence* seq, SampledToken tok);
   void fail_all(const std::string& why);
-  void update_metrics(double step_seconds, int64_t generated);
+  void update_metrics(int64_t generated);
   bool has_work_locked() const;
   void run_loop();
 
-  model::Model& model_;
-  model::KvCache cache_;
+  std::unique_ptr<Executor> executor_;
   EngineConfig config_;
   BlockManager blocks_;
   Scheduler scheduler_;
@@ -109,7 +113,7 @@ class Engine {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<RequestState>> incoming_;
   std::vector<std::string> aborts_;
-  std::unordered_map<std::string, int> submitted_ids_;  // ids not yet finished, for duplicates
+  std::unordered_set<std::string> submitted_ids_;  // ids not yet finished, for duplicates
   bool stop_ = false;
   std::thread thread_;
 

@@ -56,12 +56,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   if (in.kv_cache_bytes) {
     plan.kv_bytes = *in.kv_cache_bytes;
     plan.kv_bytes_source = "--kv-cache-bytes";
-  } else if (in.device_free_bytes) {
-    plan.kv_bytes = static_cast<uint64_t>(static_cast<double>(*in.device_free_bytes) * in.memory_fraction);
-    plan.kv_bytes_source = !in.device_free_source.empty()
-                               ? in.device_free_source
-                               : fmt::format("{:.0f}% of {} free device bytes", in.memory_fraction * 100,
-                                             *in.device_free_bytes);
+  } else if (in.kv_budget_bytes) {
+    plan.kv_bytes = *in.kv_budget_bytes;
+    plan.kv_bytes_source = !in.kv_budget_source.empty() ? in.kv_budget_source : "the device budget";
     const int64_t longest = in.max_model_len.empty() || in.max_model_len == "auto"
                                 ? in.max_position_embeddings
                                 : std::strtoll(in.max_model_len.c_str(), nullptr, 10);

@@ -1,7 +1,7 @@
 // The KV memory plan, resolved once at start-up (DESIGN.md "Configuration resolution"): how many
 // bytes the KV pool gets, how many pages and tokens that is, and the max model length. The CPU
-// backend sizes the pool from --kv-cache-bytes; a CUDA backend fills `device_free_bytes` (after
-// loading weights and measuring activations) and may use `memory_fraction` instead.
+// backend sizes the pool from --kv-cache-bytes or a default; a GPU backend's budget
+// (device_kv_budget) is the pool when --kv-cache-bytes is not given.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +12,8 @@ namespace tessera::engine {
 
 struct MemoryPlanInput {
   std::optional<uint64_t> kv_cache_bytes;  // --kv-cache-bytes; wins over the fraction
-  std::optional<uint64_t> device_free_bytes;  // free device memory, filled by a GPU backend
-  double memory_fraction = 0.9;               // of device_free_bytes, when kv_cache_bytes is unset
-  std::string device_free_source;             // what device_free_bytes is, for the plan's wording
+  std::optional<uint64_t> kv_budget_bytes;  // a GPU backend's KV budget (device_kv_budget)
+  std::string kv_budget_source;             // where the budget came from, for the plan's wording
   // With the pool sized from the device: no more pages than max_num_seqs sequences of the longest
   // allowed length can use (0: no cap). An explicit --kv-cache-bytes is never capped.
   int64_t max_num_seqs = 0;
@@ -27,7 +26,7 @@ struct MemoryPlanInput {
 
 struct MemoryPlan {
   uint64_t kv_bytes = 0;
-  std::string kv_bytes_source;  // "--kv-cache-bytes", "memory fraction", "default"
+  std::string kv_bytes_source;  // "--kv-cache-bytes", the device budget's source, "default"
   int64_t num_pages = 0;
   int64_t token_capacity = 0;   // num_pages * page_size
   int64_t max_model_len = 0;

@@ -20,32 +20,9 @@ DeepseekV3Model::DeepseekV3Model(io::ModelConfig config, ModelWeights weights, s
 
 void DeepseekV3Model::upload_weights() {
   auto& o = *ops_;
-  auto lin = [&](ops::LinearWeight& l) { l = o.upload_linear(l); };
-  auto mlp = [&](ops::ExpertWeights& m) {
-    lin(m.gate);
-    lin(m.up);
-    lin(m.down);
-  };
-  w_.embed = o.upload_table(w_.embed);
-  w_.final_norm = o.upload_vector(w_.final_norm);
-  lin(w_.lm_head);
-  for (auto& L : w_.layers) {
-    L.input_norm = o.upload_vector(L.input_norm);
-    L.post_attention_norm = o.upload_vector(L.post_attention_norm);
-    auto& A = L.attn;
-    for (auto* l : {A.q_a ? &*A.q_a : nullptr, A.q_b ? &*A.q_b : nullptr, A.q ? &*A.q : nullptr, &A.kv_a, &A.kv_b, &A.o})
-      if (l) lin(*l);
-    if (A.q_a) A.q_a_norm = o.upload_vector(A.q_a_norm);
-    A.kv_a_norm = o.upload_vector(A.kv_a_norm);
-    if (!L.is_moe) {
-      mlp(L.dense_mlp);
-      continue;
-    }
-    lin(L.moe.router);
-    L.moe.correction_bias = o.upload_vector(L.moe.correction_bias);
-    for (auto& e : L.moe.experts) mlp(e);
-    if (L.moe.shared) mlp(*L.moe.shared);
-  }
+  visit_weights(
+      w_, [&](Tensor& t) { t = o.upload_table(t); }, [&](Tensor& t) { t = o.upload_vector(t); },
+      [&](ops::LinearWeight& l) { l = o.upload_linear(l); });
 }
 
 ops::RopeTables DeepseekV3Model::rope_tables(const StepBatch& batch) {
@@ -170,49 +147,26 @@ Tensor DeepseekV3Model::run_step(const StepBatch& batch, std::span<const ops::At
   return logits;
 }
 
+// A tied lm_head shares the embedding's data: its parameters and bytes are counted once.
+bool DeepseekV3Model::tied(const ops::LinearWeight& l) const {
+  return &l == &w_.lm_head && w_.lm_head.weight.raw() == w_.embed.raw();
+}
+
 uint64_t DeepseekV3Model::count_parameters() const {
-  uint64_t n = static_cast<uint64_t>(w_.embed.numel() + w_.final_norm.numel());
-  auto lin = [&](const ops::LinearWeight& l) { n += static_cast<uint64_t>(l.out * l.in); };
-  auto mlp = [&](const ops::ExpertWeights& m) { lin(m.gate); lin(m.up); lin(m.down); };
-  if (w_.lm_head.weight.raw() != w_.embed.raw()) lin(w_.lm_head);
-  for (const auto& L : w_.layers) {
-    n += static_cast<uint64_t>(L.input_norm.numel() + L.post_attention_norm.numel());
-    const auto& A = L.attn;
-    for (const auto* l : {A.q_a ? &*A.q_a : nullptr, A.q_b ? &*A.q_b : nullptr, A.q ? &*A.q : nullptr, &A.kv_a,
-                          &A.kv_b, &A.o})
-      if (l) lin(*l);
-    n += static_cast<uint64_t>(A.kv_a_norm.numel() + (A.q_a ? A.q_a_norm.numel() : 0));
-    if (!L.is_moe) {
-      mlp(L.dense_mlp);
-    } else {
-      lin(L.moe.router);
-      n += static_cast<uint64_t>(L.moe.correction_bias.numel());
-      for (const auto& e : L.moe.experts) mlp(e);
-      if (L.moe.shared) mlp(*L.moe.shared);
-    }
-  }
+  uint64_t n = 0;
+  auto tensor = [&](const Tensor& t) { n += static_cast<uint64_t>(t.numel()); };
+  visit_weights(w_, tensor, tensor, [&](const ops::LinearWeight& l) {
+    if (!tied(l)) n += static_cast<uint64_t>(l.out * l.in);
+  });
   return n;
 }
 
 uint64_t DeepseekV3Model::count_weight_bytes() const {
-  uint64_t n = w_.embed.nbytes() + w_.final_norm.nbytes();
-  auto mlp = [&](const ops::ExpertWeights& m) { n += m.gate.stored_bytes() + m.up.stored_bytes() + m.down.stored_bytes(); };
-  if (w_.lm_head.weight.raw() != w_.embed.raw()) n += w_.lm_head.stored_bytes();
-  for (const auto& L : w_.layers) {
-    n += L.input_norm.nbytes() + L.post_attention_norm.nbytes();
-    const auto& A = L.attn;
-    for (const auto* l : {A.q_a ? &*A.q_a : nullptr, A.q_b ? &*A.q_b : nullptr, A.q ? &*A.q : nullptr, &A.kv_a,
-                          &A.kv_b, &A.o})
-      if (l) n += l->stored_bytes();
-    n += A.kv_a_norm.nbytes() + (A.q_a ? A.q_a_norm.nbytes() : 0);
-    if (!L.is_moe) {
-      mlp(L.dense_mlp);
-    } else {
-      n += L.moe.router.stored_bytes() + L.moe.correction_bias.nbytes();
-      for (const auto& e : L.moe.experts) mlp(e);
-      if (L.moe.shared) mlp(*L.moe.shared);
-    }
-  }
+  uint64_t n = 0;
+  auto tensor = [&](const Tensor& t) { n += t.nbytes(); };
+  visit_weights(w_, tensor, tensor, [&](const ops::LinearWeight& l) {
+    if (!tied(l)) n += l.stored_bytes();
+  });
   return n;
 }
 

@@ -32,6 +32,7 @@ class DeepseekV3Model final : public Model {
   void upload_weights();
   uint64_t count_parameters() const;
   uint64_t count_weight_bytes() const;
+  bool tied(const ops::LinearWeight& l) const;
 
   io::ModelConfig cfg_;
   ModelWeights w_;

@@ -39,7 +39,17 @@ struct LoadOptions {
   std::optional<double> latent_norm_eps;  // override of the q_a/kv_a RMSNorm epsilon
 };
 
-// Everything resolved at start-up, with where each value came from.
+// The model's part of the start-up plan, resolved once from the checkpoint's config files (no weight
+// is read), with where each value came from: the config (and the --latent-norm-eps override), the
+// quantization, and the KV-cache dtype for the backend it will run on.
+struct ModelPlan {
+  std::filesystem::path dir;
+  io::ModelConfig config;
+  io::QuantConfig quant;
+  io::KvCacheDtypeResolution kv_cache;
+};
+
+// A loaded model and the plan it was loaded by.
 struct LoadedModel {
   std::unique_ptr<io::Checkpoint> checkpoint;
   io::ModelConfig config;
@@ -55,13 +65,16 @@ struct LoadedModel {
   }
 };
 
-// The ops backend for --device (cpu or cuda) with --kernels overrides (CUDA only) and decode steps as
-// CUDA graphs unless `enforce_eager`; throws naming the flag when unavailable.
-std::unique_ptr<ops::Ops> make_backend(const std::string& device, const std::string& kernels = "",
-                                       bool enforce_eager = false);
+// Reads config.json (+ hf_quant_config.json), applies the overrides of `options` and resolves the KV
+// dtype for `backend`; throws naming the file or flag at fault, e.g. for an architecture that has no
+// implementation.
+ModelPlan resolve_model(const std::filesystem::path& dir, const LoadOptions& options, const ops::Ops& backend);
 
-// Reads config.json (+ hf_quant_config.json), resolves the KV dtype, opens and validates the
-// checkpoint and builds the model for its architecture on the CPU backend.
+// Opens and validates the checkpoint and builds the model of `plan` on `backend` (its weights
+// uploaded there).
+LoadedModel load_model(const ModelPlan& plan, std::unique_ptr<ops::Ops> backend);
+
+// Both steps on a new backend for options.device (ops::make_backend) (`tessera generate`, `logits`, `inspect`, tests).
 LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
 
 }  // namespace tessera::model

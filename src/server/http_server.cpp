@@ -217,7 +217,8 @@ void HttpServer::setup_routes() {
       // Most requests finish within the first second and get an ordinary response. Longer ones
       // switch to a chunked body that sends a space (leading JSON whitespace) every second: the
       // HTTP library reports a vanished client only when a write fails, and a non-streamed
-      // request whose client gave up must be aborted too (pain_points A16).
+      // request whose client gave up must be aborted too (shared/reference/pain_points.md, A16:
+      // request cancellation and client disconnect).
       const auto inline_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       if (!run_non_stream(*live, inline_deadline)) {
         if (abort_all_) return send_error(res, 503, "the server shut down before the request finished");

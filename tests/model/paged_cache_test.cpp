@@ -51,7 +51,9 @@ TEST_F(PagedCacheTest, PrefillThenDecodesEqualsFullPrefill) {
     EXPECT_LE(test::rel_rms(got, full), 1e-5);
     // Also the decode positions alone (they are the ones that used the absorbed path).
     std::vector<float> got_dec(got.begin() + k * V, got.end()), full_dec(full.begin() + k * V, full.end());
-    if (!got_dec.empty()) EXPECT_LE(test::rel_rms(got_dec, full_dec), 1e-5);
+    if (!got_dec.empty()) {
+      EXPECT_LE(test::rel_rms(got_dec, full_dec), 1e-5);
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 // `tessera serve` over loopback HTTP: the OpenAI contract (responses, SSE framing), every bad input
-// of pain_points.md C1 that applies (each answered with the right 4xx while the server keeps
-// answering good requests unchanged), admission control, and SIGTERM.
+// of shared/reference/pain_points.md C1 ("bad input") that applies (each answered with the right 4xx while the server
+// keeps answering good requests unchanged), admission control, and SIGTERM.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>

@@ -1,0 +1,142 @@
+#include "engine/runtime_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "core/format.h"
+#include "io/checkpoint.h"
+#include "model/kv_cache.h"
+
+namespace tessera::engine {
+
+namespace {
+std::string gib(uint64_t b) { return core::human_bytes(b); }
+}  // namespace
+
+uint64_t activation_workspace_bytes(const io::ModelConfig& c, int64_t tokens, int64_t max_seqs) {
+  const uint64_t T = tokens, H = c.hidden_size, N = c.num_attention_heads, E = c.kv_cache_entry_dim();
+  const uint64_t inter = std::max<uint64_t>(c.intermediate_size, c.n_shared_experts * c.moe_intermediate_size);
+  const uint64_t f32 = 4 * T *
+                       (3 * H + N * c.qk_head_dim() + N * E + 2 * N * c.kv_lora_rank + N * c.v_head_dim + E +
+                        3 * inter + c.n_routed_experts);
+  const uint64_t bf16 = 2 * T * std::max<uint64_t>({H, inter, N * c.v_head_dim});
+  const uint64_t logits = 4 * static_cast<uint64_t>(max_seqs) * c.vocab_size;
+  return f32 + bf16 + logits + (32ull << 20);
+}
+
+RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOptions& model_options,
+                         const EngineSettings& s, const ops::Ops& backend) {
+  RuntimePlan p;
+  p.model = model::resolve_model(dir, model_options, backend);
+  const io::ModelConfig& cfg = p.model.config;
+  p.backend = backend.plan(cfg, p.model.kv_cache.dtype);
+  for (const auto& k : p.backend.kernels)
+    if (!k.available) p.problems.push_back(fmt::format("no kernel can run {}: {}", k.op, k.reason));
+  for (const core::EnvSwitch& e : core::env_switches())
+    if (const auto v = core::env_value(e.name)) p.environment.push_back(fmt::format("{}={} ({})", e.name, *v, e.doc));
+
+  MemoryPlanInput in;
+  if (!s.kv_cache_bytes.empty()) in.kv_cache_bytes = parse_bytes(s.kv_cache_bytes, "--kv-cache-bytes");
+  in.bytes_per_token =
+      model::KvCache::bytes_per_token(cfg.num_hidden_layers, cfg.kv_cache_entry_dim(), p.model.kv_cache.dtype);
+  in.page_size = model::kKvPageSize;
+  in.max_position_embeddings = cfg.max_position_embeddings;
+  in.max_model_len = s.max_model_len;
+  in.max_num_seqs = s.max_num_seqs;
+  if (p.backend.free_bytes) {
+    // A device backend: the weights and a step's activations come out of the memory free now, the
+    // KV pool gets what --gpu-memory-utilization leaves of the rest (device_kv_budget).
+    const uint64_t free = *p.backend.free_bytes, weights = p.backend.weight_bytes;
+    p.workspace_bytes = activation_workspace_bytes(cfg, s.max_num_batched_tokens, s.max_num_seqs);
+    if (weights >= free) {
+      p.problems.push_back(
+          fmt::format("the weights ({}) do not fit in the free device memory ({})", gib(weights), gib(free)));
+    } else if (!in.kv_cache_bytes) {
+      try {
+        in.kv_budget_bytes = device_kv_budget(free - weights, weights, p.workspace_bytes, s.gpu_memory_utilization);
+        in.kv_budget_source = fmt::format("--gpu-memory-utilization {:.2f}", s.gpu_memory_utilization);
+        p.memory_budget = fmt::format("{:.2f} x free {} - weights - workspace = {} for the KV cache",
+                                      s.gpu_memory_utilization, gib(free), gib(*in.kv_budget_bytes));
+      } catch (const core::Error& e) {
+        p.problems.push_back(e.what());
+      }
+    }
+  }
+  if (p.problems.empty() || p.backend.free_bytes == std::nullopt) {
+    try {
+      p.memory = plan_memory(in);
+    } catch (const core::Error& e) {
+      p.problems.push_back(fmt::format("the KV pool cannot be planned: {}", e.what()));
+    }
+  }
+  p.engine.max_num_batched_tokens = s.max_num_batched_tokens;
+  p.engine.max_num_seqs = s.max_num_seqs;
+  p.engine.max_model_len = p.memory.max_model_len;
+  p.engine.enable_prefix_caching = s.prefix_caching;
+  return p;
+}
+
+std::vector<std::string> RuntimePlan::lines() const {
+  const io::ModelConfig& cfg = model.config;
+  std::vector<std::string> out;
+  auto add = [&](const char* label, const std::string& text) { out.push_back(fmt::format("{:<12} {}", label, text)); };
+  const uint64_t params = cfg.parameter_count();
+  add("model", fmt::format("{} ({}), {} layers, {} parameters ({:.3f} B)", cfg.architecture, cfg.model_type,
+                           cfg.num_hidden_layers, params, params / 1e9));
+  add("quantization", fmt::format("{}{}", model.quant.method_name(),
+                                  model.quant.source.empty() ? "" : " (from " + model.quant.source + ")"));
+  add("latent eps", fmt::format("{:g} ({})", cfg.latent_norm_eps, cfg.latent_norm_eps_source));
+  add("kv cache", fmt::format("{}: {}", io::kv_cache_dtype_name(model.kv_cache.dtype), model.kv_cache.reason));
+  add("device", backend.device);
+  add("weights", backend.weight_bytes > 0 ? fmt::format("{} ({})", gib(backend.weight_bytes), backend.weight_rule)
+                                          : backend.weight_rule);
+  if (backend.free_bytes) {
+    add("workspace", fmt::format("{} (activations of a {}-token step, estimated)", gib(workspace_bytes),
+                                 engine.max_num_batched_tokens));
+    if (!memory_budget.empty()) add("memory", memory_budget);
+  }
+  out.emplace_back("kernels");
+  for (const auto& k : backend.kernels)
+    out.push_back(fmt::format("  {:<12} {:<3} {} — {}", k.op, k.available ? "ok" : "NO", k.kernel, k.reason));
+  add("decode steps", backend.decode_steps);
+  if (memory.num_pages > 0) {
+    add("kv pool",
+        fmt::format(
+            "{} ({}), {} bytes per token: {} pages of {} = {} tokens", gib(memory.kv_bytes), memory.kv_bytes_source,
+            model::KvCache::bytes_per_token(cfg.num_hidden_layers, cfg.kv_cache_entry_dim(), model.kv_cache.dtype),
+            memory.num_pages, model::kKvPageSize, memory.token_capacity));
+    add("max context", fmt::format("{} ({})", memory.max_model_len, memory.max_model_len_source));
+  }
+  add("engine", fmt::format("{} tokens and {} sequences a step, prefix caching {}", engine.max_num_batched_tokens,
+                            engine.max_num_seqs, engine.enable_prefix_caching ? "on" : "off"));
+  if (environment.empty()) {
+    add("environment", "no TESSERA_* variable set");
+  } else {
+    for (const auto& e : environment) add("environment", e);
+  }
+  for (const auto& problem : problems) add("problem", problem);
+  add("plan", ok() ? "ok: everything above can run" : "NOT runnable: see the problems above");
+  return out;
+}
+
+std::unique_ptr<Engine> build_engine(model::LoadedModel& m, const RuntimePlan& plan) {
+  TESSERA_CHECK(plan.ok(), "the start-up plan cannot run: {}", plan.problems.front());
+  if (const auto mem = m.model->ops().device_memory()) {
+    const uint64_t kv_bytes =
+        static_cast<uint64_t>(plan.memory.num_pages) * model::kKvPageSize *
+        model::KvCache::bytes_per_token(m.config.num_hidden_layers, m.config.kv_cache_entry_dim(), m.kv_cache.dtype);
+    TESSERA_CHECK(mem->free_bytes >= kv_bytes + plan.workspace_bytes,
+                  "after loading, {} of device memory are free but the plan needs {} for the KV pool and {} for a "
+                  "step's activations: the weights took {} where the plan counted {}; lower "
+                  "--gpu-memory-utilization or set --kv-cache-bytes",
+                  gib(mem->free_bytes), gib(kv_bytes), gib(plan.workspace_bytes), gib(mem->held_bytes),
+                  gib(plan.backend.weight_bytes));
+  }
+  return std::make_unique<Engine>(std::make_unique<LocalExecutor>(*m.model, m.make_kv_cache(plan.memory.num_pages)),
+                                  plan.engine);
+}
+
+}  // namespace tessera::engine

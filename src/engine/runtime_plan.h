@@ -1,0 +1,62 @@
+// The start-up plan (DESIGN.md "Configuration resolution"): every setting resolved once, before any
+// weight is read, with where each value came from. `tessera plan` prints it; `serve`, `bench
+// offline` and the engine run exactly it (load_model takes its model part, build_engine its memory
+// and engine parts).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/memory_plan.h"
+#include "model/model.h"
+#include "ops/ops.h"
+
+namespace tessera::engine {
+
+// The engine's settings as given (flags or a config file), before resolution.
+struct EngineSettings {
+  std::string kv_cache_bytes;             // --kv-cache-bytes; empty: the device budget or the CPU default
+  std::string max_model_len = "auto";     // --max-model-len
+  int64_t max_num_batched_tokens = 2048;  // --max-num-batched-tokens
+  int64_t max_num_seqs = 256;             // --max-num-seqs
+  bool prefix_caching = true;             // --no-prefix-caching turns it off
+  double gpu_memory_utilization = 0.9;    // --gpu-memory-utilization: of the device memory free before loading
+};
+
+struct RuntimePlan {
+  model::ModelPlan model;                // config, quantization, KV dtype
+  ops::BackendPlan backend;              // device, kernels, weight bytes on the device
+  std::vector<std::string> environment;  // "NAME=value (what it does)", for each TESSERA_* switch set
+  uint64_t workspace_bytes = 0;          // a step's activations on a device backend (an estimate)
+  MemoryPlan memory;                     // KV pool, pages, max model length
+  std::string memory_budget;             // how the device budget was computed ("" on the CPU)
+  EngineConfig engine;
+  std::vector<std::string> problems;  // why it cannot run; empty = runnable
+
+  bool ok() const { return problems.empty(); }
+  // The plan as `tessera plan` prints it, a line each (serve logs the same lines).
+  std::vector<std::string> lines() const;
+};
+
+// Peak activation memory of one step of `tokens` tokens on a GPU backend (fp32 activations, bf16
+// copies of GEMM inputs, attention partials, logits), plus the GEMM workspace. An estimate: the
+// terms are the tensors the forward allocates, not a measurement.
+uint64_t activation_workspace_bytes(const io::ModelConfig& config, int64_t tokens, int64_t max_seqs);
+
+// Resolves the plan for the checkpoint in `dir` on `backend` (which has loaded nothing). Problems
+// that make the plan unrunnable (no kernel, memory that does not fit) are collected in `problems`;
+// a bad flag or file throws core::Error naming it.
+RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOptions& model_options,
+                         const EngineSettings& settings, const ops::Ops& backend);
+
+// The engine the plan describes, over `model` loaded by load_model(plan.model, ...). On a device
+// backend it first checks that what loading left free still holds the planned KV pool and a step's
+// activations, and fails naming both numbers if not (instead of an out-of-memory error later).
+std::unique_ptr<Engine> build_engine(model::LoadedModel& model, const RuntimePlan& plan);
+
+}  // namespace tessera::engine
