@@ -27,10 +27,9 @@ TEST(MemoryPlan, AutoLengthIsWhatOneSequenceCanHoldCappedByTheModel) {
   EXPECT_EQ(p.max_model_len, 640);
   in.kv_cache_bytes = 64000ull * 100;  // 6400 tokens > 4096
   EXPECT_EQ(plan_memory(in).max_model_len, 4096);
-  // A GPU backend fills the free bytes; the fraction applies when no explicit size is given.
+  // A GPU backend's budget applies when no explicit size is given.
   in.kv_cache_bytes.reset();
-  in.device_free_bytes = 64000ull * 20;
-  in.memory_fraction = 0.5;
+  in.kv_budget_bytes = 64000ull * 10 + 63999;  // whole pages only
   EXPECT_EQ(plan_memory(in).num_pages, 10);
 }
 
@@ -82,9 +81,8 @@ TEST(MemoryPlan, DevicePoolIsCappedAtWhatTheSequencesCanUse) {
   in.page_size = 64;
   in.max_position_embeddings = 1000;  // 16 pages a sequence
   in.max_num_seqs = 4;
-  in.device_free_bytes = 64000ull * 1000;
-  in.memory_fraction = 1.0;
-  in.device_free_source = "--gpu-memory-utilization 0.90";
+  in.kv_budget_bytes = 64000ull * 1000;
+  in.kv_budget_source = "--gpu-memory-utilization 0.90";
   MemoryPlan p = plan_memory(in);
   EXPECT_EQ(p.num_pages, 4 * 16);
   EXPECT_NE(p.kv_bytes_source.find("capped at what 4 sequences of 1000 tokens can use"), std::string::npos)
