@@ -10,11 +10,7 @@
 namespace tessera {
 namespace {
 
-std::string tessera(const std::string& args, int* rc) {
-  std::string out;
-  *rc = test::run_command(test::tessera_binary().string() + " --log-level warn " + args, &out);
-  return out;
-}
+using test::tessera;
 
 TEST(Cli, LogitsWritesTheGoldenLogits) {
   const auto dir = test::fixtures_dir() / "models" / "kimi-k25-tiny-nvfp4";

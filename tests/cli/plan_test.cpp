@@ -6,11 +6,7 @@
 namespace tessera {
 namespace {
 
-std::string tessera(const std::string& args, int* rc) {
-  std::string out;
-  *rc = test::run_command(test::tessera_binary().string() + " --log-level warn " + args, &out);
-  return out;
-}
+using test::tessera;
 
 TEST(Plan, CpuPlanReportsKvDtypeCapacityAndContext) {
   int rc = 0;

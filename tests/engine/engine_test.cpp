@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "support/model_fixture.h"
 #include "support/test_support.h"
 
 namespace tessera::engine {
@@ -49,15 +50,8 @@ Result drain(OutputStream& s, int64_t n = 1) {
   return r;
 }
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public test::Dsv3TinySuite {
  protected:
-  static void SetUpTestSuite() {
-    model_ = new model::LoadedModel(model::load_model(test::fixtures_dir() / "models" / "dsv3-tiny"));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
   static std::unique_ptr<Engine> make_engine(int64_t pages, EngineConfig config = {}) {
     return std::make_unique<Engine>(*model_->model, model_->make_kv_cache(pages), config);
   }
@@ -82,9 +76,7 @@ class EngineTest : public ::testing::Test {
     r.params.seed = seed;
     return r;
   }
-  static model::LoadedModel* model_;
 };
-model::LoadedModel* EngineTest::model_ = nullptr;
 
 TEST_F(EngineTest, ChunkedPrefillOfAPromptLongerThanTheStepBudget) {
   const Request r = sampled_request("long", random_ids(200, 1), 8, 3);

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "model/golden_util.h"
 #include "model/sequence_runner.h"
+#include "support/model_fixture.h"
 #include "support/test_support.h"
 
 namespace tessera {
@@ -21,18 +22,7 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
   return ids;
 }
 
-class PagedCacheTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    model_ = new model::LoadedModel(model::load_model(test::fixtures_dir() / "models" / "dsv3-tiny"));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  static model::LoadedModel* model_;
-};
-model::LoadedModel* PagedCacheTest::model_ = nullptr;
+using PagedCacheTest = test::Dsv3TinySuite;
 
 TEST_F(PagedCacheTest, PrefillThenDecodesEqualsFullPrefill) {
   auto& m = *model_;

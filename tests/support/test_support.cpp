@@ -50,6 +50,12 @@ int run_command(const std::string& command, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+std::string tessera(const std::string& args, int* rc) {
+  std::string out;
+  *rc = run_command(tessera_binary().string() + " --log-level warn " + args, &out);
+  return out;
+}
+
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   if (!f) throw std::runtime_error("cannot read " + p.string());

@@ -15,6 +15,9 @@ std::filesystem::path make_temp_dir(const std::string& prefix);
 std::filesystem::path tessera_binary();
 // Runs a shell command, returns its exit status and fills `output` with stdout+stderr.
 int run_command(const std::string& command, std::string* output);
+// Runs the built tessera binary with `args` (warnings and errors only in its log), stores its exit status in `*rc`
+// and returns its stdout+stderr.
+std::string tessera(const std::string& args, int* rc);
 std::string read_file(const std::filesystem::path& p);
 
 // The fixture checkpoints in shared/fixtures/models, and a gtest-safe name for each.
