@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "support/test_support.h"
 #include "text/template/chat_template.h"
@@ -71,6 +72,25 @@ TEST(ChatTemplateRender, VariablesAndToolSorting) {
   EXPECT_EQ(unsorted.render(in), R"([{"type": "function", "function": {"name": "f", "description": "d"}}])");
   in.kwargs = {{"messages", 1}};
   EXPECT_THROW(t.render(in), TemplateError);
+}
+
+// A tokenizer without BOS/EOS (Qwen's "bos_token": null): transformers leaves the token out of
+// special_tokens_map, so jinja2 sees an Undefined -- it prints as nothing, is falsy and not
+// `defined`, and `+` on it raises. None would print "None" instead.
+TEST(ChatTemplateRender, UnsetSpecialTokensAreUndefined) {
+  ChatTemplate t("{% if bos_token %}{{ bos_token }}{% endif %}A|{{ bos_token }}|{{ eos_token }}|"
+                 "{{ bos_token is defined }}|{{ eos_token is none }}");
+  ChatRenderInput in;
+  EXPECT_EQ(t.render(in), "A|||False|False");
+  in.bos_token = "<s>";
+  EXPECT_EQ(t.render(in), "<s>A|<s>||True|False");
+  in.bos_token.reset();
+  in.eos_token = "";  // an empty token is still a defined (falsy) string
+  EXPECT_EQ(t.render(in), "A|||False|False");
+  EXPECT_THROW(ChatTemplate("{{ bos_token + 'x' }}").render(ChatRenderInput{}), TemplateError);
+  // chat_template_kwargs may pass None explicitly (as HF's **kwargs would): then it is None.
+  in.kwargs = {{"bos_token", nullptr}};
+  EXPECT_EQ(ChatTemplate("{{ bos_token }}|{{ bos_token is none }}").render(in), "None|True");
 }
 
 TEST(ChatTemplateRender, DeeplyNestedMessagesFailCleanly) {
