@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -26,7 +27,7 @@ using OJson = nlohmann::ordered_json;
 
 struct RenderChatOptions {
   std::string model, request, template_file, jsonl, template_dir, sort_tool_keys = "auto";
-  std::string bos_token, eos_token;
+  std::string bos_token, eos_token;  // empty: not given
   bool json = false;
 };
 
@@ -47,6 +48,21 @@ bool resolve_sort(const std::string& mode, bool detected) {
   return detected;
 }
 
+std::optional<std::string> option_token(const std::string& given) {
+  return given.empty() ? std::nullopt : std::optional<std::string>(given);
+}
+
+// A record's bos_token / eos_token: absent -> the --bos-token / --eos-token default; null -> no
+// such token (the template sees it undefined, as with a tokenizer_config.json that has null).
+std::optional<std::string> record_token(const OJson& rec, const char* key, const std::string& fallback,
+                                        const std::string& where) {
+  auto it = rec.find(key);
+  if (it == rec.end()) return option_token(fallback);
+  if (it->is_null()) return std::nullopt;
+  if (!it->is_string()) core::fail("{}: field '{}' must be a string or null, got {}", where, key, it->dump());
+  return it->get<std::string>();
+}
+
 int run_jsonl(const RenderChatOptions& o) {
   std::ifstream in(o.jsonl);
   if (!in) core::fail("{}: cannot open file", o.jsonl);
@@ -57,7 +73,8 @@ int run_jsonl(const RenderChatOptions& o) {
   while (std::getline(in, line)) {
     ++line_no;
     if (line.empty()) continue;
-    const OJson rec = parse_json(line, fmt::format("{}: line {}", o.jsonl, line_no));
+    const std::string where = fmt::format("{}: line {}", o.jsonl, line_no);
+    const OJson rec = parse_json(line, where);
     if (!rec.is_object() || !rec.contains("messages"))
       core::fail("{}: line {}: expected an object with 'messages'", o.jsonl, line_no);
     std::string path = o.template_file;
@@ -67,6 +84,10 @@ int run_jsonl(const RenderChatOptions& o) {
       path = o.template_dir.empty() ? rec["template"].get<std::string>()
                                     : (fs::path(o.template_dir) / rec["template"].get<std::string>()).string();
     }
+    // A malformed record stops the command, like one without 'messages': an {"error"} line is for
+    // a template that raised, which the goldens compare against.
+    const std::optional<std::string> bos = record_token(rec, "bos_token", o.bos_token, where);
+    const std::optional<std::string> eos = record_token(rec, "eos_token", o.eos_token, where);
     OJson out;
     try {
       auto& tpl = cache[path];
@@ -80,8 +101,8 @@ int run_jsonl(const RenderChatOptions& o) {
       ri.messages = rec["messages"];
       ri.tools = rec.value("tools", OJson());
       ri.add_generation_prompt = rec.value("add_generation_prompt", true);
-      ri.bos_token = rec.value("bos_token", o.bos_token);
-      ri.eos_token = rec.value("eos_token", o.eos_token);
+      ri.bos_token = bos;
+      ri.eos_token = eos;
       ri.kwargs = rec.value("kwargs", OJson::object());
       out["output"] = tpl->render(ri);
     } catch (const core::Error& e) {
@@ -110,10 +131,11 @@ int run(const RenderChatOptions& o) {
   std::string source;
   bool detected_kimi = false;
   if (!o.model.empty()) {
-    // bos_token / eos_token: a string or an AddedToken object {"content": ...}.
+    // bos_token / eos_token: a string, an AddedToken object {"content": ...}, or null / absent
+    // (no such token: the template sees it undefined).
     const text::TokenizerConfig tc = text::read_tokenizer_config(fs::path(o.model) / "tokenizer_config.json", false);
-    ri.bos_token = tc.bos_token.value_or("");
-    ri.eos_token = tc.eos_token.value_or("");
+    ri.bos_token = tc.bos_token;
+    ri.eos_token = tc.eos_token;
     detected_kimi = text::model_sorts_tool_keys(o.model);
   }
   if (!o.template_file.empty()) {
@@ -122,8 +144,8 @@ int run(const RenderChatOptions& o) {
   } else {
     source = text::find_chat_template(o.model, has_tools).source;
   }
-  if (!o.bos_token.empty()) ri.bos_token = o.bos_token;
-  if (!o.eos_token.empty()) ri.eos_token = o.eos_token;
+  if (auto t = option_token(o.bos_token)) ri.bos_token = t;
+  if (auto t = option_token(o.eos_token)) ri.eos_token = t;
 
   text::ChatTemplateOptions opts;
   opts.sort_tool_keys = resolve_sort(o.sort_tool_keys, detected_kimi);

@@ -21,8 +21,8 @@ ServedModel load_served_model(const ServedModelOptions& o) {
   m.default_thinking = m.kimi;  // K2-Thinking / K2.5 think by default; DeepSeek V3.x does not
 
   const text::TokenizerConfig tc = text::read_tokenizer_config(o.model_dir / "tokenizer_config.json", false);
-  m.bos_token = tc.bos_token.value_or("");
-  m.eos_token = tc.eos_token.value_or("");
+  m.bos_token = tc.bos_token;
+  m.eos_token = tc.eos_token;
   text::ChatTemplateOptions topts;
   topts.sort_tool_keys = m.kimi;
   if (!o.chat_template_file.empty()) {
@@ -36,8 +36,8 @@ ServedModel load_served_model(const ServedModelOptions& o) {
   }
   m.eos_ids = o.config_eos_ids;
   if (auto e = m.tokenizer->eos_id()) m.eos_ids.push_back(*e);
-  if (!m.eos_token.empty())
-    if (auto e = m.tokenizer->token_to_id(m.eos_token)) m.eos_ids.push_back(*e);
+  if (m.eos_token)
+    if (auto e = m.tokenizer->token_to_id(*m.eos_token)) m.eos_ids.push_back(*e);
   // Kimi ends a turn with <|im_end|> (its eos) and may emit [EOS].
   for (const char* s : {"<|im_end|>", "[EOS]"})
     if (m.kimi)

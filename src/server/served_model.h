@@ -23,7 +23,7 @@ struct ServedModel {
   std::unique_ptr<text::Tokenizer> tokenizer;
   std::unique_ptr<text::ChatTemplate> chat_template;        // conversations without tools
   std::unique_ptr<text::ChatTemplate> chat_template_tools;  // with tools (tokenizer_config "tool_use")
-  std::string bos_token, eos_token;
+  std::optional<std::string> bos_token, eos_token;  // tokenizer_config.json; unset when null or absent
   std::vector<int32_t> eos_ids;
   int64_t vocab_size = 0;      // rows of the model's logits (>= the tokenizer's vocabulary)
   int64_t max_model_len = 0;

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "support/test_support.h"
 #include "text/template/chat_template.h"
@@ -73,6 +74,25 @@ TEST(ChatTemplateRender, VariablesAndToolSorting) {
   EXPECT_THROW(t.render(in), TemplateError);
 }
 
+// A tokenizer without BOS/EOS (Qwen's "bos_token": null): transformers leaves the token out of
+// special_tokens_map, so jinja2 sees an Undefined -- it prints as nothing, is falsy and not
+// `defined`, and `+` on it raises. None would print "None" instead.
+TEST(ChatTemplateRender, UnsetSpecialTokensAreUndefined) {
+  ChatTemplate t("{% if bos_token %}{{ bos_token }}{% endif %}A|{{ bos_token }}|{{ eos_token }}|"
+                 "{{ bos_token is defined }}|{{ eos_token is none }}");
+  ChatRenderInput in;
+  EXPECT_EQ(t.render(in), "A|||False|False");
+  in.bos_token = "<s>";
+  EXPECT_EQ(t.render(in), "<s>A|<s>||True|False");
+  in.bos_token.reset();
+  in.eos_token = "";  // an empty token is still a defined (falsy) string
+  EXPECT_EQ(t.render(in), "A|||False|False");
+  EXPECT_THROW(ChatTemplate("{{ bos_token + 'x' }}").render(ChatRenderInput{}), TemplateError);
+  // chat_template_kwargs may pass None explicitly (as HF's **kwargs would): then it is None.
+  in.kwargs = {{"bos_token", nullptr}};
+  EXPECT_EQ(ChatTemplate("{{ bos_token }}|{{ bos_token is none }}").render(in), "None|True");
+}
+
 TEST(ChatTemplateRender, DeeplyNestedMessagesFailCleanly) {
   ChatTemplate t("{{ messages }}");
   ChatRenderInput in;
@@ -135,6 +155,59 @@ TEST(RenderChatCli, RequestWithModelDirectory) {
   ASSERT_EQ(rc, 0) << out;
   const auto j = J::parse(out);
   EXPECT_EQ(j["prompt"], "<｜begin▁of▁sentence｜>You are helpful.<｜User｜>Hi<｜Assistant｜>");
+  std::filesystem::remove_all(dir);
+}
+
+// A jsonl record with "bos_token": null / "eos_token": null renders with no such token (the whole
+// command used to stop with nlohmann's "type must be string, but is null"); absent fields fall back
+// to --bos-token / --eos-token; any other type stops the command naming the line and field.
+TEST(RenderChatCli, JsonlNullSpecialTokens) {
+  if (!std::filesystem::exists(test::tessera_binary())) GTEST_SKIP() << "tessera binary not built";
+  auto dir = test::make_temp_dir("render-chat-null");
+  test::write_file(dir / "t.jinja",
+                   "{% if bos_token %}{{ bos_token }}{% endif %}{{ messages[0]['content'] }}{{ eos_token }}"
+                   "{% if eos_token is defined %}+{% endif %}");
+  const std::string msg = R"("messages": [{"role": "user", "content": "Hi"}])";
+  test::write_file(dir / "r.jsonl", "{" + msg + R"(, "bos_token": null, "eos_token": null})" + "\n" +  //
+                                        "{" + msg + R"(, "bos_token": "<s>", "eos_token": "</s>"})" + "\n" +  //
+                                        "{" + msg + R"(, "eos_token": null})" + "\n");
+  const std::string cmd = test::tessera_binary().string() + " render-chat --template '" + (dir / "t.jinja").string() +
+                          "' --bos-token '<B>' --jsonl ";
+  std::string out;
+  ASSERT_EQ(test::run_command(cmd + "'" + (dir / "r.jsonl").string() + "' 2>&1", &out), 0) << out;
+  std::istringstream lines(out);
+  std::string line;
+  std::vector<std::string> got;
+  while (std::getline(lines, line)) got.push_back(J::parse(line).value("output", "<error: " + line + ">"));
+  EXPECT_EQ(got, (std::vector<std::string>{"Hi", "<s>Hi</s>+", "<B>Hi"}));
+
+  test::write_file(dir / "bad.jsonl", "{" + msg + "}\n{" + msg + R"(, "bos_token": 5})" + "\n");
+  EXPECT_NE(test::run_command(cmd + "'" + (dir / "bad.jsonl").string() + "' 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("line 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("'bos_token'"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// --model with a Qwen-style tokenizer_config.json ("bos_token": null): the template sees no BOS and
+// the model's tokenizer still loads (the token count is a number, not null).
+TEST(RenderChatCli, ModelWithNullBosToken) {
+  if (!std::filesystem::exists(test::tessera_binary())) GTEST_SKIP() << "tessera binary not built";
+  auto dir = test::make_temp_dir("render-chat-qwen");
+  std::filesystem::copy_file(test::fixtures_dir() / "tokenizers" / "o200k" / "tokenizer.json", dir / "tokenizer.json");
+  J cfg = {{"bos_token", nullptr},
+           {"eos_token", "<|endoftext|>"},
+           {"chat_template", "{% if bos_token %}{{ bos_token }}{% endif %}{% if bos_token is defined %}[bos]{% endif %}"
+                             "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{{ eos_token }}{% endfor %}"}};
+  test::write_file(dir / "tokenizer_config.json", cfg.dump());
+  test::write_file(dir / "req.json", R"({"messages": [{"role": "user", "content": "Hi"}]})");
+  std::string out;
+  const int rc = test::run_command(test::tessera_binary().string() + " render-chat --json --model '" + dir.string() +
+                                       "' --request '" + (dir / "req.json").string() + "' 2>&1",
+                                   &out);
+  ASSERT_EQ(rc, 0) << out;
+  const auto j = J::parse(out);
+  EXPECT_EQ(j["prompt"], "<user>Hi<|endoftext|>");
+  EXPECT_TRUE(j["tokens"].is_number_integer()) << out;
   std::filesystem::remove_all(dir);
 }
 

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "support/test_support.h"
@@ -153,6 +154,35 @@ TEST_F(LoadErrors, TiktokenBadBase64AndMissingConfig) {
   write_file(dir_ / "tokenizer_config.json", R"({"added_tokens_decoder": [1, 2]})");
   e = load_error(dir_);
   EXPECT_NE(e.find("tokenizer_config.json"), std::string::npos) << e;
+}
+
+// Qwen-style tokenizer_config.json: "bos_token": null means the tokenizer has no BOS (no id, nothing
+// added), not a load error. The DeepSeek-V3 tokenizer is used for its known ids: "Hello world" is
+// 19923 2058 and <｜end▁of▁sentence｜> is 1 (BOS <｜begin▁of▁sentence｜> would be 0).
+TEST_F(LoadErrors, NullSpecialTokensMeanNone) {
+  std::filesystem::copy_file(fixtures_dir() / "tokenizers" / "deepseek-v3" / "tokenizer.json", dir_ / "tokenizer.json");
+  text::EncodeOptions with_special;
+  with_special.add_special_tokens = true;
+  write_file(dir_ / "tokenizer_config.json",
+             R"({"bos_token": null, "eos_token": {"content": "<｜end▁of▁sentence｜>"}, "add_eos_token": true})");
+  auto tok = text::load_tokenizer(dir_);
+  EXPECT_FALSE(tok->bos_id().has_value());
+  EXPECT_EQ(tok->bos_token(), "");
+  ASSERT_TRUE(tok->eos_id().has_value());
+  EXPECT_EQ(*tok->eos_id(), 1);
+  EXPECT_EQ(tok->encode("Hello world", with_special), (std::vector<int32_t>{19923, 2058, 1}));
+
+  write_file(dir_ / "tokenizer_config.json", R"({"bos_token": null, "eos_token": null, "add_bos_token": false})");
+  tok = text::load_tokenizer(dir_);
+  EXPECT_FALSE(tok->bos_id().has_value());
+  EXPECT_FALSE(tok->eos_id().has_value());
+  EXPECT_EQ(tok->encode("Hello world", with_special), (std::vector<int32_t>{19923, 2058}));
+
+  // Any other type is still an error naming the file and the field.
+  write_file(dir_ / "tokenizer_config.json", R"({"bos_token": 5})");
+  const std::string e = load_error(dir_);
+  EXPECT_NE(e.find("tokenizer_config.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("'bos_token'"), std::string::npos) << e;
 }
 
 }  // namespace

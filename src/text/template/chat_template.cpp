@@ -50,13 +50,14 @@ std::string ChatTemplate::render(const ChatRenderInput& in) const {
       options_.sort_tool_keys && !in.tools.is_null() ? deep_sort_keys(in.tools) : nlohmann::ordered_json();
   const nlohmann::ordered_json none;
   const nlohmann::ordered_json agp = in.add_generation_prompt;
-  const nlohmann::ordered_json bos = in.bos_token, eos = in.eos_token;
+  const nlohmann::ordered_json bos = in.bos_token.value_or(""), eos = in.eos_token.value_or("");
   Template::VarRefs vars = {{"messages", &in.messages},
                             {"tools", options_.sort_tool_keys && !in.tools.is_null() ? &sorted_tools : &in.tools},
                             {"documents", &none},
-                            {"add_generation_prompt", &agp},
-                            {"bos_token", &bos},
-                            {"eos_token", &eos}};
+                            {"add_generation_prompt", &agp}};
+  // A missing special token stays undefined rather than None: jinja2 prints None as "None".
+  if (in.bos_token) vars.emplace_back("bos_token", &bos);
+  if (in.eos_token) vars.emplace_back("eos_token", &eos);
   if (!in.kwargs.is_null()) {
     if (!in.kwargs.is_object()) throw TemplateError("chat_template_kwargs must be a JSON object");
     for (const auto& [k, v] : in.kwargs.items()) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "text/template/template.h"
@@ -15,8 +16,11 @@ struct ChatRenderInput {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;  // null (the template sees None) or an array of tool schemas
   bool add_generation_prompt = true;
-  std::string bos_token;
-  std::string eos_token;
+  // Unset (the tokenizer has none, e.g. Qwen's "bos_token": null): the variable is not passed, so
+  // the template sees it undefined -- `{{ bos_token }}` prints nothing, `{% if bos_token %}` is
+  // false. transformers does the same: special_tokens_map leaves out a token that is None.
+  std::optional<std::string> bos_token;
+  std::optional<std::string> eos_token;
   // chat_template_kwargs (e.g. {"thinking": false}); each becomes a template variable.
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
 };
