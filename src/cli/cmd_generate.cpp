@@ -1,12 +1,16 @@
-// tessera generate: greedy or sampled generation from token ids on the CPU reference backend.
+// tessera generate: greedy or sampled generation from token ids through the engine, so that a seed
+// gives the tokens the server gives for the same prompt and sampling settings.
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
+
 #include "cli/command.h"
 #include "cli/model_options.h"
 #include "core/error.h"
-#include "model/sequence_runner.h"
+#include "engine/engine.h"
 
 namespace tessera::cli {
 namespace {
@@ -22,37 +26,98 @@ struct GenerateArgs {
   int64_t prefill_chunk = 0;
 };
 
+using Clock = std::chrono::steady_clock;
+
+struct Generated {
+  std::vector<int32_t> tokens;
+  engine::FinishReason finish = engine::FinishReason::kLength;  // --max-tokens 0 ends at once
+  double prefill_seconds = 0;  // submit to the first token: the prefill step(s) and the first draw
+  double decode_seconds = 0;   // first token to last: one decode step per further token
+};
+
+Generated run_engine(model::LoadedModel& m, const std::vector<int32_t>& prompt, const GenerateArgs& a) {
+  const int64_t total = static_cast<int64_t>(prompt.size()) + a.max_tokens;
+  engine::EngineConfig cfg;
+  // With one sequence the step budget is its prefill chunk (a decode needs one token of it), so
+  // --prefill-chunk is max_num_batched_tokens; 0 lets the whole prompt go in one step.
+  cfg.max_num_batched_tokens = a.prefill_chunk > 0 ? a.prefill_chunk : static_cast<int64_t>(prompt.size());
+  cfg.max_num_seqs = 1;
+  cfg.enable_prefix_caching = false;  // nothing to share with a single request
+  // A pool of just the pages this sequence fills: the server's pool is larger, but a seeded request
+  // draws the same tokens whatever the pool and batch.
+  engine::Engine eng(*m.model, m.make_kv_cache(model::pages_for_tokens(total)), cfg);
+
+  engine::Request r;
+  r.id = "generate";
+  r.prompt = prompt;
+  r.params.max_tokens = a.max_tokens;
+  r.params.temperature = a.temperature;
+  r.params.seed = a.seed;
+  r.params.eos_token_ids.assign(m.config.eos_token_ids.begin(), m.config.eos_token_ids.end());
+  r.params.ignore_eos = a.ignore_eos;
+
+  Generated g;
+  g.finish = engine::FinishReason::kNone;
+  const auto t0 = Clock::now();
+  Clock::time_point first = t0, last = t0;
+  engine::OutputStreamPtr stream = eng.submit(std::move(r));
+  // Stepped on this thread rather than by start(): a single request needs no engine thread, and the
+  // time each token is popped is the time its step ended.
+  for (bool more = true; more;) {
+    more = eng.step();
+    while (auto o = stream->try_pop()) {
+      if (o->token) {
+        last = Clock::now();
+        if (g.tokens.empty()) first = last;
+        g.tokens.push_back(o->token->token);
+      }
+      if (o->finish != engine::FinishReason::kNone) g.finish = o->finish;
+    }
+  }
+  // The engine logs a failed step and aborts its requests rather than throwing.
+  if (g.finish == engine::FinishReason::kAbort)
+    core::fail("generate: the engine step failed (the error is logged above)");
+  TESSERA_CHECK(g.finish != engine::FinishReason::kNone, "generate: the engine went idle before the request finished");
+  g.prefill_seconds = std::chrono::duration<double>(first - t0).count();
+  g.decode_seconds = std::chrono::duration<double>(last - first).count();
+  return g;
+}
+
 int run(const GenerateArgs& a) {
   auto prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
   model::LoadedModel m = model::load_model(a.model.model_dir, a.model.load_options());
   for (int32_t id : prompt)
-    if (id >= m.config.vocab_size) core::fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", id, m.config.vocab_size);
-  model::GenerateOptions o;
-  o.max_tokens = a.max_tokens;
-  o.temperature = a.temperature;
-  o.seed = a.seed;
-  o.prefill_chunk = a.prefill_chunk;
-  if (!a.ignore_eos) o.stop_ids = m.config.eos_token_ids;
-  model::GenerateResult r = model::generate(m, prompt, o);
-  const double decode_tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / r.decode_seconds : 0.0;
+    if (id >= m.config.vocab_size)
+      core::fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", id, m.config.vocab_size);
+  const int64_t total = static_cast<int64_t>(prompt.size()) + a.max_tokens;
+  if (total > m.config.max_position_embeddings)
+    core::fail("--max-tokens: the prompt ({} tokens) + --max-tokens {} = {} exceeds the model's "
+               "max_position_embeddings {}",
+               prompt.size(), a.max_tokens, total, m.config.max_position_embeddings);
+  // The engine refuses max_tokens 0; the command has always answered it with no tokens.
+  const Generated r = a.max_tokens > 0 ? run_engine(m, prompt, a) : Generated{};
+  const char* finish = engine::finish_reason_name(r.finish);
+  const double decode_tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / std::max(r.decode_seconds, 1e-9) : 0.0;
   if (a.json) {
     nlohmann::json j = {{"prompt_tokens", prompt.size()},
                         {"tokens", r.tokens},
-                        {"finish_reason", r.stopped ? "stop" : "length"},
+                        {"finish_reason", finish},
                         {"prefill_seconds", r.prefill_seconds},
                         {"decode_seconds", r.decode_seconds},
                         {"decode_tokens_per_second", decode_tps}};
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print("{}\n", fmt::join(r.tokens, ","));
-    fmt::print(stderr, "prompt {} tokens, prefill {:.3f} s ({:.1f} tok/s); generated {} tokens, decode {:.1f} tok/s; finish: {}\n",
+    fmt::print(stderr,
+               "prompt {} tokens, prefill {:.3f} s ({:.1f} tok/s); generated {} tokens, decode {:.1f} tok/s; "
+               "finish: {}\n",
                prompt.size(), r.prefill_seconds, prompt.size() / std::max(r.prefill_seconds, 1e-9), r.tokens.size(),
-               decode_tps, r.stopped ? "stop" : "length");
+               decode_tps, finish);
   }
   return 0;
 }
 
-CommandRegistration reg{{"generate", "generate token ids from a prompt of token ids (CPU reference backend)",
+CommandRegistration reg{{"generate", "generate token ids from a prompt of token ids through the engine (on --device)",
                          [](CLI::App& app) {
                            auto a = std::make_shared<GenerateArgs>();
                            a->model.add_to(app);
@@ -61,8 +126,11 @@ CommandRegistration reg{{"generate", "generate token ids from a prompt of token 
                                ->check(CLI::NonNegativeNumber);
                            app.add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str()
                                ->check(CLI::NonNegativeNumber);
-                           app.add_option("--seed", a->seed, "sampling seed")->capture_default_str();
-                           app.add_option("--prefill-chunk", a->prefill_chunk, "prefill in chunks of this many tokens (0 = one step)")
+                           app.add_option("--seed", a->seed, "sampling seed (the API's `seed`: same seed, same tokens)")
+                               ->capture_default_str();
+                           app.add_option("--prefill-chunk", a->prefill_chunk,
+                                          "prefill in chunks of this many tokens: the engine's tokens per step "
+                                          "(0 = the whole prompt in one step)")
                                ->check(CLI::NonNegativeNumber);
                            app.add_flag("--json", a->json, "print a JSON object");
                            app.add_flag("--ignore-eos", a->ignore_eos, "do not stop at the config's eos_token_id");

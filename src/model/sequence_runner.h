@@ -1,30 +1,15 @@
-// Runs one sequence through a model with its own small paged cache: prefill (optionally in
-// chunks) then one-token decodes. Used by `tessera generate` / `tessera logits` and by tests; the
-// engine (continuous batching over many sequences) is built on the same forward interface.
+// Runs one sequence through a model with its own small paged cache and returns raw logits: prefill
+// (optionally in chunks) then one-token appends. Used by `tessera logits` and by tests that compare
+// logits; generation (`tessera generate`, the server) goes through the engine, whose sampler is the
+// only one, so that a seed means the same tokens everywhere.
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "model/model.h"
 
 namespace tessera::model {
-
-struct GenerateOptions {
-  int64_t max_tokens = 16;
-  float temperature = 0.0f;  // 0: greedy
-  uint64_t seed = 0;
-  std::vector<int64_t> stop_ids;  // generation ends after emitting one of these
-  int64_t prefill_chunk = 0;      // 0: the whole prompt in one step
-};
-
-struct GenerateResult {
-  std::vector<int32_t> tokens;
-  bool stopped = false;  // ended on a stop id rather than max_tokens
-  double prefill_seconds = 0;
-  double decode_seconds = 0;
-};
 
 class SequenceRunner {
  public:
@@ -44,7 +29,5 @@ class SequenceRunner {
 
 // Prompt logits [prompt.size(), vocab] from one full prefill.
 std::vector<float> prompt_logits(LoadedModel& model, const std::vector<int32_t>& prompt);
-
-GenerateResult generate(LoadedModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options);
 
 }  // namespace tessera::model

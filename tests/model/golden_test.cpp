@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "model/sequence_runner.h"
 #include "model/golden_util.h"
+#include "support/engine_run.h"
 #include "support/test_support.h"
 
 namespace tessera {
@@ -59,10 +60,10 @@ TEST_P(GoldenTest, LogitsAndGreedyMatchTransformers) {
       }
       if (k + 1 < greedy.size()) step = runner.append({greedy[k]}, false);
     }
-    // Free-running greedy generation agrees up to the first low-margin step.
-    model::GenerateOptions o;
-    o.max_tokens = static_cast<int64_t>(greedy.size());
-    auto r = model::generate(m, prompt, o);
+    // Free-running greedy generation through the engine (what `tessera generate` and the server
+    // run) agrees up to the first low-margin step.
+    const auto r = test::run_engine(m, test::greedy_request(prompt, static_cast<int64_t>(greedy.size())));
+    ASSERT_EQ(r.tokens.size(), greedy.size());
     for (size_t k = 0; k < greedy.size() && margin[k] > 1e-3f; ++k)
       ASSERT_EQ(r.tokens[k], greedy[k]) << "free-running greedy step " << k;
   }

@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "model/golden_util.h"
 #include "model/sequence_runner.h"
+#include "support/engine_run.h"
 #include "support/test_support.h"
 
 namespace tessera {
@@ -71,9 +72,8 @@ TEST(KvFp8Model, KimiK25UsesItsCalibratedScalesAndKeepsTheGreedyTokens) {
   for (int i = 0; golden->has("prompt." + std::to_string(i)); ++i) {
     SCOPED_TRACE("prompt " + std::to_string(i));
     const auto prompt = prompt_of(*golden, i);
-    model::GenerateOptions o;
-    o.max_tokens = kGreedySteps;
-    EXPECT_EQ(model::generate(fp8, prompt, o).tokens, model::generate(ref, prompt, o).tokens);
+    const auto greedy = test::greedy_request(prompt, kGreedySteps);
+    EXPECT_EQ(test::run_engine(fp8, greedy).tokens, test::run_engine(ref, greedy).tokens);
   }
 }
 

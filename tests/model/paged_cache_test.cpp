@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "model/golden_util.h"
 #include "model/sequence_runner.h"
+#include "support/engine_run.h"
 #include "support/model_fixture.h"
 #include "support/test_support.h"
 
@@ -103,11 +104,13 @@ TEST_F(PagedCacheTest, BatchOfMixedSequencesEqualsEachAlone) {
 TEST_F(PagedCacheTest, ChunkedPrefillGenerationEqualsOneStep) {
   auto& m = *model_;
   const auto prompt = random_ids(150, m.config.vocab_size, 3);
-  model::GenerateOptions one;
-  one.max_tokens = 8;
-  model::GenerateOptions chunked = one;
-  chunked.prefill_chunk = 64;
-  EXPECT_EQ(model::generate(m, prompt, one).tokens, model::generate(m, prompt, chunked).tokens);
+  // The engine's step budget chunks the prefill (64 + 64 + 22 tokens), as `tessera generate
+  // --prefill-chunk 64` does.
+  engine::EngineConfig chunked;
+  chunked.max_num_batched_tokens = 64;
+  const auto one = test::run_engine(m, test::greedy_request(prompt, 8));
+  ASSERT_EQ(one.tokens.size(), 8u);
+  EXPECT_EQ(test::run_engine(m, test::greedy_request(prompt, 8), chunked).tokens, one.tokens);
 }
 
 TEST_F(PagedCacheTest, BadStepsAreRefusedWithClearErrors) {

@@ -1,0 +1,45 @@
+// Runs one request through an engine::Engine on the calling thread (step() until idle) and returns
+// what its stream carried: the path the server takes, without HTTP or the engine thread, so tests
+// can compare other paths (the CLI, other models) against it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace tessera::test {
+
+struct EngineRun {
+  std::vector<int32_t> tokens;
+  engine::FinishReason finish = engine::FinishReason::kNone;
+};
+
+// `pages`: the KV pool; the default holds 4096 tokens, more than any fixture request needs.
+inline EngineRun run_engine(const model::LoadedModel& m, engine::Request request, engine::EngineConfig config = {},
+                            int64_t pages = 64) {
+  engine::Engine e(*m.model, m.make_kv_cache(pages), config);
+  if (request.id.empty()) request.id = "test";
+  auto stream = e.submit(std::move(request));
+  while (e.step()) {
+  }
+  EngineRun out;
+  while (auto o = stream->try_pop()) {
+    if (o->token) out.tokens.push_back(o->token->token);
+    if (o->finish != engine::FinishReason::kNone) out.finish = o->finish;
+  }
+  return out;
+}
+
+// Greedy, never stopping early: `max_tokens` tokens.
+inline engine::Request greedy_request(const std::vector<int32_t>& prompt, int64_t max_tokens) {
+  engine::Request r;
+  r.prompt = prompt;
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+}  // namespace tessera::test
