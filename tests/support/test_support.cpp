@@ -11,11 +11,12 @@
 #include <stdexcept>
 #include <unistd.h>
 
+#include "core/env.h"
+
 namespace tessera::test {
 
 std::filesystem::path fixtures_dir() {
-  const char* env = std::getenv("TESSERA_FIXTURES");
-  std::filesystem::path dir = env ? env : TESSERA_FIXTURES_DIR;
+  const std::filesystem::path dir = core::env_value("TESSERA_FIXTURES").value_or(TESSERA_FIXTURES_DIR);
   if (!std::filesystem::is_directory(dir / "models"))
     throw std::runtime_error("test fixtures not found at " + dir.string() +
                              ": tests expect ../shared/fixtures beside the repository, or set TESSERA_FIXTURES");
@@ -33,8 +34,7 @@ std::filesystem::path make_temp_dir(const std::string& prefix) {
 
 // TESSERA_BINARY overrides the build tree's binary (tests run on another machine, e.g. the GPU one).
 std::filesystem::path tessera_binary() {
-  const char* env = std::getenv("TESSERA_BINARY");
-  return env ? env : TESSERA_BINARY;
+  return core::env_value("TESSERA_BINARY").value_or(TESSERA_BINARY);
 }
 
 int run_command(const std::string& command, std::string* output) {
