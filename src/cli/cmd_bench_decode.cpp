@@ -136,9 +136,9 @@ int run(const DecodeArgs& a) {
 
   std::unique_ptr<ops::Ops> backend = ops::make_backend(a.device, a.kernels, a.enforce_eager);
   // No checkpoint, so no hint: an explicit --kv-cache-dtype or the backend's default.
-  const io::KvCacheDtype kv_dtype = io::resolve_kv_cache_dtype(a.kv_cache_dtype, {}, backend->supported_kv_dtypes(),
-                                                               backend->default_kv_dtype(), backend->name())
-                                        .dtype;
+  const core::KvCacheDtype kv_dtype = io::resolve_kv_cache_dtype(a.kv_cache_dtype, {}, backend->supported_kv_dtypes(),
+                                                                 backend->default_kv_dtype(), backend->name())
+                                          .dtype;
   model::RandomBf16 random;
   double bandwidth = 0;
   int64_t layers = a.layers;
@@ -172,7 +172,7 @@ int run(const DecodeArgs& a) {
              a.preset, layers, cfg.hidden_size, cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.n_shared_experts,
              cfg.num_attention_heads, core::human_bytes(m.weight_bytes()));
   fmt::print("kv cache     {} pages of {} ({}), context {} per sequence\n", cache.num_pages(), cache.page_size(),
-             io::kv_cache_dtype_name(kv_dtype), a.context);
+             core::kv_cache_dtype_name(kv_dtype), a.context);
   // A 1-layer twin on the same first-layer weights (shared, not copied) with a backend and a cache
   // of its own: the per-layer slope (step - twin's step) / (layers - 1) is free of what every step
   // pays once (launch latency, the first kernels' ramp, a graph replay's host check before its first

@@ -66,10 +66,12 @@ int run(const InspectArgs& a) {
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["quantization"] = {{"method", m.quant.method_name()}, {"source", m.quant.source}, {"exclude", m.quant.exclude}};
   j["linear_formats"] = formats;
-  j["kv_cache"] = {{"dtype", io::kv_cache_dtype_name(m.kv_cache.dtype)}, {"reason", m.kv_cache.reason},
-                   {"bytes_per_token", model::KvCache::bytes_per_token(c.num_hidden_layers, c.kv_cache_entry_dim(),
-                                                                      m.kv_cache.dtype)},
-                   {"layers_with_k_scale", k_scales}, {"layers_with_v_scale", v_scales}};
+  j["kv_cache"] = {{"dtype", core::kv_cache_dtype_name(m.kv_cache.dtype)},
+                   {"reason", m.kv_cache.reason},
+                   {"bytes_per_token",
+                    model::KvCache::bytes_per_token(c.num_hidden_layers, c.kv_cache_entry_dim(), m.kv_cache.dtype)},
+                   {"layers_with_k_scale", k_scales},
+                   {"layers_with_v_scale", v_scales}};
   j["parameters"] = m.model->parameter_count();
   j["weight_bytes"] = m.model->weight_bytes();
   j["skipped_tensors"] = w.skipped.size();
@@ -100,7 +102,7 @@ int run(const InspectArgs& a) {
     for (const auto& [name, n] : f) parts += fmt::format("{}{} x{}", parts.empty() ? "" : ", ", name, n);
     fmt::print("  {:<15}{}\n", role, parts);
   }
-  fmt::print("kv cache       {}: {}\n", io::kv_cache_dtype_name(m.kv_cache.dtype), m.kv_cache.reason);
+  fmt::print("kv cache       {}: {}\n", core::kv_cache_dtype_name(m.kv_cache.dtype), m.kv_cache.reason);
   fmt::print("               {} bytes per token; k/v scales found in {}/{} layers\n",
              model::KvCache::bytes_per_token(c.num_hidden_layers, c.kv_cache_entry_dim(), m.kv_cache.dtype), k_scales,
              v_scales);

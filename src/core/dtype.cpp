@@ -141,4 +141,24 @@ void convert_to_f32(DType t, const void* src, float* dst, size_t n) {
   fail("convert_to_f32: unsupported dtype {}", dtype_name(t));
 }
 
+std::string kv_cache_dtype_name(KvCacheDtype t) {
+  switch (t) {
+    case KvCacheDtype::kF32:
+      return "fp32";
+    case KvCacheDtype::kBF16:
+      return "bf16";
+    case KvCacheDtype::kFp8E4M3:
+      return "fp8_e4m3";
+  }
+  return "?";
+}
+
+std::optional<KvCacheDtype> parse_kv_cache_dtype(const std::string& s, const std::string& flag) {
+  if (s == "auto") return std::nullopt;
+  if (s == "fp32" || s == "f32" || s == "float32" || s == "float") return KvCacheDtype::kF32;
+  if (s == "bf16" || s == "bfloat16") return KvCacheDtype::kBF16;
+  if (s == "fp8" || s == "fp8_e4m3") return KvCacheDtype::kFp8E4M3;
+  fail("{} '{}': expected auto, fp32, bf16 or fp8", flag, s);
+}
+
 }  // namespace tessera::core

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace tessera::core {
@@ -60,5 +61,12 @@ inline float e2m1_to_f32(uint8_t code) {
 
 // Converts `n` elements of type `t` at `src` to fp32. Supports the float and integer types above.
 void convert_to_f32(DType t, const void* src, float* dst, size_t n);
+
+// KV-cache element types a backend can store (an fp8 cache is U8 bytes with a per-layer scale).
+enum class KvCacheDtype { kF32, kBF16, kFp8E4M3 };
+std::string kv_cache_dtype_name(KvCacheDtype t);
+// Parses a user spelling: "auto" gives nullopt; f32/float32/fp32, bf16/bfloat16, fp8/fp8_e4m3.
+// Throws naming `flag` for anything else.
+std::optional<KvCacheDtype> parse_kv_cache_dtype(const std::string& s, const std::string& flag);
 
 }  // namespace tessera::core

@@ -89,7 +89,7 @@ std::vector<std::string> RuntimePlan::lines() const {
   add("quantization", fmt::format("{}{}", model.quant.method_name(),
                                   model.quant.source.empty() ? "" : " (from " + model.quant.source + ")"));
   add("latent eps", fmt::format("{:g} ({})", cfg.latent_norm_eps, cfg.latent_norm_eps_source));
-  add("kv cache", fmt::format("{}: {}", io::kv_cache_dtype_name(model.kv_cache.dtype), model.kv_cache.reason));
+  add("kv cache", fmt::format("{}: {}", core::kv_cache_dtype_name(model.kv_cache.dtype), model.kv_cache.reason));
   add("device", backend.device);
   add("weights", backend.weight_bytes > 0 ? fmt::format("{} ({})", gib(backend.weight_bytes), backend.weight_rule)
                                           : backend.weight_rule);

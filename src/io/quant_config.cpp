@@ -176,39 +176,23 @@ QuantConfig load_quant_config(const std::filesystem::path& dir, const json& conf
   return QuantConfig{};
 }
 
-std::string kv_cache_dtype_name(KvCacheDtype t) {
-  switch (t) {
-    case KvCacheDtype::kF32: return "fp32";
-    case KvCacheDtype::kBF16: return "bf16";
-    case KvCacheDtype::kFp8E4M3: return "fp8_e4m3";
-  }
-  return "?";
-}
-
-std::optional<KvCacheDtype> parse_kv_cache_dtype(const std::string& s, const std::string& flag) {
-  if (s == "auto") return std::nullopt;
-  if (s == "fp32" || s == "f32" || s == "float32" || s == "float") return KvCacheDtype::kF32;
-  if (s == "bf16" || s == "bfloat16") return KvCacheDtype::kBF16;
-  if (s == "fp8" || s == "fp8_e4m3") return KvCacheDtype::kFp8E4M3;
-  fail("{} '{}': expected auto, fp32, bf16 or fp8", flag, s);
-}
-
 KvCacheDtypeResolution resolve_kv_cache_dtype(const std::string& user_choice, const QuantConfig& quant,
-                                              const std::vector<KvCacheDtype>& supported,
-                                              KvCacheDtype backend_default, const std::string& backend_name) {
-  auto is_supported = [&](KvCacheDtype t) {
+                                              const std::vector<core::KvCacheDtype>& supported,
+                                              core::KvCacheDtype backend_default, const std::string& backend_name) {
+  auto is_supported = [&](core::KvCacheDtype t) {
     return std::find(supported.begin(), supported.end(), t) != supported.end();
   };
   auto supported_list = [&] {
     std::string s;
-    for (auto t : supported) s += (s.empty() ? "" : ", ") + kv_cache_dtype_name(t);
+    for (auto t : supported) s += (s.empty() ? "" : ", ") + core::kv_cache_dtype_name(t);
     return s;
   };
-  if (auto user = parse_kv_cache_dtype(user_choice, "--kv-cache-dtype")) {
+  if (auto user = core::parse_kv_cache_dtype(user_choice, "--kv-cache-dtype")) {
     if (!is_supported(*user))
-      fail("--kv-cache-dtype {}: the {} backend cannot store the KV cache as {} (it supports: {}); "
-           "use --kv-cache-dtype auto or one of those", user_choice, backend_name, kv_cache_dtype_name(*user),
-           supported_list());
+      fail(
+          "--kv-cache-dtype {}: the {} backend cannot store the KV cache as {} (it supports: {}); "
+          "use --kv-cache-dtype auto or one of those",
+          user_choice, backend_name, core::kv_cache_dtype_name(*user), supported_list());
     std::string reason = fmt::format("--kv-cache-dtype {} was given explicitly", user_choice);
     if (quant.kv_cache_hint)
       reason += fmt::format(" (it overrides the checkpoint's {} hint in {})", *quant.kv_cache_hint,
@@ -216,14 +200,14 @@ KvCacheDtypeResolution resolve_kv_cache_dtype(const std::string& user_choice, co
     return {*user, reason};
   }
   if (quant.kv_cache_hint) {
-    KvCacheDtype hinted = KvCacheDtype::kFp8E4M3;  // the only hint parse_kv_hint accepts
+    core::KvCacheDtype hinted = core::KvCacheDtype::kFp8E4M3;  // the only hint parse_kv_hint accepts
     if (is_supported(hinted))
       return {hinted, fmt::format("the checkpoint asks for {} ({}) and the {} backend supports it",
                                   *quant.kv_cache_hint, quant.kv_cache_hint_source, backend_name)};
     return {backend_default,
             fmt::format("the checkpoint asks for {} ({}) but the {} backend cannot store it; falling back to {}",
                         *quant.kv_cache_hint, quant.kv_cache_hint_source, backend_name,
-                        kv_cache_dtype_name(backend_default))};
+                        core::kv_cache_dtype_name(backend_default))};
   }
   return {backend_default, fmt::format("default of the {} backend (no explicit choice, no checkpoint hint)",
                                        backend_name)};

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace tessera::io {
 
 struct QuantConfig {
@@ -47,15 +49,8 @@ struct QuantConfig {
 // Unsupported methods are refused with the field named.
 QuantConfig load_quant_config(const std::filesystem::path& dir, const nlohmann::json& config_json);
 
-// KV-cache element types a backend can store.
-enum class KvCacheDtype { kF32, kBF16, kFp8E4M3 };
-std::string kv_cache_dtype_name(KvCacheDtype t);
-// Parses a user spelling: "auto" gives nullopt; f32/float32/fp32, bf16/bfloat16, fp8/fp8_e4m3.
-// Throws naming `flag` for anything else.
-std::optional<KvCacheDtype> parse_kv_cache_dtype(const std::string& s, const std::string& flag);
-
 struct KvCacheDtypeResolution {
-  KvCacheDtype dtype;
+  core::KvCacheDtype dtype;
   std::string reason;  // one sentence: which source won and why
 };
 
@@ -63,7 +58,7 @@ struct KvCacheDtypeResolution {
 // store it), then the checkpoint's hint where the backend supports it (else a logged fallback),
 // then the backend default.
 KvCacheDtypeResolution resolve_kv_cache_dtype(const std::string& user_choice, const QuantConfig& quant,
-                                              const std::vector<KvCacheDtype>& supported,
-                                              KvCacheDtype backend_default, const std::string& backend_name);
+                                              const std::vector<core::KvCacheDtype>& supported,
+                                              core::KvCacheDtype backend_default, const std::string& backend_name);
 
 }  // namespace tessera::io

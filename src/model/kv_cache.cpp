@@ -8,7 +8,7 @@
 
 namespace tessera::model {
 
-KvCache::KvCache(ops::Ops& ops, int64_t num_layers, int64_t num_pages, int64_t entry_dim, io::KvCacheDtype dtype,
+KvCache::KvCache(ops::Ops& ops, int64_t num_layers, int64_t num_pages, int64_t entry_dim, core::KvCacheDtype dtype,
                  int64_t page_size, const std::vector<float>& layer_scales)
     : num_pages_(num_pages), entry_dim_(entry_dim), page_size_(page_size), dtype_(dtype) {
   TESSERA_CHECK(num_pages > 0 && page_size > 0, "KV cache needs at least one page");
@@ -16,15 +16,15 @@ KvCache::KvCache(ops::Ops& ops, int64_t num_layers, int64_t num_pages, int64_t e
                 "KV cache: {} layer scales for {} layers", layer_scales.size(), num_layers);
   for (int64_t l = 0; l < num_layers; ++l) {
     float scale = 1.0f;
-    if (dtype == io::KvCacheDtype::kFp8E4M3 && !layer_scales.empty()) scale = layer_scales[static_cast<size_t>(l)];
+    if (dtype == core::KvCacheDtype::kFp8E4M3 && !layer_scales.empty()) scale = layer_scales[static_cast<size_t>(l)];
     TESSERA_CHECK(std::isfinite(scale) && scale > 0.0f, "KV cache: layer {} scale {} is not a positive finite number",
                   l, scale);
     layers_.push_back({ops.empty_kv_pages({num_pages, page_size, entry_dim}, dtype), page_size, scale});
   }
 }
 
-uint64_t KvCache::bytes_per_token(int64_t num_layers, int64_t entry_dim, io::KvCacheDtype dtype) {
-  uint64_t elem = dtype == io::KvCacheDtype::kF32 ? 4 : dtype == io::KvCacheDtype::kBF16 ? 2 : 1;
+uint64_t KvCache::bytes_per_token(int64_t num_layers, int64_t entry_dim, core::KvCacheDtype dtype) {
+  uint64_t elem = dtype == core::KvCacheDtype::kF32 ? 4 : dtype == core::KvCacheDtype::kBF16 ? 2 : 1;
   return static_cast<uint64_t>(num_layers * entry_dim) * elem;
 }
 

@@ -20,21 +20,21 @@ class KvCache {
   // Storage comes from the backend (`ops`), so pages live where the kernels run. `layer_scales`:
   // one fp8 scale per layer (positive, finite), or empty for 1.0 everywhere; caches of other
   // dtypes keep 1.0 whatever is given.
-  KvCache(ops::Ops& ops, int64_t num_layers, int64_t num_pages, int64_t entry_dim, io::KvCacheDtype dtype,
+  KvCache(ops::Ops& ops, int64_t num_layers, int64_t num_pages, int64_t entry_dim, core::KvCacheDtype dtype,
           int64_t page_size = kKvPageSize, const std::vector<float>& layer_scales = {});
 
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   int64_t num_pages() const { return num_pages_; }
   int64_t page_size() const { return page_size_; }
   int64_t entry_dim() const { return entry_dim_; }
-  io::KvCacheDtype dtype() const { return dtype_; }
+  core::KvCacheDtype dtype() const { return dtype_; }
   ops::KvLayerView& layer(int64_t l) { return layers_.at(static_cast<size_t>(l)); }
   // Bytes of one token across all layers.
-  static uint64_t bytes_per_token(int64_t num_layers, int64_t entry_dim, io::KvCacheDtype dtype);
+  static uint64_t bytes_per_token(int64_t num_layers, int64_t entry_dim, core::KvCacheDtype dtype);
 
  private:
   int64_t num_pages_, entry_dim_, page_size_;
-  io::KvCacheDtype dtype_;
+  core::KvCacheDtype dtype_;
   std::vector<ops::KvLayerView> layers_;
 };
 

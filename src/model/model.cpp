@@ -39,10 +39,10 @@ LoadedModel load_model(const ModelPlan& plan, std::unique_ptr<ops::Ops> backend)
                m.config.latent_norm_eps_source, m.config.rms_norm_eps);
   if (m.quant.method != io::QuantConfig::Method::kNone)
     spdlog::info("quantization: {} (from {})", m.quant.method_name(), m.quant.source);
-  spdlog::info("KV cache dtype: {}: {}", io::kv_cache_dtype_name(m.kv_cache.dtype), m.kv_cache.reason);
+  spdlog::info("KV cache dtype: {}: {}", core::kv_cache_dtype_name(m.kv_cache.dtype), m.kv_cache.reason);
   m.checkpoint = io::Checkpoint::open(plan.dir);
   ModelWeights weights = load_deepseek_v3_weights(*m.checkpoint, m.config, m.quant);
-  if (m.kv_cache.dtype == io::KvCacheDtype::kFp8E4M3) {
+  if (m.kv_cache.dtype == core::KvCacheDtype::kFp8E4M3) {
     std::vector<std::optional<float>> k, v;
     for (const auto& L : weights.layers) {
       k.push_back(L.attn.k_scale);

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/tensor.h"
 #include "io/model_config.h"
-#include "io/quant_config.h"
 #include "ops/linear_weight.h"
 #include "ops/sampling_rule.h"
 
@@ -99,7 +99,7 @@ class Ops {
 
   // What this backend will run for `config` with a KV cache of `kv_dtype`: the kernel of each op
   // (the backend executes these choices), the device and the bytes the weights will take there.
-  virtual BackendPlan plan(const io::ModelConfig& config, io::KvCacheDtype kv_dtype) const = 0;
+  virtual BackendPlan plan(const io::ModelConfig& config, core::KvCacheDtype kv_dtype) const = 0;
 
   // A new activation tensor (fp32 on every backend so far) and a new int32 index tensor. Their
   // contents are unspecified until an op writes them (the CPU backend zeroes them; the CUDA backend
@@ -116,11 +116,11 @@ class Ops {
   // The embedding table [vocab, hidden].
   virtual core::Tensor upload_table(const core::Tensor& t) { return t; }
   // KV-cache element types this backend can store, and its default.
-  virtual std::vector<io::KvCacheDtype> supported_kv_dtypes() const = 0;
-  virtual io::KvCacheDtype default_kv_dtype() const = 0;
+  virtual std::vector<core::KvCacheDtype> supported_kv_dtypes() const = 0;
+  virtual core::KvCacheDtype default_kv_dtype() const = 0;
   // Zeroed storage for one layer of KV pages [pages, page_size, entry_dim] of `dtype` (fp8: U8
   // bytes, see KvLayerView).
-  virtual core::Tensor empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) = 0;
+  virtual core::Tensor empty_kv_pages(core::Shape shape, core::KvCacheDtype dtype) = 0;
   // A new activation tensor holding `data` (host fp32, shape_numel(shape) values).
   virtual core::Tensor from_host_f32(core::Shape shape, const float* data) = 0;
 

@@ -75,8 +75,8 @@ class CudaOpsTest : public ::testing::Test {
     std::vector<ops::AttentionSeq> step;
     int64_t T = 0;
   };
-  RaggedStep ragged_step(const std::vector<Seq>& seqs, int64_t page, int64_t entry, io::KvCacheDtype cpu_dtype,
-                         io::KvCacheDtype gpu_dtype, float scale = 1.0f) {
+  RaggedStep ragged_step(const std::vector<Seq>& seqs, int64_t page, int64_t entry, core::KvCacheDtype cpu_dtype,
+                         core::KvCacheDtype gpu_dtype, float scale = 1.0f) {
     RaggedStep r;
     int64_t pages = 0;
     for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
@@ -258,8 +258,8 @@ TEST_F(CudaOpsTest, MlaPrepareEqualsRopeNormAndCacheWrite) {
       const int64_t page = 16, entry = latent + rope, half = rope / 2, width = heads * (nope + rope);
       const float scale = fp8 ? 0.05f : 1.0f;
       RaggedStep r = ragged_step({{0, 1}, {70, 1}, {3, 5}, {17, 1}}, page, entry,
-                                 fp8 ? io::KvCacheDtype::kFp8E4M3 : io::KvCacheDtype::kF32,
-                                 fp8 ? io::KvCacheDtype::kFp8E4M3 : io::KvCacheDtype::kBF16, scale);
+                                 fp8 ? core::KvCacheDtype::kFp8E4M3 : core::KvCacheDtype::kF32,
+                                 fp8 ? core::KvCacheDtype::kFp8E4M3 : core::KvCacheDtype::kBF16, scale);
       const int64_t T = r.T;
       auto qv = random(T * width), kvv = random(T * entry, 2.0f), nv = random(latent), cv = random(T * half),
            sv = random(T * half);
@@ -311,7 +311,7 @@ TEST_F(CudaOpsTest, MlaAttentionRaggedBatchWithCachedPrefixes) {
     // three tokens (the matrix-vector W_UK / W_UV path at latent 512).
     for (const auto& seqs : {std::vector<Seq>{{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {1500, 1}, {31, 1}},
                              std::vector<Seq>{{70, 1}, {1500, 1}, {4000, 1}}}) {
-      RaggedStep r = ragged_step(seqs, page, entry, io::KvCacheDtype::kF32, io::KvCacheDtype::kBF16);
+      RaggedStep r = ragged_step(seqs, page, entry, core::KvCacheDtype::kF32, core::KvCacheDtype::kBF16);
       auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
       const MlaProblem m = mla_problem(r, heads, nope, rope, v, latent);
       const auto& [kv_b, kv_b_g, qv, dims, oc] = m;
@@ -346,7 +346,7 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
     if (!problem.empty()) break;
     const std::vector<Seq> seqs = {{0, 1},  {69, 1},   {127, 1}, {1499, 1}, {4999, 1}, {63, 1},
                                    {64, 1}, {3, 40},   {65, 1},  {191, 1},  {31, 1}};
-    RaggedStep r = ragged_step(seqs, page, entry, io::KvCacheDtype::kF32, io::KvCacheDtype::kBF16);
+    RaggedStep r = ragged_step(seqs, page, entry, core::KvCacheDtype::kF32, core::KvCacheDtype::kBF16);
     auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
     const MlaProblem m = mla_problem(r, heads, nope, rope, v, latent);  // (kv_b is uploaded per backend below)
     const auto& [kv_b, kv_b_gpu, qv, dims, oc] = m;
@@ -376,7 +376,7 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
   // 40 heads is not a multiple of 64: forcing the kernel is refused by name, on any GPU.
   const int64_t heads = 40, page = 64;
   std::vector<int32_t> table = {0};
-  Tensor cache = gpu_->empty_kv_pages({1, page, entry}, io::KvCacheDtype::kBF16);
+  Tensor cache = gpu_->empty_kv_pages({1, page, entry}, core::KvCacheDtype::kBF16);
   ops::KvLayerView kv{cache, page};
   ops::AttentionSeq a{0, 1, 0, table};
   HostWeight kv_b = bf16_weight(heads * (nope + v), latent);
@@ -400,8 +400,8 @@ TEST_F(CudaOpsTest, Fp8KvCacheWriteGivesTheCpusBytes) {
   for (int64_t entry : {48, 80, 576, 40}) {
     for (float scale : {1.0f, 0.0096342135f, 0.37f, 3.0f}) {
       const int64_t pages = 5;
-      Tensor cc = cpu_.empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kFp8E4M3);
-      Tensor cg = gpu_->empty_kv_pages({pages, page, entry}, io::KvCacheDtype::kFp8E4M3);
+      Tensor cc = cpu_.empty_kv_pages({pages, page, entry}, core::KvCacheDtype::kFp8E4M3);
+      Tensor cg = gpu_->empty_kv_pages({pages, page, entry}, core::KvCacheDtype::kFp8E4M3);
       ops::KvLayerView kc{cc, page, scale}, kg{cg, page, scale};
       std::vector<int32_t> t0 = {3, 1}, t1 = {0, 4, 2};
       // Sequence 0: positions 10..21 (crosses a page); sequence 1: positions 0..35.
@@ -435,7 +435,7 @@ TEST_F(CudaOpsTest, MlaAttentionFp8CacheMatchesTheCpuFp8Cache) {
     const int64_t page = 64, entry = latent + rope;
     const float scale = 0.37f;  // not a power of two: the scale must be applied, not just the bytes
     const std::vector<Seq> seqs = {{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {1500, 1}, {31, 1}};
-    RaggedStep r = ragged_step(seqs, page, entry, io::KvCacheDtype::kFp8E4M3, io::KvCacheDtype::kFp8E4M3, scale);
+    RaggedStep r = ragged_step(seqs, page, entry, core::KvCacheDtype::kFp8E4M3, core::KvCacheDtype::kFp8E4M3, scale);
     auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
     ASSERT_EQ(ops::cuda::device_bytes(cache_g), std::vector<uint8_t>(cache_c.data<uint8_t>(),
                                                                      cache_c.data<uint8_t>() + cache_c.nbytes()));
@@ -460,7 +460,7 @@ TEST_F(CudaOpsTest, MlaAttentionFp8CacheMatchesTheCpuFp8Cache) {
       EXPECT_NE(std::string(e.what()).find("mla=mma"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("fp8"), std::string::npos) << e.what();
     }
-    EXPECT_THROW(mma->empty_kv_pages({1, page, entry}, io::KvCacheDtype::kFp8E4M3), core::Error);
+    EXPECT_THROW(mma->empty_kv_pages({1, page, entry}, core::KvCacheDtype::kFp8E4M3), core::Error);
   }
 }
 

@@ -103,7 +103,7 @@ TEST(CudaFp8KvCache, FixtureModelsAgreeWithTheCpuFp8Cache) {
     o.device = "cuda";
     o.kv_cache_dtype = name == "dsv3-tiny" ? "fp8" : "auto";
     model::LoadedModel gpu = model::load_model(dir, o);
-    ASSERT_EQ(gpu.kv_cache.dtype, io::KvCacheDtype::kFp8E4M3) << gpu.kv_cache.reason;
+    ASSERT_EQ(gpu.kv_cache.dtype, core::KvCacheDtype::kFp8E4M3) << gpu.kv_cache.reason;
     model::LoadOptions co;
     co.kv_cache_dtype = "fp8";
     model::LoadedModel cpu = model::load_model(dir, co);

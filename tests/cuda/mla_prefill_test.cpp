@@ -96,8 +96,10 @@ class MlaPrefillTest : public ::testing::Test {
     int64_t pages = 0;
     for (const auto& s : seqs) pages += (s.cached + s.fresh + page - 1) / page;
     // fp8_scale_ > 0: both caches fp8 e4m3 with that scale (the CPU reads the bytes the GPU holds).
-    cache_c_ = cpu_.empty_kv_pages({pages, page, entry}, fp8_scale_ > 0 ? io::KvCacheDtype::kFp8E4M3 : io::KvCacheDtype::kF32);
-    cache_g_ = gpu_->empty_kv_pages({pages, page, entry}, fp8_scale_ > 0 ? io::KvCacheDtype::kFp8E4M3 : io::KvCacheDtype::kBF16);
+    cache_c_ = cpu_.empty_kv_pages({pages, page, entry},
+                                   fp8_scale_ > 0 ? core::KvCacheDtype::kFp8E4M3 : core::KvCacheDtype::kF32);
+    cache_g_ = gpu_->empty_kv_pages({pages, page, entry},
+                                    fp8_scale_ > 0 ? core::KvCacheDtype::kFp8E4M3 : core::KvCacheDtype::kBF16);
     std::vector<int32_t> order(static_cast<size_t>(pages));
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng_);

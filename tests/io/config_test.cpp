@@ -101,9 +101,9 @@ TEST(KvCacheDtype, ExplicitChoiceWinsOverCheckpointHint) {
   io::QuantConfig q;
   q.kv_cache_hint = "fp8";
   q.kv_cache_hint_source = "hf_quant_config.json";
-  const std::vector<io::KvCacheDtype> gpu = {io::KvCacheDtype::kBF16, io::KvCacheDtype::kFp8E4M3};
-  auto r = io::resolve_kv_cache_dtype("bf16", q, gpu, io::KvCacheDtype::kBF16, "cuda");
-  EXPECT_EQ(r.dtype, io::KvCacheDtype::kBF16);
+  const std::vector<core::KvCacheDtype> gpu = {core::KvCacheDtype::kBF16, core::KvCacheDtype::kFp8E4M3};
+  auto r = io::resolve_kv_cache_dtype("bf16", q, gpu, core::KvCacheDtype::kBF16, "cuda");
+  EXPECT_EQ(r.dtype, core::KvCacheDtype::kBF16);
   EXPECT_NE(r.reason.find("explicit"), std::string::npos);
   EXPECT_NE(r.reason.find("overrides"), std::string::npos);
 }
@@ -112,9 +112,9 @@ TEST(KvCacheDtype, CheckpointHintWinsOverDefaultWhereSupported) {
   io::QuantConfig q;
   q.kv_cache_hint = "fp8";
   q.kv_cache_hint_source = "config.json:quantization_config.kv_cache_scheme";
-  auto r = io::resolve_kv_cache_dtype("auto", q, {io::KvCacheDtype::kBF16, io::KvCacheDtype::kFp8E4M3},
-                                      io::KvCacheDtype::kBF16, "cuda");
-  EXPECT_EQ(r.dtype, io::KvCacheDtype::kFp8E4M3);
+  auto r = io::resolve_kv_cache_dtype("auto", q, {core::KvCacheDtype::kBF16, core::KvCacheDtype::kFp8E4M3},
+                                      core::KvCacheDtype::kBF16, "cuda");
+  EXPECT_EQ(r.dtype, core::KvCacheDtype::kFp8E4M3);
   EXPECT_NE(r.reason.find("kv_cache_scheme"), std::string::npos);
 }
 
@@ -122,26 +122,27 @@ TEST(KvCacheDtype, UnsupportedHintFallsBackAndSaysSo) {
   io::QuantConfig q;
   q.kv_cache_hint = "fp8";
   q.kv_cache_hint_source = "hf_quant_config.json";
-  auto r = io::resolve_kv_cache_dtype("auto", q, {io::KvCacheDtype::kF32}, io::KvCacheDtype::kF32, "cpu");
-  EXPECT_EQ(r.dtype, io::KvCacheDtype::kF32);
+  auto r = io::resolve_kv_cache_dtype("auto", q, {core::KvCacheDtype::kF32}, core::KvCacheDtype::kF32, "cpu");
+  EXPECT_EQ(r.dtype, core::KvCacheDtype::kF32);
   EXPECT_NE(r.reason.find("falling back"), std::string::npos);
 }
 
 TEST(KvCacheDtype, DefaultWithoutHint) {
-  auto r = io::resolve_kv_cache_dtype("auto", {}, {io::KvCacheDtype::kF32}, io::KvCacheDtype::kF32, "cpu");
-  EXPECT_EQ(r.dtype, io::KvCacheDtype::kF32);
+  auto r = io::resolve_kv_cache_dtype("auto", {}, {core::KvCacheDtype::kF32}, core::KvCacheDtype::kF32, "cpu");
+  EXPECT_EQ(r.dtype, core::KvCacheDtype::kF32);
   EXPECT_NE(r.reason.find("default"), std::string::npos);
 }
 
 TEST(KvCacheDtype, UnsupportedExplicitChoiceIsAnErrorNamingTheFlag) {
   try {
-    (void)io::resolve_kv_cache_dtype("fp8", {}, {io::KvCacheDtype::kF32}, io::KvCacheDtype::kF32, "cpu");
+    (void)io::resolve_kv_cache_dtype("fp8", {}, {core::KvCacheDtype::kF32}, core::KvCacheDtype::kF32, "cpu");
     FAIL();
   } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("--kv-cache-dtype"), std::string::npos);
   }
-  EXPECT_THROW((void)io::resolve_kv_cache_dtype("int4", {}, {io::KvCacheDtype::kF32}, io::KvCacheDtype::kF32, "cpu"),
-               core::Error);
+  EXPECT_THROW(
+      (void)io::resolve_kv_cache_dtype("int4", {}, {core::KvCacheDtype::kF32}, core::KvCacheDtype::kF32, "cpu"),
+      core::Error);
 }
 
 }  // namespace

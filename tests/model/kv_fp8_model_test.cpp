@@ -42,7 +42,7 @@ class KvFp8ModelTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(KvFp8ModelTest, LogitsWithinTheFp8Tolerance) {
   auto golden = io::SafetensorsFile::open(test::fixtures_dir() / "models" / GetParam() / "golden.safetensors");
   model::LoadedModel ref = load(GetParam(), "fp32"), fp8 = load(GetParam(), "fp8");
-  ASSERT_EQ(fp8.kv_cache.dtype, io::KvCacheDtype::kFp8E4M3);
+  ASSERT_EQ(fp8.kv_cache.dtype, core::KvCacheDtype::kFp8E4M3);
   for (int i = 0; golden->has("prompt." + std::to_string(i)); ++i) {
     SCOPED_TRACE("prompt " + std::to_string(i));
     const auto prompt = prompt_of(*golden, i);
@@ -62,7 +62,7 @@ TEST(KvFp8Model, KimiK25UsesItsCalibratedScalesAndKeepsTheGreedyTokens) {
   auto golden = io::SafetensorsFile::open(test::fixtures_dir() / "models" / name / "golden.safetensors");
   // The checkpoint's hint alone selects fp8 on the cpu backend.
   model::LoadedModel ref = load(name, "fp32"), fp8 = load(name, "auto");
-  ASSERT_EQ(fp8.kv_cache.dtype, io::KvCacheDtype::kFp8E4M3) << fp8.kv_cache.reason;
+  ASSERT_EQ(fp8.kv_cache.dtype, core::KvCacheDtype::kFp8E4M3) << fp8.kv_cache.reason;
   // self_attn.k_proj.k_scale of layers 0..2 as stored in the fixture (equal to its v_scale).
   const std::vector<float> want = {0.009634213522076607f, 0.010618139989674091f, 0.009846897795796394f};
   EXPECT_EQ(fp8.kv_scales, want);

@@ -115,18 +115,18 @@ class KvFp8Test : public ::testing::Test {
 
 TEST_F(KvFp8Test, BackendOffersFp8ButDefaultsToFp32) {
   const auto s = cpu_.supported_kv_dtypes();
-  EXPECT_NE(std::find(s.begin(), s.end(), io::KvCacheDtype::kFp8E4M3), s.end());
-  EXPECT_EQ(cpu_.default_kv_dtype(), io::KvCacheDtype::kF32);
-  Tensor p = cpu_.empty_kv_pages({2, kPage, 48}, io::KvCacheDtype::kFp8E4M3);
+  EXPECT_NE(std::find(s.begin(), s.end(), core::KvCacheDtype::kFp8E4M3), s.end());
+  EXPECT_EQ(cpu_.default_kv_dtype(), core::KvCacheDtype::kF32);
+  Tensor p = cpu_.empty_kv_pages({2, kPage, 48}, core::KvCacheDtype::kFp8E4M3);
   EXPECT_EQ(p.dtype(), DType::kU8);
   EXPECT_EQ(p.nbytes(), static_cast<size_t>(2 * kPage * 48));
-  EXPECT_THROW(cpu_.empty_kv_pages({2, kPage, 48}, io::KvCacheDtype::kBF16), core::Error);
+  EXPECT_THROW(cpu_.empty_kv_pages({2, kPage, 48}, core::KvCacheDtype::kBF16), core::Error);
 }
 
 TEST_F(KvFp8Test, WriteStoresScaledE4M3BytesInTheTableSlots) {
   const int64_t entry = 48;
   for (float scale : {1.0f, 0.37f, 3.0f}) {
-    ops::KvLayerView cache{cpu_.empty_kv_pages({3, kPage, entry}, io::KvCacheDtype::kFp8E4M3), kPage, scale};
+    ops::KvLayerView cache{cpu_.empty_kv_pages({3, kPage, entry}, core::KvCacheDtype::kFp8E4M3), kPage, scale};
     std::vector<int32_t> table = {2, 0};  // positions 0..63 on page 2, 64.. on page 0
     ops::AttentionSeq seq{0, 4, 62, table};  // positions 62, 63, 64, 65: across a page boundary
     auto x = random(4 * entry, 50.0f);
@@ -149,7 +149,7 @@ TEST_F(KvFp8Test, WriteStoresScaledE4M3BytesInTheTableSlots) {
 
 TEST_F(KvFp8Test, BadScaleIsAnErrorNamingTheOp) {
   for (float bad : {0.0f, -1.0f, NAN, INFINITY}) {
-    ops::KvLayerView cache{cpu_.empty_kv_pages({1, kPage, 8}, io::KvCacheDtype::kFp8E4M3), kPage, bad};
+    ops::KvLayerView cache{cpu_.empty_kv_pages({1, kPage, 8}, core::KvCacheDtype::kFp8E4M3), kPage, bad};
     std::vector<int32_t> table = {0};
     ops::AttentionSeq seq{0, 1, 0, table};
     try {
@@ -171,7 +171,7 @@ TEST_F(KvFp8Test, AttentionReadsExactlyTheDequantizedValues) {
       const int64_t entry = d.latent + d.rope;
       Step s = make_step(d, 2.0f * scale);
       auto w = kv_b(d);
-      ops::KvLayerView fp8{cpu_.empty_kv_pages({s.pages, kPage, entry}, io::KvCacheDtype::kFp8E4M3), kPage, scale};
+      ops::KvLayerView fp8{cpu_.empty_kv_pages({s.pages, kPage, entry}, core::KvCacheDtype::kFp8E4M3), kPage, scale};
       const auto got = run(d, s, fp8, w);
       // The same step with every latent replaced by its dequantized value, in fp32.
       auto deq = [&](std::vector<float> v) {
@@ -181,7 +181,7 @@ TEST_F(KvFp8Test, AttentionReadsExactlyTheDequantizedValues) {
       Step e = s;
       for (auto& p : e.prefix_latents) p = deq(p);
       e.latents = deq(e.latents);
-      ops::KvLayerView f32{cpu_.empty_kv_pages({s.pages, kPage, entry}, io::KvCacheDtype::kF32), kPage};
+      ops::KvLayerView f32{cpu_.empty_kv_pages({s.pages, kPage, entry}, core::KvCacheDtype::kF32), kPage};
       const auto want = run(d, e, f32, w);
       EXPECT_LE(test::rel_rms(got, want), 1e-6);
     }
@@ -194,8 +194,8 @@ TEST_F(KvFp8Test, AttentionCloseToTheFp32CacheWithinE4M3Precision) {
     const int64_t entry = d.latent + d.rope;
     Step s = make_step(d, 1.0f);
     auto w = kv_b(d);
-    ops::KvLayerView f32{cpu_.empty_kv_pages({s.pages, kPage, entry}, io::KvCacheDtype::kF32), kPage};
-    ops::KvLayerView fp8{cpu_.empty_kv_pages({s.pages, kPage, entry}, io::KvCacheDtype::kFp8E4M3), kPage};
+    ops::KvLayerView f32{cpu_.empty_kv_pages({s.pages, kPage, entry}, core::KvCacheDtype::kF32), kPage};
+    ops::KvLayerView fp8{cpu_.empty_kv_pages({s.pages, kPage, entry}, core::KvCacheDtype::kFp8E4M3), kPage};
     const auto ref = run(d, s, f32, w), got = run(d, s, fp8, w);
     const double err = test::rel_rms(got, ref);
     std::printf("  latent %ld: fp8 vs fp32 cache rel_rms %.4g\n", static_cast<long>(d.latent), err);
@@ -213,11 +213,11 @@ TEST_F(KvFp8Test, ScaleLetsValuesBeyond448Fit) {
   // Keep the scores moderate: the latents are large, so scale q down.
   for (auto& x : s.q) x *= 1e-3f;
   auto w = kv_b(d);
-  ops::KvLayerView f32{cpu_.empty_kv_pages({s.pages, kPage, entry}, io::KvCacheDtype::kF32), kPage};
+  ops::KvLayerView f32{cpu_.empty_kv_pages({s.pages, kPage, entry}, core::KvCacheDtype::kF32), kPage};
   const auto ref = run(d, s, f32, w);
-  ops::KvLayerView scaled{cpu_.empty_kv_pages({s.pages, kPage, entry}, io::KvCacheDtype::kFp8E4M3), kPage, 10.0f};
+  ops::KvLayerView scaled{cpu_.empty_kv_pages({s.pages, kPage, entry}, core::KvCacheDtype::kFp8E4M3), kPage, 10.0f};
   const double err_scaled = test::rel_rms(run(d, s, scaled, w), ref);
-  ops::KvLayerView unscaled{cpu_.empty_kv_pages({s.pages, kPage, entry}, io::KvCacheDtype::kFp8E4M3), kPage, 1.0f};
+  ops::KvLayerView unscaled{cpu_.empty_kv_pages({s.pages, kPage, entry}, core::KvCacheDtype::kFp8E4M3), kPage, 1.0f};
   const double err_unscaled = test::rel_rms(run(d, s, unscaled, w), ref);
   std::printf("  |x| ~ 1000: scale 10 rel_rms %.4g, scale 1 (saturating) rel_rms %.4g\n", err_scaled, err_unscaled);
   EXPECT_LE(err_scaled, kFp8Tol);

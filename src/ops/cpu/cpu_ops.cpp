@@ -29,20 +29,20 @@ Tensor CpuOps::empty(core::Shape shape) { return Tensor::zeros(DType::kF32, std:
 
 Tensor CpuOps::empty_i32(core::Shape shape) { return Tensor::zeros(DType::kI32, std::move(shape)); }
 
-BackendPlan CpuOps::plan(const io::ModelConfig&, io::KvCacheDtype kv_dtype) const {
+BackendPlan CpuOps::plan(const io::ModelConfig&, core::KvCacheDtype kv_dtype) const {
   BackendPlan p;
   p.device = fmt::format("cpu (fp32 reference backend, {} threads)", core::num_threads());
   p.weight_rule = "mapped from the checkpoint (not copied)";
   p.kernels.push_back({"every op", "cpu reference ops (fp32, weights dequantized row by row)",
-                       fmt::format("the reference backend; KV cache {}", io::kv_cache_dtype_name(kv_dtype)), true});
+                       fmt::format("the reference backend; KV cache {}", core::kv_cache_dtype_name(kv_dtype)), true});
   p.decode_steps = "ops run one by one on the host";
   return p;
 }
 
-Tensor CpuOps::empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) {
-  TESSERA_CHECK(dtype == io::KvCacheDtype::kF32 || dtype == io::KvCacheDtype::kFp8E4M3,
-                "the cpu backend stores the KV cache in fp32 or fp8_e4m3, not {}", io::kv_cache_dtype_name(dtype));
-  if (dtype == io::KvCacheDtype::kFp8E4M3) return Tensor::zeros(DType::kU8, std::move(shape));
+Tensor CpuOps::empty_kv_pages(core::Shape shape, core::KvCacheDtype dtype) {
+  TESSERA_CHECK(dtype == core::KvCacheDtype::kF32 || dtype == core::KvCacheDtype::kFp8E4M3,
+                "the cpu backend stores the KV cache in fp32 or fp8_e4m3, not {}", core::kv_cache_dtype_name(dtype));
+  if (dtype == core::KvCacheDtype::kFp8E4M3) return Tensor::zeros(DType::kU8, std::move(shape));
   return empty(std::move(shape));
 }
 

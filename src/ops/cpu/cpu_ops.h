@@ -10,17 +10,17 @@ namespace tessera::ops::cpu {
 class CpuOps final : public Ops {
  public:
   std::string name() const override { return "cpu"; }
-  BackendPlan plan(const io::ModelConfig& config, io::KvCacheDtype kv_dtype) const override;
+  BackendPlan plan(const io::ModelConfig& config, core::KvCacheDtype kv_dtype) const override;
   core::Tensor empty(core::Shape shape) override;
   core::Tensor empty_i32(core::Shape shape) override;
   core::Tensor from_host_f32(core::Shape shape, const float* data) override;
   // The reference backend keeps the cache in fp32 by default so that it stays exact; fp8 (e4m3 with
   // a per-layer scale, see KvLayerView) is the reference for the GPU's fp8 cache.
-  std::vector<io::KvCacheDtype> supported_kv_dtypes() const override {
-    return {io::KvCacheDtype::kF32, io::KvCacheDtype::kFp8E4M3};
+  std::vector<core::KvCacheDtype> supported_kv_dtypes() const override {
+    return {core::KvCacheDtype::kF32, core::KvCacheDtype::kFp8E4M3};
   }
-  io::KvCacheDtype default_kv_dtype() const override { return io::KvCacheDtype::kF32; }
-  core::Tensor empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) override;
+  core::KvCacheDtype default_kv_dtype() const override { return core::KvCacheDtype::kF32; }
+  core::Tensor empty_kv_pages(core::Shape shape, core::KvCacheDtype dtype) override;
   void embedding(const core::Tensor& table, std::span<const int32_t> ids, core::Tensor& out) override;
   void rms_norm(const core::Tensor& x, const core::Tensor& weight, float eps, core::Tensor& out,
                 int64_t col_begin) override;
