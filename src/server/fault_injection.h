@@ -1,5 +1,5 @@
-// Test-only fault injection (`tessera serve --test-fail-token ID`): a model decorator whose forward
-// pass throws when a step contains token ID, so tests can drive the engine-failure path (requests
+// Test-only fault injection (`tessera serve --test-fail-token ID`, in TESSERA_TEST_HOOKS builds): a model decorator
+// whose forward pass throws when a step contains token ID, so tests can drive the engine-failure path (requests
 // answered 500, /health 503, the process exiting non-zero) through the real engine.
 #pragma once
 

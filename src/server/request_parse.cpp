@@ -78,6 +78,10 @@ void parse_sampling(const OJson& b, const ServedModel& m, const ParseLimits& lim
   }
   p.eos_token_ids = m.eos_ids;
   if (const OJson* script = field(b, "tessera_script")) {
+#if !TESSERA_TEST_HOOKS
+    (void)script;
+    bad_request("tessera_script", "'tessera_script' is a test hook this build of tessera does not have");
+#else
     if (!lim.allow_test_script) bad_request("tessera_script", "'tessera_script' needs a server started with --enable-test-script");
     if (script->is_string()) {
       p.scripted_tokens = m.tokenizer->encode(script->get<std::string>());
@@ -90,6 +94,7 @@ void parse_sampling(const OJson& b, const ServedModel& m, const ParseLimits& lim
     } else {
       bad_request("tessera_script", "'tessera_script' must be a string or an array of token ids");
     }
+#endif
   }
 }
 

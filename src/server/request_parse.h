@@ -23,7 +23,7 @@ struct ParseLimits {
   int64_t max_n = 16;
   int64_t max_stop_strings = 16;
   int64_t max_stop_string_bytes = 1024;
-  bool allow_test_script = false;  // --enable-test-script: accept "tessera_script"
+  bool allow_test_script = false;  // --enable-test-script (TESSERA_TEST_HOOKS builds): accept "tessera_script"
 };
 
 struct GenerationJob {
