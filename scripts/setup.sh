@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   clang libclang-rt-dev            # libFuzzer and the sanitizers for the fuzz targets
+  clang-format                     # the format check in scripts/test.sh (Debian 12: version 14)
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libicu-dev                       # NFC normalisation for tokenizer.json normalizers

@@ -121,7 +121,7 @@ class CudaOps final : public Ops {
 
   std::string name() const override { return "cuda"; }
 
-  BackendPlan plan(const io::ModelConfig& c, io::KvCacheDtype kv_dtype) const override {
+  BackendPlan plan(const io::ModelConfig& c, core::KvCacheDtype kv_dtype) const override {
     BackendPlan p;
     p.device = fmt::format("{} (sm_{}), {} SMs, {:.1f} GiB; build carries {}", caps_.name, caps_.sm, caps_.num_sms,
                            caps_.total_bytes / double(1 << 30), compiled_architectures());
@@ -135,7 +135,7 @@ class CudaOps final : public Ops {
     p.weight_rule = "matrices bf16 on the device (FP8 and NVFP4 dequantized at load), vectors fp32";
     p.kernels = plan_kernels(caps_,
                              {c.num_attention_heads, c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim,
-                              c.v_head_dim, kv_dtype == io::KvCacheDtype::kFp8E4M3},
+                              c.v_head_dim, kv_dtype == core::KvCacheDtype::kFp8E4M3},
                              {c.n_routed_experts, c.hidden_size, c.moe_intermediate_size}, overrides_)
                     .rows;
     p.decode_steps = graphs_ != nullptr && overrides_.moe == MoeKernel::kPerExpert
@@ -213,15 +213,15 @@ class CudaOps final : public Ops {
   Tensor empty_i32(core::Shape shape) override { return alloc(DType::kI32, std::move(shape)); }
 
   // bf16 by default; fp8 e4m3 with a per-layer scale (U8 pages, see KvLayerView) halves the bytes.
-  std::vector<io::KvCacheDtype> supported_kv_dtypes() const override {
-    return {io::KvCacheDtype::kBF16, io::KvCacheDtype::kFp8E4M3};
+  std::vector<core::KvCacheDtype> supported_kv_dtypes() const override {
+    return {core::KvCacheDtype::kBF16, core::KvCacheDtype::kFp8E4M3};
   }
-  io::KvCacheDtype default_kv_dtype() const override { return io::KvCacheDtype::kBF16; }
-  Tensor empty_kv_pages(core::Shape shape, io::KvCacheDtype dtype) override {
-    TESSERA_CHECK(dtype == io::KvCacheDtype::kBF16 || dtype == io::KvCacheDtype::kFp8E4M3,
-                  "the cuda backend stores the KV cache in bf16 or fp8_e4m3, not {}", io::kv_cache_dtype_name(dtype));
-    check_mla_kernel_reads(dtype == io::KvCacheDtype::kFp8E4M3);  // refuse at start-up, not at the first decode
-    Tensor t = alloc_resident(dtype == io::KvCacheDtype::kBF16 ? DType::kBF16 : DType::kU8, std::move(shape));
+  core::KvCacheDtype default_kv_dtype() const override { return core::KvCacheDtype::kBF16; }
+  Tensor empty_kv_pages(core::Shape shape, core::KvCacheDtype dtype) override {
+    TESSERA_CHECK(dtype == core::KvCacheDtype::kBF16 || dtype == core::KvCacheDtype::kFp8E4M3,
+                  "the cuda backend stores the KV cache in bf16 or fp8_e4m3, not {}", core::kv_cache_dtype_name(dtype));
+    check_mla_kernel_reads(dtype == core::KvCacheDtype::kFp8E4M3);  // refuse at start-up, not at the first decode
+    Tensor t = alloc_resident(dtype == core::KvCacheDtype::kBF16 ? DType::kBF16 : DType::kU8, std::move(shape));
     TESSERA_CUDA_CHECK(cudaMemset(t.raw(), 0, t.nbytes()));
     return t;
   }
@@ -1024,7 +1024,7 @@ std::vector<uint8_t> device_bytes(const Tensor& t) {
 
 Tensor random_bf16_tensor(core::Shape shape, float scale, uint64_t seed) {
   const int64_t n = core::shape_numel(shape);
-  auto owner = pool().allocate(static_cast<size_t>(n) * 2);
+  auto owner = pool().allocate_resident(static_cast<size_t>(n) * 2);  // weights: exact size
   Tensor t = Tensor::adopt(DType::kBF16, std::move(shape), owner.get(), core::Device::kCuda, owner);
   launch_fill_random_bf16(t.data<__nv_bfloat16>(), n, seed, scale, nullptr);
   TESSERA_CUDA_CHECK_LAUNCH();
