@@ -32,6 +32,7 @@ std::unique_ptr<Ops> make_backend(const std::string& device, const std::string& 
     spdlog::info("backend: cuda:{} on {}", index, cuda::device_description(index));
     return ops;
 #else
+    (void)enforce_eager;
     core::fail(
         "--device {}: this build of tessera has no CUDA backend (nvcc was not found at configure time, "
         "or TESSERA_CUDA=OFF); rebuild with the 'release' preset on a machine with the CUDA toolkit",
