@@ -12,7 +12,7 @@ void ModelOptions::add_to(CLI::App& app, bool model_required) {
     app.add_option("--model", model_dir, "checkpoint directory (config.json + safetensors)")->required();
   else
     app.add_option("--model", model_dir, "checkpoint directory; omitted: the built-in demo model (random weights)");
-  app.add_option("--device", device, "cpu (fp32 reference) or cuda")->capture_default_str();
+  app.add_option("--device", device, "cpu (fp32 reference), cuda (device 0) or cuda:N")->capture_default_str();
   app.add_option("--kv-cache-dtype", kv_cache_dtype,
                  "KV cache element type: auto (checkpoint hint if supported, else backend default), fp32, bf16, fp8")
       ->capture_default_str();
