@@ -18,14 +18,14 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/cuda/cuda_check.h"
-#include "ops/cuda/device_pool.h"
 #include "ops/cuda/kernel_registry.h"
-#include "ops/cuda/kernels.h"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/kernels/sampling/sampling.h"  // sampling
 #include "ops/cuda/mla_prefill.h"
-#include "ops/cuda/pinned_staging.h"
-#include "ops/cuda/sampling.h"  // sampling
-#include "ops/cuda/step_graph.h"
+#include "ops/cuda/runtime/cuda_check.h"
+#include "ops/cuda/runtime/device_pool.h"
+#include "ops/cuda/runtime/pinned_staging.h"
+#include "ops/cuda/runtime/step_graph.h"
 #include "ops/sample_args.h"  // sampling
 
 namespace tessera::ops::cuda {

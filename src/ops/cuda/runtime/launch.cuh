@@ -14,7 +14,7 @@
 
 #include <type_traits>
 
-#include "ops/cuda/launch_gate.h"
+#include "ops/cuda/runtime/launch_gate.h"
 
 namespace tessera::ops::cuda {
 

@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma, sm_90a only) primitives: shared-memory matrix descriptors for the
 // 128-byte-swizzled canonical layouts, the fence / commit / wait protocol, and the two MMA shapes
-// the MLA decode kernel uses (attention_wgmma.cu). Every asm body is compiled only for sm_90a
+// the MLA decode kernel uses (kernels/attention/sm90_wgmma.cu). Every asm body is compiled only for sm_90a
 // (__CUDA_ARCH_FEAT_SM90_ALL); elsewhere the functions are empty, and the kernel that calls them
 // traps, so the other target architectures still compile.
 //

@@ -1,11 +1,11 @@
-#include "ops/cuda/pinned_staging.h"
+#include "ops/cuda/runtime/pinned_staging.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/runtime/cuda_check.h"
 
 namespace tessera::ops::cuda {
 

@@ -1,11 +1,11 @@
-#include "ops/cuda/device_pool.h"
+#include "ops/cuda/runtime/device_pool.h"
 
 #include <bit>
 #include <cstdlib>
 #include <string_view>
 
 #include "core/env.h"
-#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/runtime/cuda_check.h"
 
 namespace tessera::ops::cuda {
 

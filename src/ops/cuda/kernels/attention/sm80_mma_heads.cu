@@ -7,9 +7,9 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/mma_primitives.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/ptx/mma_primitives.cuh"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cfloat>
 
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/kv_fp8.cuh"
-#include "ops/cuda/kv_store.cuh"
+#include "ops/cuda/kernels/attention/kv_fp8.cuh"
+#include "ops/cuda/kernels/attention/kv_store.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 

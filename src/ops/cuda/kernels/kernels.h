@@ -1,4 +1,4 @@
-// Launchers of the CUDA kernels (defined in the .cu files of this folder). Plain pointers and
+// Launchers of the CUDA kernels (defined in the .cu files of the folders beside it). Plain pointers and
 // sizes, so the backend class can be compiled by the host compiler.
 #pragma once
 
@@ -8,11 +8,11 @@
 #include <cstdint>
 
 #include "ops/cuda/kernel_kinds.h"
-#include "ops/cuda/launch_gate.h"
+#include "ops/cuda/runtime/launch_gate.h"
 
 namespace tessera::ops::cuda {
 
-// --- elementwise.cu ---
+// --- elementwise/elementwise.cu ---
 // out[t, :] = float(table[ids[t], :]); ids already checked on the host.
 void launch_embedding(const __nv_bfloat16* table, const int32_t* ids, int64_t tokens, int64_t hidden, float* out,
                       cudaStream_t s);
@@ -42,7 +42,7 @@ void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows,
 void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out,
                             cudaStream_t s);
 
-// --- attention.cu ---
+// --- attention/attention.cu ---
 // Per-token metadata of a step, uploaded once per attention call.
 struct TokenInfo {
   int32_t pos;          // absolute position of this token
@@ -54,7 +54,7 @@ void launch_kv_cache_write(const float* latent, int64_t tokens, int64_t entry, c
 // cache [pages, page, entry] fp8 e4m3 bytes: sat_e4m3_rne(latent / scale) (ops::KvLayerView).
 void launch_kv_cache_write_fp8(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
                                const int32_t* tables, uint8_t* cache, int64_t page, float scale, cudaStream_t s);
-// --- mla_prepare.cu ---
+// --- attention/mla_prepare.cu ---
 // Ops::mla_prepare in one launch: q [tokens, heads, nope + rope] gets its rope columns rotated; kv
 // [tokens, latent + rope] gets c_kv normalised (norm_weight, eps) and k_pe rotated, in place, and
 // is written to its cache slot (bf16, or fp8 e4m3 with `scale`). cos/sin [tokens, rope / 2].
@@ -126,12 +126,12 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
                        const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
                        int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
                        cudaStream_t s);
-// attention_mma.cu: writes the per-split partials that launch_mla_attend then combines.
+// attention/sm80_mma_heads.cu: writes the per-split partials that launch_mla_attend then combines.
 void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                     const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                     int64_t page, int64_t splits, float scale, float* o_part, float* ml_part,
                                     cudaStream_t s);
-// attention_kv_major.cu: positions as the MMA M dimension, 8 or 16 heads as N (no padding rows at 8
+// attention/sm80_kv_major.cu: positions as the MMA M dimension, 8 or 16 heads as N (no padding rows at 8
 // heads per GPU), cp.async double buffering, ldmatrix. Shapes: latent 512 + rope 64, and 64 + 16.
 // An fp8 cache streams its bytes through a staging buffer and is converted to bf16 in shared memory.
 bool mla_attend_kv_major_supported(int64_t latent, int64_t rope);
@@ -141,7 +141,7 @@ void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, in
                                          int64_t rope, const TokenInfo* info, const int32_t* tables,
                                          const KvCacheArg& cache, int64_t page, int64_t splits, float scale,
                                          float* o_part, float* ml_part, cudaStream_t s);
-// attention_wgmma.cu: Hopper warpgroup MMA (sm_90a only), 64 heads a block as the wgmma M, cache
+// attention/sm90_wgmma.cu: Hopper warpgroup MMA (sm_90a only), 64 heads a block as the wgmma M, cache
 // tiles of 64 positions in two stages (TMA for pages of a multiple of 64 positions, else cp.async).
 // Shapes: latent 512 + rope 64, heads a multiple of 64.
 // Callers also need a device of compute capability exactly 9.0 and a binary with sm_90a code
@@ -158,13 +158,13 @@ int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent,
 void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
                      int64_t nope, int64_t v, float* out, cudaStream_t s);
 
-// --- launch.cpp ---
+// --- ../runtime/launch.cpp ---
 // An optimisation's off switch for A/B measurements (TESSERA_PDL, TESSERA_GEMV_LOOP,
 // TESSERA_SHARED_EXPERT_STREAM): on unless the environment variable `name` is "0". Callers read
 // it once.
 bool ab_switch_on(const char* name);
 
-// --- moe.cu ---
+// --- moe/router.cu ---
 // Router logits[t, e] = x[t] · W[e] (fp32 accumulate over bf16 weights and fp32 activations).
 // Steps of at most this many tokens compute them with launch_router_fused; more go through two
 // bf16 GEMMs over the hi and lo parts of x (fp32 products of the bf16 weights).
@@ -180,7 +180,7 @@ void launch_router_select(const float* logits, const float* bias, int64_t tokens
                           int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
                           float* weights, cudaStream_t s);
 
-// --- moe_grouped.cu ---
+// --- moe/grouped.cu ---
 // Device buffers of one grouped-experts call: offsets [experts + 1], active [experts],
 // num_active [1], sorted [pairs] (I32); act [pairs, inter] bf16; y [pairs, hidden] fp32.
 // The (token, slot) pairs of a step: slots [0, top_k) from the router's ids/weights [tokens, top_k];
@@ -235,7 +235,7 @@ void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, 
 void launch_moe_combine(const float* y, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
                         const float* add, float* out, cudaStream_t s);
 
-// --- gemv.cu ---
+// --- linear/gemv.cu ---
 // Steps of at most this many tokens run dense projections as matrix-vector kernels.
 constexpr int64_t kGemvMaxTokens = 2;
 // One batch b of `tokens` rows: x (fp32) at x + b * x_batch + t * x_row; W (bf16) at
@@ -285,7 +285,7 @@ void launch_gemv(const GemvArgs& g, int64_t batch, int num_sms, cudaStream_t s, 
 bool gemv_transposed_applies(int64_t tokens, int64_t n_cols);
 void launch_gemv_transposed(const GemvArgs& g, int64_t batch, cudaStream_t s);
 
-// --- moe_gemv.cu ---
+// --- moe/gemv.cu ---
 // Experts with at most this many (token, slot) pairs run as matrix-vector kernels when the shapes
 // allow (hidden and moe_intermediate multiples of 256).
 constexpr int kMoeGemvMaxPairs = 4;

@@ -1,4 +1,4 @@
-#include "ops/cuda/step_graph.h"
+#include "ops/cuda/runtime/step_graph.h"
 
 #include <spdlog/spdlog.h>
 
@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/runtime/cuda_check.h"
 
 namespace tessera::ops::cuda {
 

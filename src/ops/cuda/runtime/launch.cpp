@@ -4,8 +4,8 @@
 #include <string_view>
 
 #include "core/env.h"
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/launch_gate.h"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/launch_gate.h"
 
 namespace tessera::ops::cuda {
 

@@ -1,4 +1,4 @@
-#include "ops/cuda/kernel_trace.h"
+#include "ops/cuda/tools/kernel_trace.h"
 
 #include <cuda_runtime.h>
 #include <cupti.h>

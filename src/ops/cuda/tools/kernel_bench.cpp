@@ -1,4 +1,4 @@
-#include "ops/cuda/kernel_bench.h"
+#include "ops/cuda/tools/kernel_bench.h"
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -11,10 +11,10 @@
 #include <numeric>
 #include <random>
 
-#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_registry.h"
-#include "ops/cuda/kernels.h"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/cuda_check.h"
 
 namespace tessera::ops::cuda {
 

@@ -1,8 +1,8 @@
 // Ops::sample on the GPU: one block of 1024 threads per row, the row read from global memory a few
 // times (argmax, then per selection four radix passes, then the draw), no sort and no scratch
 // memory. The arithmetic is sampling_rule.h's, so the tokens equal the CPU reference's.
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/sampling.h"
+#include "ops/cuda/kernels/sampling/sampling.h"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 namespace {

@@ -3,8 +3,8 @@
 #include <cfloat>
 #include <type_traits>
 
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/launch.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 

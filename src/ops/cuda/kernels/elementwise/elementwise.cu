@@ -1,9 +1,9 @@
 // Elementwise and row kernels of the CUDA backend.
 #include <algorithm>
 
-#include "ops/cuda/block_reduce.cuh"
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/launch.cuh"
+#include "ops/cuda/kernels/common/block_reduce.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 

@@ -14,10 +14,10 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "ops/cuda/kv_fp8.cuh"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/mla_prefill_kernels.h"
-#include "ops/cuda/mma_primitives.cuh"
+#include "ops/cuda/kernels/attention/kv_fp8.cuh"
+#include "ops/cuda/kernels/attention/mla_prefill_kernels.h"
+#include "ops/cuda/ptx/mma_primitives.cuh"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 

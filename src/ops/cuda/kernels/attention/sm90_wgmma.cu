@@ -36,11 +36,11 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/mma_primitives.cuh"
-#include "ops/cuda/tma_primitives.cuh"
-#include "ops/cuda/wgmma_primitives.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/ptx/mma_primitives.cuh"
+#include "ops/cuda/ptx/tma_primitives.cuh"
+#include "ops/cuda/ptx/wgmma_primitives.cuh"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 

@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "ops/cuda/launch_gate.h"
+#include "ops/cuda/runtime/launch_gate.h"
 
 namespace tessera::ops::cuda {
 

@@ -15,9 +15,9 @@
 #include <algorithm>
 #include <limits>
 
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/stream_load.cuh"
+#include "ops/cuda/kernels/common/stream_load.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 
@@ -287,7 +287,7 @@ void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, 
   const __nv_bfloat16* xb = s.xb;
   // At most min(experts, pairs) experts have work; blocks past *num_active return at once.
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
-  // Experts with at most kMoeGemvMaxPairs pairs go to the matrix-vector kernels (moe_gemv.cu), the
+  // Experts with at most kMoeGemvMaxPairs pairs go to the matrix-vector kernels (moe/gemv.cu), the
   // others to the tensor-core kernels; a step of at most that many tokens has no other kind. The
   // order matters: the finish kernel writes act for every pair, the matrix-vector gate/up then
   // rewrites its experts' rows.

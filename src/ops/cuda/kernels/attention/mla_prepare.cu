@@ -4,10 +4,10 @@
 // (t, 1..) rotate the rope columns of its query heads.
 #include <algorithm>
 
-#include "ops/cuda/block_reduce.cuh"
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/kv_store.cuh"
-#include "ops/cuda/launch.cuh"
+#include "ops/cuda/kernels/attention/kv_store.cuh"
+#include "ops/cuda/kernels/common/block_reduce.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 

@@ -18,10 +18,10 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/kv_fp8.cuh"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/mma_primitives.cuh"
+#include "ops/cuda/kernels/attention/kv_fp8.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/ptx/mma_primitives.cuh"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 

@@ -1,4 +1,4 @@
-// Routed experts with few tokens: matrix-vector kernels over the pairs that moe_grouped.cu's
+// Routed experts with few tokens: matrix-vector kernels over the pairs that grouped.cu's
 // permute kernel sorted by expert. Steps of up to 4 tokens run only these; larger decode steps
 // give them the experts with at most 4 pairs (most of them: 128 tokens x 8 of 384 experts is ~3
 // per expert) and leave the others (the shared expert) to the tensor-core kernels. With one token per expert an MMA
@@ -11,9 +11,9 @@
 //   down:    rows n .. n+3, y[pair(m), n] = act[m] · Wd[e][n].
 #include <cuda_bf16.h>
 
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/stream_load.cuh"
+#include "ops/cuda/kernels/common/stream_load.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 

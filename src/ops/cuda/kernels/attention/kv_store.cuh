@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/kv_fp8.cuh"
+#include "ops/cuda/kernels/attention/kv_fp8.cuh"
+#include "ops/cuda/kernels/kernels.h"
 
 namespace tessera::ops::cuda {
 

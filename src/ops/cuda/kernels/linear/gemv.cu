@@ -13,10 +13,10 @@
 #include <map>
 #include <mutex>
 
-#include "ops/cuda/block_reduce.cuh"
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/stream_load.cuh"
+#include "ops/cuda/kernels/common/block_reduce.cuh"
+#include "ops/cuda/kernels/common/stream_load.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 

@@ -28,7 +28,7 @@
 
 #include "core/tensor.h"
 #include "ops/cuda/cuda_ops.h"  // StepGraphStats
-#include "ops/cuda/launch_gate.h"
+#include "ops/cuda/runtime/launch_gate.h"
 
 namespace tessera::ops::cuda {
 
