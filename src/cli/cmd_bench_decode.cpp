@@ -19,9 +19,9 @@
 #include "ops/backend.h"
 #ifdef TESSERA_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
-#include "ops/cuda/kernel_bench.h"
 #include "ops/cuda/kernel_registry.h"
-#include "ops/cuda/kernel_trace.h"
+#include "ops/cuda/tools/kernel_bench.h"
+#include "ops/cuda/tools/kernel_trace.h"
 #endif
 
 namespace tessera::cli {

@@ -4,7 +4,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #ifdef TESSERA_HAVE_CUDA
-#include "ops/cuda/kernel_bench.h"
+#include "ops/cuda/tools/kernel_bench.h"
 #endif
 
 namespace tessera::cli {

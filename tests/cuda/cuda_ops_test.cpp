@@ -17,8 +17,8 @@
 #include "model/golden_util.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/kernel_registry.h"
-#include "ops/cuda/kernel_trace.h"
-#include "ops/cuda/kernels.h"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/tools/kernel_trace.h"
 #include "support/require_gpu.h"
 
 namespace tessera {

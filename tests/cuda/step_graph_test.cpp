@@ -1,4 +1,4 @@
-// Decode steps as CUDA graphs (ops/cuda/step_graph.h): a replayed step computes what the same step
+// Decode steps as CUDA graphs (ops/cuda/runtime/step_graph.h): a replayed step computes what the same step
 // run eagerly computes, with this step's inputs; a step whose launches differ from the recording is
 // recorded again instead of replayed; an error inside a step leaves the backend usable. Skips
 // itself without a GPU.

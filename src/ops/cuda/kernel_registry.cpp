@@ -10,9 +10,9 @@
 #include <tuple>
 
 #include "core/env.h"
-#include "ops/cuda/cuda_check.h"
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/mla_prefill_kernels.h"
+#include "ops/cuda/kernels/attention/mla_prefill_kernels.h"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/cuda_check.h"
 
 #ifndef TESSERA_CUDA_ARCHS
 #define TESSERA_CUDA_ARCHS "unknown"
@@ -251,7 +251,7 @@ const std::array<Candidate<MoeKernel, MoeShape>, 2> kMoePrefs{{
      },
      [](const DeviceCaps&, const MoeShape& s) {
        // Over the expert-sorted pairs, experts with few pairs stream as matrix-vector products where
-       // the widths allow (moe_gemv.cu), the others on grouped mma.sync kernels (moe_grouped.cu).
+       // the widths allow (kernels/moe/gemv.cu), the others on grouped mma.sync kernels (kernels/moe/grouped.cu).
        return moe_gemv_supported(s.hidden, s.inter)
                   ? fmt::format(
                         "expert_gemv_kernel for experts with <= {} pairs, grouped mma.sync kernels for "

@@ -15,9 +15,9 @@
 
 #include "core/env.h"
 #include "core/error.h"
-#include "ops/cuda/cuda_check.h"
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/mla_prefill_kernels.h"
+#include "ops/cuda/kernels/attention/mla_prefill_kernels.h"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/cuda_check.h"
 
 namespace tessera::ops::cuda {
 

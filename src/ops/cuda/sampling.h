@@ -1,19 +1,18 @@
-// Launcher of the sampling kernel (sampling.cu), the CUDA side of Ops::sample. Plain pointers,
-// so the backend class can be compiled by the host compiler.
+// Token selection of the CUDA backend: the rows of logits wanted (gather_rows) and Ops::sample on
+// the device (kernels/sampling/sampling.cu), so only token ids (and logprobs) come back to the host.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
+#include <span>
 
-#include "ops/sampling_rule.h"
+#include "core/tensor.h"
+#include "ops/cuda/runtime/context.h"
+#include "ops/ops.h"
 
 namespace tessera::ops::cuda {
 
-// One block per row of logits [rows, vocab] (fp32, vocab <= sampling::kMaxVocab); `params` holds
-// the rows' SampleRow in device memory, already checked (check_sample_args). Writes ids[rows] and,
-// when `logprobs` is not null, logprobs[rows]. Same tokens as the CPU reference, bit for bit.
-void launch_sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
-                   int32_t* ids, float* logprobs, cudaStream_t s);
+void gather_rows(CudaContext& ctx, const core::Tensor& x, std::span<const int64_t> rows, core::Tensor& out);
+void sample(CudaContext& ctx, const core::Tensor& logits, std::span<const SampleRow> rows, core::Tensor& ids_out,
+            core::Tensor* logprob_out);
 
 }  // namespace tessera::ops::cuda

@@ -1,0 +1,401 @@
+// MLA attention kernels (spec §4): the query is absorbed into the latent space (q_nope · W_UK),
+// attention runs as multi-query attention over the bf16 latent cache [c_kv | k_pe] with the latent
+// itself as the value, then W_UV maps the result back to per-head values. The same absorbed path
+// serves prefill and decode in this first version.
+#include <algorithm>
+#include <cfloat>
+
+#include "ops/cuda/kernels/attention/kv_fp8.cuh"
+#include "ops/cuda/kernels/attention/kv_store.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/launch.cuh"
+
+namespace tessera::ops::cuda {
+
+namespace {
+
+// Each new token's latent into its cache slot: bf16, or fp8 e4m3 stored as sat_e4m3_rne(x / scale).
+template <class CacheT>
+__global__ void kv_cache_write_kernel(const float* latent, int64_t entry, const TokenInfo* info, const int32_t* tables,
+                                      CacheT* cache, int64_t page, float scale) {
+  pdl_wait();  // first: launched with launch_dependent
+  const int64_t t = blockIdx.x;
+  CacheT* dst = cache + kv_slot_offset(info, tables, t, page, entry);
+  for (int64_t i = threadIdx.x; i < entry; i += blockDim.x) store_kv(dst + i, latent[t * entry + i], scale);
+}
+
+// One block per (token, head); threads stride over the latent dimension, so W_UK rows are read
+// coalesced.
+__global__ void absorb_q_kernel(const float* q, int64_t heads, int64_t nope, int64_t rope, const __nv_bfloat16* kv_b,
+                                int64_t v, int64_t latent, float* q_full) {
+  extern __shared__ float q_nope[];
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const float* qh = q + (t * heads + h) * (nope + rope);
+  for (int64_t d = threadIdx.x; d < nope; d += blockDim.x) q_nope[d] = qh[d];
+  __syncthreads();
+  const __nv_bfloat16* w_uk = kv_b + h * (nope + v) * latent;
+  float* out = q_full + (t * heads + h) * (latent + rope);
+  for (int64_t l = threadIdx.x; l < latent; l += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t d = 0; d < nope; ++d) acc += q_nope[d] * __bfloat162float(w_uk[d * latent + l]);
+    out[l] = acc;
+  }
+  for (int64_t r = threadIdx.x; r < rope; r += blockDim.x) out[latent + r] = qh[nope + r];
+}
+
+constexpr int kTile = 32;              // cache positions per shared-memory tile (one per lane)
+constexpr int kMaxHeadsPerBlock = 8;   // one warp per head; a tile is loaded once for all of them
+constexpr int kMaxLatentPerLane = 16;  // latent <= 512
+
+// Cache row `row` (entry elements) -> fp32 `dst` (shared memory), with 16-byte loads where the
+// entry allows. bf16: 8 elements a load. fp8: 16 a load, each q · kv_scale (fp32 product, as the
+// CPU reference reads it).
+__device__ inline void load_row_f32(const __nv_bfloat16* cache, int64_t row, int entry, float /*kv_scale*/,
+                                    float* dst, int lane) {
+  if (entry % 8 != 0) {
+    for (int i = lane; i < entry; i += 32) dst[i] = __bfloat162float(cache[row * entry + i]);
+    return;
+  }
+  const uint4* src = reinterpret_cast<const uint4*>(cache + row * entry);
+  for (int v = lane; v < entry / 8; v += 32) {
+    const uint4 raw = src[v];
+    const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(pair[k]);
+      dst[v * 8 + 2 * k] = f.x;
+      dst[v * 8 + 2 * k + 1] = f.y;
+    }
+  }
+}
+__device__ inline void load_row_f32(const uint8_t* cache, int64_t row, int entry, float kv_scale, float* dst,
+                                    int lane) {
+  if (entry % 16 != 0) {
+    for (int i = lane; i < entry; i += 32) dst[i] = kvfp8::decode2(cache[row * entry + i]).x * kv_scale;
+    return;
+  }
+  const uint4* src = reinterpret_cast<const uint4*>(cache + row * entry);
+  for (int v = lane; v < entry / 16; v += 32) {
+    const uint4 raw = src[v];
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 a = kvfp8::decode2(static_cast<uint16_t>(w[k] & 0xffffu));
+      const float2 b = kvfp8::decode2(static_cast<uint16_t>(w[k] >> 16));
+      dst[v * 16 + 4 * k] = a.x * kv_scale;
+      dst[v * 16 + 4 * k + 1] = a.y * kv_scale;
+      dst[v * 16 + 4 * k + 2] = b.x * kv_scale;
+      dst[v * 16 + 4 * k + 3] = b.y * kv_scale;
+    }
+  }
+}
+
+// One block per (split of the context, token, group of heads). Each tile of 32 cache rows is
+// loaded once (16-byte loads, one page lookup per row) and shared by the block's heads; lane p
+// scores position p; the output accumulates per lane over latent dims lane, lane + 32, ... with an
+// online softmax. Each split writes its unnormalised partial (o, max, sum) for the combine kernel.
+// CacheT: __nv_bfloat16, or uint8_t for an fp8 e4m3 cache read as q · kv_scale.
+template <class CacheT>
+__global__ void attend_kernel(const float* q_full, int heads, int heads_per_block, int latent, int rope,
+                              const TokenInfo* info, const int32_t* tables, const CacheT* cache, int page, float scale,
+                              float kv_scale, float* o_part, float* ml_part) {
+  extern __shared__ float smem[];
+  const int entry = latent + rope;
+  const int row_stride = entry + 1;  // +1 float: lanes reading different rows hit different banks
+  float* tile = smem;                                   // [kTile, row_stride]
+  float* qs = smem + kTile * row_stride;                // [heads_per_block, entry]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int split = blockIdx.x, t = blockIdx.y, h = blockIdx.z * heads_per_block + warp;
+  const int tokens = gridDim.y;
+  const bool active = warp < heads_per_block && h < heads;
+  const TokenInfo ti = info[t];
+  const int visible = ti.pos + 1;
+  const int chunk = mla_split_chunk(visible, gridDim.x, kTile);
+  const int begin = split * chunk, end = min(visible, begin + chunk);
+  if (active)
+    for (int i = lane; i < entry; i += 32) qs[warp * entry + i] = q_full[(static_cast<int64_t>(t) * heads + h) * entry + i];
+  float acc[kMaxLatentPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxLatentPerLane; ++i) acc[i] = 0.0f;
+  float m = -FLT_MAX, l = 0.0f;
+  for (int base = begin; base < end; base += kTile) {
+    __syncthreads();
+    const int n = min(kTile, end - base);
+    for (int p = warp; p < n; p += warps) {
+      const int pos = base + p;
+      const int64_t row = static_cast<int64_t>(tables[ti.table_offset + pos / page]) * page + pos % page;
+      load_row_f32(cache, row, entry, kv_scale, tile + p * row_stride, lane);
+    }
+    __syncthreads();
+    if (!active) continue;
+    float score = -FLT_MAX;
+    if (lane < n) {
+      const float* k = tile + lane * row_stride;
+      const float* qh = qs + warp * entry;
+      float s0 = 0.0f, s1 = 0.0f;
+      int i = 0;
+      for (; i + 1 < entry; i += 2) {
+        s0 += qh[i] * k[i];
+        s1 += qh[i + 1] * k[i + 1];
+      }
+      if (i < entry) s0 += qh[i] * k[i];
+      score = (s0 + s1) * scale;
+    }
+    float tile_max = score;
+    for (int o = 16; o > 0; o >>= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+    const float m_new = fmaxf(m, tile_max);
+    const float p = lane < n ? __expf(score - m_new) : 0.0f;
+    float p_sum = p;
+    for (int o = 16; o > 0; o >>= 1) p_sum += __shfl_xor_sync(0xffffffffu, p_sum, o);
+    const float alpha = __expf(m - m_new);
+    l = l * alpha + p_sum;
+    m = m_new;
+#pragma unroll
+    for (int i = 0; i < kMaxLatentPerLane; ++i) acc[i] *= alpha;
+    for (int j = 0; j < n; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j);
+      const float* k = tile + j * row_stride + lane;
+#pragma unroll
+      for (int i = 0; i < kMaxLatentPerLane; ++i)
+        if (lane + 32 * i < latent) acc[i] += pj * k[32 * i];
+    }
+  }
+  if (!active) return;
+  const int64_t slot = (static_cast<int64_t>(split) * tokens + t) * heads + h;
+#pragma unroll
+  for (int i = 0; i < kMaxLatentPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < latent) o_part[slot * latent + d] = acc[i];
+  }
+  if (lane == 0) {
+    ml_part[2 * slot] = m;
+    ml_part[2 * slot + 1] = l;
+  }
+}
+
+// Merges the splits' partials: o = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s. The per-split
+// factors are computed once into shared memory (splits <= kMaxSplits). A block covers 128 output
+// columns of one (token, head) as 32 float4 columns x 4 groups of splits (a block per (token, head)
+// left a batch-1 step with 64 blocks reading 8 MB of partials).
+constexpr int kMaxSplits = 128;
+constexpr int kCombineCols = 32;   // float4 columns a block covers
+constexpr int kCombineGroups = 4;  // groups of splits a column is summed in
+__global__ void __launch_bounds__(kCombineCols * kCombineGroups)
+    combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
+                   float* o_lat) {
+  pdl_wait();  // first: launched with launch_dependent
+  __shared__ float m_s[kMaxSplits], l_s[kMaxSplits], f_s[kMaxSplits];
+  __shared__ float inv_s;
+  __shared__ float4 red[kCombineGroups][kCombineCols];
+  const int t = blockIdx.x, h = blockIdx.y;
+  auto slot = [&](int s) { return (static_cast<int64_t>(s) * tokens + t) * heads + h; };
+  // m and l of every split in one parallel load (thread 0's sum below then reads shared memory: a
+  // loop over global loads waited for each, most of this kernel's time at batch 1).
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+    const float2 ml = reinterpret_cast<const float2*>(ml_part)[slot(s)];
+    m_s[s] = ml.x;
+    l_s[s] = ml.y;
+  }
+  __syncthreads();
+  float M = -FLT_MAX;
+  for (int s = 0; s < splits; ++s) M = fmaxf(M, m_s[s]);
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) f_s[s] = __expf(m_s[s] - M);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float denom = 0.0f;
+    for (int s = 0; s < splits; ++s) denom += f_s[s] * l_s[s];
+    inv_s = 1.0f / denom;
+  }
+  __syncthreads();
+  const float inv = inv_s;
+  float* dst = o_lat + (static_cast<int64_t>(t) * heads + h) * latent;
+  if (latent % 4 == 0) {
+    const int col = threadIdx.x % kCombineCols, grp = threadIdx.x / kCombineCols;
+    const int d4 = static_cast<int>(blockIdx.z) * kCombineCols + col;
+    // Group grp sums splits grp, grp + 4, ..., eight loads in flight at a time.
+    constexpr int kBatch = 8;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (d4 < latent / 4) {
+      for (int s0 = grp; s0 < splits; s0 += kCombineGroups * kBatch) {
+        float4 v[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          const int s = s0 + j * kCombineGroups;
+          v[j] = s < splits ? reinterpret_cast<const float4*>(o_part + slot(s) * latent)[d4]
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          const int s = s0 + j * kCombineGroups;
+          const float f = s < splits ? f_s[s] : 0.0f;
+          acc.x += f * v[j].x;
+          acc.y += f * v[j].y;
+          acc.z += f * v[j].z;
+          acc.w += f * v[j].w;
+        }
+      }
+    }
+    red[grp][col] = acc;
+    __syncthreads();
+    if (grp == 0 && d4 < latent / 4) {
+      float4 sum = red[0][col];
+      for (int g = 1; g < kCombineGroups; ++g) {
+        sum.x += red[g][col].x;
+        sum.y += red[g][col].y;
+        sum.z += red[g][col].z;
+        sum.w += red[g][col].w;
+      }
+      reinterpret_cast<float4*>(dst)[d4] =
+          make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv);
+    }
+    return;
+  }
+  const int d = static_cast<int>(blockIdx.z) * kCombineCols * 4 + static_cast<int>(threadIdx.x);
+  if (d < latent) {
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) v += f_s[s] * o_part[slot(s) * latent + d];
+    dst[d] = v * inv;
+  }
+}
+
+// One block per (token, head); a warp per output row j of W_UV[h], lanes over the latent.
+__global__ void up_v_kernel(const float* o_lat, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b, int64_t nope,
+                            int64_t v, float* out) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const float* ol = o_lat + (t * heads + h) * latent;
+  for (int64_t j = warp; j < v; j += warps) {
+    const __nv_bfloat16* w = kv_b + (h * (nope + v) + nope + j) * latent;
+    float acc = 0.0f;
+    for (int64_t i = lane; i < latent; i += 32) acc += __bfloat162float(w[i]) * ol[i];
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) out[t * heads * v + h * v + j] = acc;
+  }
+}
+
+}  // namespace
+
+void launch_kv_cache_write(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
+                           const int32_t* tables, __nv_bfloat16* cache, int64_t page, cudaStream_t s) {
+  if (tokens > 0)
+    launch_dependent(kv_cache_write_kernel<__nv_bfloat16>, dim3(static_cast<unsigned>(tokens)), 128, 0, s, latent,
+                     entry, info, tables, cache, page, 1.0f);
+}
+
+void launch_kv_cache_write_fp8(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
+                               const int32_t* tables, uint8_t* cache, int64_t page, float scale, cudaStream_t s) {
+  if (tokens > 0)
+    launch_dependent(kv_cache_write_kernel<uint8_t>, dim3(static_cast<unsigned>(tokens)), 128, 0, s, latent, entry,
+                     info, tables, cache, page, scale);
+}
+
+void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t nope, int64_t rope,
+                         const __nv_bfloat16* kv_b, int64_t v, int64_t latent, float* q_full, cudaStream_t s) {
+  if (tokens == 0) return;
+  dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads));
+  launch_plain(absorb_q_kernel, grid, 128, nope * sizeof(float), s, q, heads, nope, rope, kv_b, v, latent, q_full);
+}
+
+int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms, MlaKernel kernel) {
+  // The mma.sync kernels take 16 heads a block and one or two blocks fit on an SM; the wgmma kernel
+  // takes 64 heads and ~225 KB of shared memory, one block an SM. Pick the fewest context splits
+  // (each adds partials for the combine kernel) whose blocks fill whole waves to 90% (a 1.5-wave
+  // grid leaves a quarter of the GPU idle), else the best fill, with at least two tiles a split.
+  // Only counts that launch_mla_attend realises are candidates: it rounds each split up to whole
+  // tiles, so 63 splits of 8192 positions would run as 43 splits of 192 (27 us at batch 1 against
+  // 23 us for 64 splits of 128, `tessera bench kernels`).
+  const bool wgmma = kernel == MlaKernel::kWgmma;
+  const int64_t per_block = wgmma ? 64 : 16, per_sm = wgmma ? 1 : 2, tile = wgmma ? 2 * kTile : kTile;
+  const int64_t groups = (heads + per_block - 1) / per_block, slots = per_sm * static_cast<int64_t>(num_sms);
+  const int64_t base = std::max<int64_t>(1, tokens * groups);
+  // Decided for a rounded-up context (8193 -> 9216), so that a recorded decode graph, which bakes
+  // the count in, stays valid while the context grows within an eighth of an octave.
+  int64_t octave = 1;  // the largest power of two <= max_visible
+  while (octave * 2 <= max_visible) octave *= 2;
+  const int64_t step = std::max<int64_t>(tile, octave / 8);
+  const int64_t visible = (max_visible + step - 1) / step * step;
+  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, visible / (2 * tile)));
+  int64_t best = 1;
+  double best_fill = 0;
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    const int64_t chunk = mla_split_chunk(static_cast<int>(visible), static_cast<int>(s), static_cast<int>(tile));
+    if ((visible + chunk - 1) / chunk != s) continue;  // runs as fewer splits
+    const int64_t blocks = base * s, waves = (blocks + slots - 1) / slots;
+    const double fill = static_cast<double>(blocks) / static_cast<double>(waves * slots);
+    if (fill >= 0.9) return s;
+    if (fill > best_fill + 0.02) {
+      best = s;
+      best_fill = fill;
+    }
+  }
+  return best;
+}
+
+namespace {
+template <class CacheT>
+void launch_attend_cuda_core(dim3 grid, int heads_per_block, size_t smem, cudaStream_t s, const float* q_full,
+                             int64_t heads, int64_t latent, int64_t rope, const TokenInfo* info, const int32_t* tables,
+                             const CacheT* cache, int64_t page, float scale, float kv_scale, float* o_part,
+                             float* ml_part) {
+  static bool configured = false;
+  if (!configured) {
+    // 576-wide entries need ~90 KB: above the 48 KB default, within every target's limit (SM120: 99 KB).
+    cudaFuncSetAttribute(attend_kernel<CacheT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
+    configured = true;
+  }
+  launch_plain(attend_kernel<CacheT>, grid, 32 * heads_per_block, smem, s, q_full, static_cast<int>(heads),
+               heads_per_block, static_cast<int>(latent), static_cast<int>(rope), info, tables, cache,
+               static_cast<int>(page), scale, kv_scale, o_part, ml_part);
+}
+}  // namespace
+
+void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
+                       const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
+                       int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
+                       cudaStream_t s) {
+  if (tokens == 0) return;
+  const int64_t entry = latent + rope;
+  float* o_part = scratch;
+  float* ml_part = scratch + splits * tokens * heads * latent;
+  if (kernel == MlaKernel::kWgmma && !cache.fp8) {
+    // (The wgmma kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
+    launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages, page,
+                                     splits, scale, o_part, ml_part, s);
+  } else if (kernel == MlaKernel::kKvMajor) {
+    launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, scale,
+                                        o_part, ml_part, s);
+  } else if (kernel == MlaKernel::kTensorCore && !cache.fp8) {
+    // (The heads-as-M kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
+    launch_mla_attend_mma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), page, splits, scale,
+                                   o_part, ml_part, s);
+  } else {
+    const int heads_per_block = static_cast<int>(std::min<int64_t>(heads, kMaxHeadsPerBlock));
+    const int64_t head_groups = (heads + heads_per_block - 1) / heads_per_block;
+    const size_t smem = (kTile * (entry + 1) + heads_per_block * entry) * sizeof(float);
+    dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(head_groups));
+    if (cache.fp8)
+      launch_attend_cuda_core(grid, heads_per_block, smem, s, q_full, heads, latent, rope, info, tables, cache.bytes(),
+                              page, scale, cache.scale, o_part, ml_part);
+    else
+      launch_attend_cuda_core(grid, heads_per_block, smem, s, q_full, heads, latent, rope, info, tables, cache.bf16(),
+                              page, scale, 1.0f, o_part, ml_part);
+  }
+  dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads),
+             static_cast<unsigned>((latent + 4 * kCombineCols - 1) / (4 * kCombineCols)));
+  launch_dependent(combine_kernel, cgrid, kCombineCols * kCombineGroups, 0, s, o_part, ml_part,
+                   static_cast<int>(splits), static_cast<int>(tokens), static_cast<int>(heads),
+                   static_cast<int>(latent), o_lat);
+}
+
+int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits) {
+  return max_splits * tokens * heads * (latent + 2);
+}
+
+void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
+                     int64_t nope, int64_t v, float* out, cudaStream_t s) {
+  if (tokens == 0) return;
+  dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads));
+  launch_plain(up_v_kernel, grid, 128, 0, s, o_lat, heads, latent, kv_b, nope, v, out);
+}
+
+}  // namespace tessera::ops::cuda

@@ -1,0 +1,395 @@
+// MLA decode attention, "KV-major" on tensor cores (mma.sync m16n8k16 bf16 -> fp32: SM80-SM120).
+// The cache positions are the MMA's M dimension and the block's heads (8 or 16) its N dimension:
+//   Sᵀ[pos, head] = K[pos, :] · Qᵀ           (M = 32 positions a tile, K = latent + rope)
+//   Oᵀ[l, head]  += Vᵀ[l, pos] · Pᵀ[pos, head] (M = latent, K = positions; V = the latent part of K)
+// so 8 heads per GPU (Kimi-K2.5 at TP 8) fill the MMAs with no padding rows, where a heads-as-M
+// kernel wastes half of every MMA. Tiles of 32 cache rows stream through a two-stage cp.async
+// pipeline (the next tile loads while this one is computed); fragments come from shared memory
+// with ldmatrix (.trans for Vᵀ). Online softmax in fp32 per head; q (pre-scaled) and p are rounded
+// to bf16 for the MMAs. Partials per context split are merged by the combine kernel (attention.cu).
+//
+// fp8 e4m3 cache (FP8 = true): the pipeline moves the cache's bytes (half of bf16's) with cp.async
+// into a two-stage staging buffer; each thread converts the bytes it copied into the one bf16 tile
+// the MMAs read (exact: every e4m3 value is a bf16 value). The cache scale is folded into the
+// query's pre-scale (S = (scale · kv_scale · q) · k8) and into the output partials (O = kv_scale ·
+// P · V8), so the inner loops are the bf16 path's. Shared memory at 16 heads, 512 + 64: Q 18.3 KB +
+// bf16 tile 36.5 KB + staging 2 x 18 KB + P, reductions 3.8 KB = 94.5 KB (bf16 path: 95 KB), under
+// the 99 KB a block may use on SM120.
+#include <cfloat>
+#include <cstdint>
+
+#include "ops/cuda/kernels/attention/kv_fp8.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/ptx/mma_primitives.cuh"
+#include "ops/cuda/runtime/launch.cuh"
+
+namespace tessera::ops::cuda {
+
+namespace {
+
+constexpr int kTp = 32;     // cache positions per tile
+constexpr int kWarps = 4;
+constexpr int kPad = 8;     // bf16 padding per shared row: row strides become an odd number of 16-byte units
+
+using namespace mma;
+
+template <int NH, int LAT, int ROPE, int STAGES, bool FP8 = false>
+struct Layout {
+  static constexpr int kEntry = LAT + ROPE;
+  static constexpr int kStride = kEntry + kPad;    // Q and K rows
+  static constexpr int kPStride = kTp + kPad;      // P rows ([head][pos])
+  static constexpr int kKSteps = kEntry / 16;      // of Sᵀ
+  static constexpr int kLatPerWarp = LAT / kWarps;  // Oᵀ rows owned by each warp
+  static constexpr int kMTiles = kLatPerWarp / 16;
+  static constexpr int kNTiles = NH / 8;
+  static constexpr size_t kQBytes = NH * kStride * 2;
+  // bf16: STAGES tiles the cp.async pipeline fills and the MMAs read; fp8: one bf16 tile the MMAs
+  // read, filled by conversion from STAGES staging tiles of unpadded fp8 rows (cp.async targets).
+  static constexpr size_t kKBytes = (FP8 ? 1 : STAGES) * kTp * kStride * 2;
+  static constexpr size_t kStageBytes = FP8 ? STAGES * kTp * kEntry : 0;
+  static constexpr size_t kPBytes = NH * kPStride * 2;
+  static constexpr size_t kSredBytes = 2 * 16 * NH * 4;  // Sᵀ partials of warps 2 and 3
+  static constexpr size_t kStatBytes = (2 * 2 * NH + 4 * NH) * 4;  // col max/sum of warps 0,1; m, l, alpha, spare
+  static constexpr size_t kSmem = kQBytes + kKBytes + kStageBytes + kPBytes + kSredBytes + kStatBytes;
+  static_assert(LAT % (16 * kWarps) == 0 && ROPE % 16 == 0, "latent must split into 16-row tiles over 4 warps");
+  static_assert(kEntry % 16 == 0 && kStageBytes % 16 == 0, "fp8 rows must be whole 16-byte pieces");
+};
+
+// CacheT: __nv_bfloat16 (FP8 false), or uint8_t holding e4m3 values q · kv_scale (FP8 true).
+template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT>
+__global__ void __launch_bounds__(kWarps * 32)
+    attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
+                           const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page, float scale,
+                           float kv_scale, float* __restrict__ o_part, float* __restrict__ ml_part) {
+  using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
+  constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);                        // [NH][S]
+  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kQBytes);           // [STAGES or 1][kTp][S]
+  uint8_t* stage_bytes = smem_raw + L::kQBytes + L::kKBytes;                             // fp8: [STAGES][kTp][E]
+  __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(stage_bytes + L::kStageBytes);    // [NH][PS]
+  float* sred = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(ps) + L::kPBytes);  // [2][16][NH]
+  float* colmax = sred + 2 * 16 * NH;  // [2][NH]
+  float* colsum = colmax + 2 * NH;     // [2][NH]
+  float* m_s = colsum + 2 * NH;        // [NH]
+  float* l_s = m_s + NH;
+  float* alpha_s = l_s + NH;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int split = blockIdx.x, t = blockIdx.y, h0 = blockIdx.z * NH;
+  const int tokens = gridDim.y;
+  const TokenInfo ti = info[t];
+  const int visible = ti.pos + 1;
+  const int chunk = mla_split_chunk(visible, gridDim.x, kTp);
+  const int begin = split * chunk, end = min(visible, begin + chunk);
+  const int ntiles = end > begin ? (end - begin + kTp - 1) / kTp : 0;
+
+  // Each thread copies one cache row of every tile (4 threads a row), so the page-table lookup is
+  // one load per thread per tile, done a tile ahead: a lookup per 16-byte piece would put a
+  // dependent L2 round trip in front of every copy.
+  static_assert(kTp * 4 == kWarps * 32, "4 threads per tile row");
+  constexpr int kPerPiece = 16 / static_cast<int>(sizeof(CacheT));  // elements per 16-byte piece
+  constexpr int kChunks = E / kPerPiece;                           // 16-byte pieces per row
+  const int my_row = threadIdx.x >> 2, my_sub = threadIdx.x & 3;
+  auto row_source = [&](int tile) -> const CacheT* {
+    const int pos = begin + tile * kTp + my_row;
+    if (tile >= ntiles || pos >= end) return nullptr;
+    return cache + (static_cast<int64_t>(tables[ti.table_offset + pos / page]) * page + pos % page) * E;
+  };
+  auto load_tile = [&](const CacheT* src, int stage) {
+    // bf16: straight into the MMA tile of this stage; fp8: into this stage's staging row.
+    CacheT* dst;
+    if constexpr (FP8)
+      dst = stage_bytes + (stage * kTp + my_row) * E;
+    else
+      dst = ks + (stage * kTp + my_row) * S;
+    // Rows past the end are zero-filled: their probability is 0, and 0 x stale data could be NaN.
+    for (int v = my_sub; v < kChunks; v += 4)
+      cp_async16(dst + v * kPerPiece, src ? src + v * kPerPiece : cache, src != nullptr);
+    cp_async_commit();
+  };
+  // Prologue: tiles 0 .. STAGES-2 in flight (a group is committed even when empty, so that the
+  // wait below always counts the same number of groups).
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) load_tile(row_source(st), st);
+  const CacheT* next_src = row_source(STAGES - 1);
+
+  // fp8: the cache scale multiplies every score, so it joins the softmax scale in q.
+  const float q_scale = FP8 ? scale * kv_scale : scale;
+  // Q rows (pre-scaled), zero for heads past the end; softmax state. The loop has a compile-time
+  // trip count so that all of a thread's loads are in flight together (a load-use loop would pay a
+  // memory latency per element, tens of microseconds per block).
+  {
+    constexpr int kVecs = NH * E / 4, kIters = (kVecs + kWarps * 32 - 1) / (kWarps * 32);
+    const float4* q4 = reinterpret_cast<const float4*>(q_full + (static_cast<int64_t>(t) * heads + h0) * E);
+    float4 v[kIters];
+#pragma unroll
+    for (int j = 0; j < kIters; ++j) {
+      const int idx = threadIdx.x + j * kWarps * 32;
+      v[j] = idx < kVecs && h0 + idx / (E / 4) < heads ? q4[idx] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < kIters; ++j) {
+      const int idx = threadIdx.x + j * kWarps * 32;
+      if (idx >= kVecs) continue;
+      const int r = idx / (E / 4), i = (idx % (E / 4)) * 4;
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(qs + r * S + i);
+      dst[0] = __floats2bfloat162_rn(v[j].x * q_scale, v[j].y * q_scale);
+      dst[1] = __floats2bfloat162_rn(v[j].z * q_scale, v[j].w * q_scale);
+    }
+  }
+  if (threadIdx.x < NH) {
+    m_s[threadIdx.x] = -FLT_MAX;
+    l_s[threadIdx.x] = 0.0f;
+  }
+
+  float o[L::kMTiles][L::kNTiles][4];
+#pragma unroll
+  for (int mi = 0; mi < L::kMTiles; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < L::kNTiles; ++nt) o[mi][nt][0] = o[mi][nt][1] = o[mi][nt][2] = o[mi][nt][3] = 0.0f;
+
+  const int mt = warp & 1, khalf = warp >> 1;  // Sᵀ: positions [16 mt, 16 mt + 16), half of the K steps
+  const int ks_begin = khalf * (L::kKSteps / 2), ks_end = khalf ? L::kKSteps : L::kKSteps / 2;
+
+  for (int tile = 0; tile < ntiles; ++tile) {
+    const int stage = tile % STAGES;
+    cp_async_wait<STAGES - 2>();  // tile `tile` has landed (for this thread's copies)
+    __syncthreads();               // ... for every thread's; and every warp is done with tile - 1
+    // Refill the stage tile - 1 used with tile + STAGES - 1.
+    load_tile(next_src, (tile + STAGES - 1) % STAGES);
+    next_src = row_source(tile + STAGES);
+    const __nv_bfloat16* kt = ks + (FP8 ? 0 : stage) * kTp * S;
+    if constexpr (FP8) {
+      // Each thread converts the pieces it copied (its own cp.async writes are visible to it after
+      // the wait); the barrier above means every warp is done reading the previous tile.
+      const uint8_t* src = stage_bytes + (stage * kTp + my_row) * E;
+      __nv_bfloat16* dst = ks + my_row * S;
+      for (int v = my_sub; v < kChunks; v += 4) {
+        uint4 lo, hi;
+        kvfp8::decode16_bf16(*reinterpret_cast<const uint4*>(src + 16 * v), lo, hi);
+        *reinterpret_cast<uint4*>(dst + 16 * v) = lo;
+        *reinterpret_cast<uint4*>(dst + 16 * v + 8) = hi;
+      }
+      __syncthreads();  // the bf16 tile is complete
+    }
+    const int n = min(kTp, end - (begin + tile * kTp));
+
+    // Sᵀ partial over this warp's half of the K steps.
+    float s[L::kNTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < L::kNTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    {
+      const int j = lane >> 3, r = lane & 7;
+      const __nv_bfloat16* a_base = kt + (16 * mt + (j & 1) * 8 + r) * S + (j >> 1) * 8;
+      const __nv_bfloat16* b_base = qs + r * S + (j & 1) * 8;
+      for (int k = ks_begin; k < ks_end; ++k) {
+        uint32_t a[4];
+        ldmatrix_x4(a, a_base + 16 * k);
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt) {
+          uint32_t b0, b1;
+          ldmatrix_x2(b0, b1, b_base + nt * 8 * S + 16 * k);
+          mma_bf16(s[nt], a, b0, b1);
+        }
+      }
+    }
+    if (khalf == 1) {
+#pragma unroll
+      for (int nt = 0; nt < L::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sred[((mt * 32 + lane) * L::kNTiles + nt) * 4 + e] = s[nt][e];
+    }
+    __syncthreads();
+    if (khalf == 0) {
+      // Full Sᵀ for positions 16 mt + g (+8), heads 8 nt + 2c (+1); mask rows past the tile's end.
+      float mx[L::kNTiles][2];
+#pragma unroll
+      for (int nt = 0; nt < L::kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] += sred[((mt * 32 + lane) * L::kNTiles + nt) * 4 + e];
+        if (16 * mt + g >= n) s[nt][0] = s[nt][1] = -FLT_MAX;
+        if (16 * mt + g + 8 >= n) s[nt][2] = s[nt][3] = -FLT_MAX;
+        mx[nt][0] = fmaxf(s[nt][0], s[nt][2]);
+        mx[nt][1] = fmaxf(s[nt][1], s[nt][3]);
+      }
+      // Column (head) maxima over the warp's 16 positions: lanes with the same c hold one head pair.
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1)
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt) {
+          mx[nt][0] = fmaxf(mx[nt][0], __shfl_xor_sync(0xffffffffu, mx[nt][0], off));
+          mx[nt][1] = fmaxf(mx[nt][1], __shfl_xor_sync(0xffffffffu, mx[nt][1], off));
+        }
+      if (g == 0)
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt) {
+          colmax[mt * NH + 8 * nt + 2 * c] = mx[nt][0];
+          colmax[mt * NH + 8 * nt + 2 * c + 1] = mx[nt][1];
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < NH) {
+      const int h = threadIdx.x;
+      const float m_new = fmaxf(m_s[h], fmaxf(colmax[h], colmax[NH + h]));
+      alpha_s[h] = __expf(m_s[h] - m_new);
+      m_s[h] = m_new;
+    }
+    __syncthreads();
+    if (khalf == 0) {
+      float sum[L::kNTiles][2];
+#pragma unroll
+      for (int nt = 0; nt < L::kNTiles; ++nt) {
+        const int hh = 8 * nt + 2 * c;
+        const float m0 = m_s[hh], m1 = m_s[hh + 1];
+        const float p0 = __expf(s[nt][0] - m0), p1 = __expf(s[nt][1] - m1);
+        const float p2 = __expf(s[nt][2] - m0), p3 = __expf(s[nt][3] - m1);
+        const int pos = 16 * mt + g;
+        ps[hh * PS + pos] = __float2bfloat16_rn(p0);
+        ps[(hh + 1) * PS + pos] = __float2bfloat16_rn(p1);
+        ps[hh * PS + pos + 8] = __float2bfloat16_rn(p2);
+        ps[(hh + 1) * PS + pos + 8] = __float2bfloat16_rn(p3);
+        sum[nt][0] = p0 + p2;
+        sum[nt][1] = p1 + p3;
+      }
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1)
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt) {
+          sum[nt][0] += __shfl_xor_sync(0xffffffffu, sum[nt][0], off);
+          sum[nt][1] += __shfl_xor_sync(0xffffffffu, sum[nt][1], off);
+        }
+      if (g == 0)
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt) {
+          colsum[mt * NH + 8 * nt + 2 * c] = sum[nt][0];
+          colsum[mt * NH + 8 * nt + 2 * c + 1] = sum[nt][1];
+        }
+    }
+    __syncthreads();  // P and the column sums are complete
+    if (threadIdx.x < NH) {
+      const int h = threadIdx.x;
+      l_s[h] = l_s[h] * alpha_s[h] + colsum[h] + colsum[NH + h];
+    }
+    // Oᵀ = alpha · Oᵀ + Vᵀ · Pᵀ over this warp's latent rows.
+#pragma unroll
+    for (int nt = 0; nt < L::kNTiles; ++nt) {
+      const float a0 = alpha_s[8 * nt + 2 * c], a1 = alpha_s[8 * nt + 2 * c + 1];
+#pragma unroll
+      for (int mi = 0; mi < L::kMTiles; ++mi) {
+        o[mi][nt][0] *= a0;
+        o[mi][nt][1] *= a1;
+        o[mi][nt][2] *= a0;
+        o[mi][nt][3] *= a1;
+      }
+    }
+    {
+      const int j = lane >> 3, r = lane & 7;
+#pragma unroll
+      for (int kk = 0; kk < kTp / 16; ++kk) {
+        uint32_t b[L::kNTiles][2];
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt)
+          ldmatrix_x2(b[nt][0], b[nt][1], ps + (8 * nt + r) * PS + 16 * kk + (j & 1) * 8);
+        const __nv_bfloat16* v_base = kt + (16 * kk + (j >> 1) * 8 + r) * S + warp * L::kLatPerWarp + (j & 1) * 8;
+#pragma unroll
+        for (int mi = 0; mi < L::kMTiles; ++mi) {
+          uint32_t a[4];
+          ldmatrix_x4_trans(a, v_base + 16 * mi);
+#pragma unroll
+          for (int nt = 0; nt < L::kNTiles; ++nt) mma_bf16(o[mi][nt], a, b[nt][0], b[nt][1]);
+        }
+      }
+    }
+  }
+
+  // Partials: Oᵀ unnormalised (fp8: times the cache scale, the values being q · kv_scale), m and l
+  // per head.
+  const float o_scale = FP8 ? kv_scale : 1.0f;
+#pragma unroll
+  for (int nt = 0; nt < L::kNTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int h = h0 + 8 * nt + 2 * c + e;
+      if (h >= heads) continue;
+      float* dst = o_part + ((static_cast<int64_t>(split) * tokens + t) * heads + h) * LAT + warp * L::kLatPerWarp;
+#pragma unroll
+      for (int mi = 0; mi < L::kMTiles; ++mi) {
+        dst[16 * mi + g] = FP8 ? o[mi][nt][e] * o_scale : o[mi][nt][e];
+        dst[16 * mi + g + 8] = FP8 ? o[mi][nt][2 + e] * o_scale : o[mi][nt][2 + e];
+      }
+    }
+  if (threadIdx.x < NH && h0 + static_cast<int>(threadIdx.x) < heads) {
+    const int64_t slot = (static_cast<int64_t>(split) * tokens + t) * heads + h0 + threadIdx.x;
+    ml_part[2 * slot] = m_s[threadIdx.x];
+    ml_part[2 * slot + 1] = l_s[threadIdx.x];
+  }
+}
+
+// Two stages, two blocks an SM (~86-95 KB each, which SM120's 99 KB also holds): measured faster on
+// the H200 than four stages with one block an SM (docs/PERFORMANCE.md); the pipeline depth stays a
+// template parameter for such comparisons.
+constexpr int kStages = 2;
+
+template <int NH, int LAT, int ROPE, bool FP8, class CacheT, int STAGES = kStages>
+void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
+            const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
+            float* ml_part, cudaStream_t s) {
+  using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
+  static bool configured = false;
+  if (!configured) {
+    cudaFuncSetAttribute(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem));
+    configured = true;
+  }
+  dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>((heads + NH - 1) / NH));
+  launch_plain(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>, grid, kWarps * 32, L::kSmem, s, q_full,
+               static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part);
+}
+
+template <int LAT, int ROPE, bool FP8, class CacheT>
+void launch_heads(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
+                  const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
+                  float* ml_part, cudaStream_t s) {
+  (heads <= 8 ? launch<8, LAT, ROPE, FP8, CacheT>
+              : launch<16, LAT, ROPE, FP8, CacheT>)(tokens, heads, q_full, info, tables, cache, page, splits, scale,
+                                                    kv_scale, o_part, ml_part, s);
+}
+
+}  // namespace
+
+bool mla_attend_kv_major_supported(int64_t latent, int64_t rope) {
+  return (latent == 512 && rope == 64) || (latent == 64 && rope == 16);
+}
+
+// What the GPU must offer for the kernel to run.
+int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope, bool fp8) {
+  const bool small = heads <= 8;
+  if (latent == 512 && rope == 64) {
+    if (fp8) return small ? Layout<8, 512, 64, kStages, true>::kSmem : Layout<16, 512, 64, kStages, true>::kSmem;
+    return small ? Layout<8, 512, 64, kStages>::kSmem : Layout<16, 512, 64, kStages>::kSmem;
+  }
+  if (fp8) return small ? Layout<8, 64, 16, kStages, true>::kSmem : Layout<16, 64, 16, kStages, true>::kSmem;
+  return small ? Layout<8, 64, 16, kStages>::kSmem : Layout<16, 64, 16, kStages>::kSmem;
+}
+// SM120 allows 99 KB a block: every instance must fit.
+static_assert(Layout<16, 512, 64, kStages>::kSmem <= 99 * 1024 && Layout<16, 512, 64, kStages, true>::kSmem <= 99 * 1024,
+              "the KV-major kernel must fit SM120's shared memory");
+
+void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
+                                         int64_t rope, const TokenInfo* info, const int32_t* tables,
+                                         const KvCacheArg& cache, int64_t page, int64_t splits, float scale,
+                                         float* o_part, float* ml_part, cudaStream_t s) {
+  const bool wide = latent == 512 && rope == 64;
+  if (cache.fp8) {
+    (wide ? launch_heads<512, 64, true, uint8_t>
+          : launch_heads<64, 16, true, uint8_t>)(tokens, heads, q_full, info, tables, cache.bytes(), page, splits,
+                                                 scale, cache.scale, o_part, ml_part, s);
+  } else {
+    (wide ? launch_heads<512, 64, false, __nv_bfloat16>
+          : launch_heads<64, 16, false, __nv_bfloat16>)(tokens, heads, q_full, info, tables, cache.bf16(), page, splits,
+                                                        scale, 1.0f, o_part, ml_part, s);
+  }
+}
+
+}  // namespace tessera::ops::cuda

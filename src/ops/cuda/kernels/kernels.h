@@ -1,0 +1,302 @@
+// Launchers of the CUDA kernels (defined in the .cu files of the folders beside it). Plain pointers and
+// sizes, so the backend class can be compiled by the host compiler.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/cuda/kernel_kinds.h"
+#include "ops/cuda/runtime/launch_gate.h"
+
+namespace tessera::ops::cuda {
+
+// --- elementwise/elementwise.cu ---
+// out[t, :] = float(table[ids[t], :]); ids already checked on the host.
+void launch_embedding(const __nv_bfloat16* table, const int32_t* ids, int64_t tokens, int64_t hidden, float* out,
+                      cudaStream_t s);
+// RMSNorm of columns [col_begin, col_begin + d) of x [rows, width]; out is [rows, d] (out_width == d)
+// or as wide as x (same columns written).
+void launch_rms_norm(const float* x, int64_t rows, int64_t width, int64_t col_begin, const float* weight, int64_t d,
+                     float eps, float* out, int64_t out_width, cudaStream_t s);
+// x [rows, width] += add, then out = rms_norm(x) over the whole row (one kernel).
+void launch_add_rms_norm(float* x, const float* add, int64_t rows, int64_t width, const float* weight, float eps,
+                         float* out, cudaStream_t s);
+void launch_add(float* x, const float* y, int64_t n, cudaStream_t s);
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
+// Interleaved-pair rotation; cos/sin [rows, half].
+void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const float* sin, int64_t half,
+                 int64_t col_begin, int64_t col_stride, int64_t count, cudaStream_t s);
+// Reads `bytes` (a multiple of 16) as fast as it can (`tessera bench kernels`' read ceiling).
+void launch_read_stream(const void* p, size_t bytes, void* sink, int num_sms, cudaStream_t s);
+// Deterministic pseudo-random bf16 values in [-scale, scale) (benchmark and test data).
+void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t s);
+void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s);
+// in = hi + lo to ~2^-17 relative: two bf16 GEMMs over hi and lo reproduce an fp32-input product.
+void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t n, cudaStream_t s);
+void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s);
+// out[rows[i], :] += weights[i] * y[i, :]
+void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
+                             float* out, cudaStream_t s);
+void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out,
+                            cudaStream_t s);
+
+// --- attention/attention.cu ---
+// Per-token metadata of a step, uploaded once per attention call.
+struct TokenInfo {
+  int32_t pos;          // absolute position of this token
+  int32_t table_offset;  // offset of its sequence's block table in the flat table array
+};
+// cache [pages, page, entry] bf16; latent [T, entry] fp32.
+void launch_kv_cache_write(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
+                           const int32_t* tables, __nv_bfloat16* cache, int64_t page, cudaStream_t s);
+// cache [pages, page, entry] fp8 e4m3 bytes: sat_e4m3_rne(latent / scale) (ops::KvLayerView).
+void launch_kv_cache_write_fp8(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
+                               const int32_t* tables, uint8_t* cache, int64_t page, float scale, cudaStream_t s);
+// --- attention/mla_prepare.cu ---
+// Ops::mla_prepare in one launch: q [tokens, heads, nope + rope] gets its rope columns rotated; kv
+// [tokens, latent + rope] gets c_kv normalised (norm_weight, eps) and k_pe rotated, in place, and
+// is written to its cache slot (bf16, or fp8 e4m3 with `scale`). cos/sin [tokens, rope / 2].
+struct MlaPrepareArgs {
+  float* q;
+  int64_t q_row;
+  int heads, nope, rope, latent;
+  float* kv;
+  const float* norm_weight;
+  float eps;
+  const float* cos;
+  const float* sin;
+  const TokenInfo* info;
+  const int32_t* tables;
+  int64_t page;
+  float scale;
+  int64_t tokens;
+};
+// The replay check's view of the arguments (launch_gate.h): every field, none of the padding. The
+// size check fails when a field is added, so that it is added here too.
+inline void add_fields(Signature& s, const MlaPrepareArgs& a) {
+  static_assert(sizeof(MlaPrepareArgs) == 112, "a field was added: add it to the signature");
+  for (const void* p : {static_cast<const void*>(a.q), static_cast<const void*>(a.kv),
+                        static_cast<const void*>(a.norm_weight), static_cast<const void*>(a.cos),
+                        static_cast<const void*>(a.sin), static_cast<const void*>(a.info),
+                        static_cast<const void*>(a.tables)})
+    s.add(p);
+  for (int64_t v : {a.q_row, a.page, a.tokens, int64_t{a.heads}, int64_t{a.nope}, int64_t{a.rope}, int64_t{a.latent}})
+    s.add(v);
+  s.add(a.eps);
+  s.add(a.scale);
+}
+void launch_mla_prepare(const MlaPrepareArgs& a, void* cache, bool fp8, cudaStream_t s);
+// The latent cache as the attention kernels read it: bf16 elements, or fp8 e4m3 bytes whose values
+// are q · scale.
+struct KvCacheArg {
+  const void* data = nullptr;
+  bool fp8 = false;
+  float scale = 1.0f;
+  const __nv_bfloat16* bf16() const { return static_cast<const __nv_bfloat16*>(data); }
+  const uint8_t* bytes() const { return static_cast<const uint8_t*>(data); }
+};
+// q_full[t, h, :latent] = q_nope[t, h] · W_UK[h];  q_full[t, h, latent:] = q_pe[t, h].
+void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t nope, int64_t rope,
+                         const __nv_bfloat16* kv_b, int64_t v, int64_t latent, float* q_full, cudaStream_t s);
+// o_lat[t, h, :] = softmax_s(scale · q_full[t, h] · cache[s]) · cache[s, :latent] over s <= pos(t).
+// The context is split over `splits` blocks (mla_attend_splits) when the batch is small; partials
+// are merged by a second kernel; `scratch` holds them (mla_attend_scratch_floats). latent <= 512.
+// Implementations: CUDA cores in fp32 (any shape; bf16 or fp8 cache), tensor cores with heads as M
+// (mma.sync bf16, 16 heads a block; needs mla_attend_mma_supported; bf16 cache only), KV-major
+// mma.sync (bf16 or fp8 cache; mla_attend_kv_major_supported), or Hopper wgmma (64 heads a block,
+// sm_90a; bf16 cache only): MlaKernel (kernel_kinds.h; kernel_registry.h chooses).
+// Positions per split for a token that sees `visible` positions: an equal share of whole tiles.
+// Each token's splits are computed from its own length in the kernels, so a step's launches do not
+// depend on how long its contexts are (a recorded CUDA graph stays valid while they grow; only the
+// split count comes from the host, see mla_attend_splits).
+__host__ __device__ inline int mla_split_chunk(int visible, int splits, int tile) {
+  return ((visible + splits - 1) / splits + tile - 1) / tile * tile;
+}
+bool mla_attend_mma_supported(int64_t latent, int64_t rope);
+// Context splits for a step: the fewest whose blocks fill whole waves of the GPU. The wgmma kernel
+// runs 64 heads a block and one block an SM, the mma.sync kernels 16 heads and two. Chosen for
+// max_visible rounded up to an eighth of its power of two, so that it changes only every ~12% of
+// context growth (each change makes a recorded decode graph stale).
+int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
+                          MlaKernel kernel = MlaKernel::kKvMajor);
+// `cache` holds `cache_pages` pages of `page` positions (the wgmma kernel's TMA map needs its extent).
+void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
+                       const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
+                       int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
+                       cudaStream_t s);
+// attention/sm80_mma_heads.cu: writes the per-split partials that launch_mla_attend then combines.
+void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
+                                    const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
+                                    int64_t page, int64_t splits, float scale, float* o_part, float* ml_part,
+                                    cudaStream_t s);
+// attention/sm80_kv_major.cu: positions as the MMA M dimension, 8 or 16 heads as N (no padding rows at 8
+// heads per GPU), cp.async double buffering, ldmatrix. Shapes: latent 512 + rope 64, and 64 + 16.
+// An fp8 cache streams its bytes through a staging buffer and is converted to bf16 in shared memory.
+bool mla_attend_kv_major_supported(int64_t latent, int64_t rope);
+// Dynamic shared memory of the instance for these shapes and cache format (bytes).
+int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope, bool fp8);
+void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
+                                         int64_t rope, const TokenInfo* info, const int32_t* tables,
+                                         const KvCacheArg& cache, int64_t page, int64_t splits, float scale,
+                                         float* o_part, float* ml_part, cudaStream_t s);
+// attention/sm90_wgmma.cu: Hopper warpgroup MMA (sm_90a only), 64 heads a block as the wgmma M, cache
+// tiles of 64 positions in two stages (TMA for pages of a multiple of 64 positions, else cp.async).
+// Shapes: latent 512 + rope 64, heads a multiple of 64.
+// Callers also need a device of compute capability exactly 9.0 and a binary with sm_90a code
+// (kernel_registry.h: mla_wgmma_available).
+bool mla_attend_wgmma_supported(int64_t latent, int64_t rope, int64_t heads);
+int64_t mla_wgmma_smem_bytes();
+// `cache_pages` (pages in `cache`) bounds the TMA tensor map over it.
+void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
+                                      const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
+                                      int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
+                                      float* ml_part, cudaStream_t s);
+int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
+// out[t, h * v + j] = W_UV[h, j] · o_lat[t, h].
+void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
+                     int64_t nope, int64_t v, float* out, cudaStream_t s);
+
+// --- ../runtime/launch.cpp ---
+// An optimisation's off switch for A/B measurements (TESSERA_PDL, TESSERA_GEMV_LOOP,
+// TESSERA_SHARED_EXPERT_STREAM): on unless the environment variable `name` is "0". Callers read
+// it once.
+bool ab_switch_on(const char* name);
+
+// --- moe/router.cu ---
+// Router logits[t, e] = x[t] · W[e] (fp32 accumulate over bf16 weights and fp32 activations).
+// Steps of at most this many tokens compute them with launch_router_fused; more go through two
+// bf16 GEMMs over the hi and lo parts of x (fp32 products of the bf16 weights).
+constexpr int64_t kRouterKernelMaxTokens = 8;
+// Logits and selection in one launch for steps of at most kRouterKernelMaxTokens tokens: the last block to finish
+// its logits selects. done_blocks: a device counter that is 0 between calls (the kernel resets it).
+void launch_router_fused(const float* x, int64_t tokens, int64_t hidden, const __nv_bfloat16* w, int64_t experts,
+                         float* logits, const float* bias, int64_t top_k, int64_t groups, int64_t top_groups,
+                         bool normalize, float scaling, int32_t* ids, float* weights, unsigned* done_blocks,
+                         cudaStream_t s);
+// Sigmoid, bias for selection, group-limited top-k, normalisation, scaling (spec §3.1).
+void launch_router_select(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k,
+                          int64_t groups, int64_t top_groups, bool normalize, float scaling, int32_t* ids,
+                          float* weights, cudaStream_t s);
+
+// --- moe/grouped.cu ---
+// Device buffers of one grouped-experts call: offsets [experts + 1], active [experts],
+// num_active [1], sorted [pairs] (I32); act [pairs, inter] bf16; y [pairs, hidden] fp32.
+// The (token, slot) pairs of a step: slots [0, top_k) from the router's ids/weights [tokens, top_k];
+// with extra_id >= 0 one more slot per token (extra_id, weight 1): the shared expert, so that its
+// weights are read in the same kernels as the routed ones. Pair p = t * per_token() + k.
+struct MoeSlots {
+  const int32_t* ids;
+  const float* weights;
+  int top_k;
+  int extra_id;  // -1: none
+  __host__ __device__ int per_token() const { return top_k + (extra_id >= 0 ? 1 : 0); }
+  __device__ int id(int pair) const {
+    const int K = per_token(), t = pair / K, k = pair % K;
+    return k < top_k ? ids[t * top_k + k] : extra_id;
+  }
+  __device__ float weight(int pair) const {
+    const int K = per_token(), t = pair / K, k = pair % K;
+    return k < top_k ? weights[t * top_k + k] : 1.0f;
+  }
+};
+inline void add_fields(Signature& s, const MoeSlots& a) {
+  static_assert(sizeof(MoeSlots) == 24, "a field was added: add it to the signature");
+  s.add(a.ids);
+  s.add(a.weights);
+  s.add(a.top_k);
+  s.add(a.extra_id);
+}
+struct MoeGroupedScratch {
+  __nv_bfloat16* xb;  // [tokens, hidden]: x rounded to bf16
+  int32_t* offsets;
+  int32_t* active;
+  int32_t* num_active;
+  int32_t* sorted;
+  __nv_bfloat16* act;
+  float* y;
+  float* gate_up_part;  // [2 (gate, up), splits, pairs, inter] fp32 partial sums
+};
+// Slices of the hidden dimension the gate/up kernel splits into for `pairs` (token, expert) pairs.
+int64_t moe_grouped_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter);
+// Shapes the grouped kernels take (16-byte loads over 32-wide K chunks; one block sorts the pairs).
+bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts);
+// scratch.y[p] = Expert_{id(p)}(x[token of p]) for every pair p of the step's slots, with no host
+// round trip: x [tokens, hidden] fp32 (rounded to bf16 into scratch.xb); gate_w/up_w [experts] →
+// [inter, hidden], down_w [experts] → [hidden, inter] (device arrays of device pointers, bf16).
+// With one slot per token (top_k 0, extra_id 0) scratch.y is [tokens, hidden]: one expert's output.
+void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
+                                int64_t experts, const __nv_bfloat16* const* gate_w,
+                                const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
+                                const MoeGroupedScratch& scratch, cudaStream_t s);
+// out[t] = Σ_k weights[t, k] · y[pair (t, k)] in slot order, then + add[t] when add is given
+// (y: scratch.y of launch_moe_grouped_experts; add [tokens, hidden] or null).
+void launch_moe_combine(const float* y, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
+                        const float* add, float* out, cudaStream_t s);
+
+// --- linear/gemv.cu ---
+// Steps of at most this many tokens run dense projections as matrix-vector kernels.
+constexpr int64_t kGemvMaxTokens = 2;
+// One batch b of `tokens` rows: x (fp32) at x + b * x_batch + t * x_row; W (bf16) at
+// w + b * w_batch, row i at + i * w_row; out (fp32) at out + b * out_batch + t * out_row.
+struct GemvArgs {
+  const float* x;
+  int64_t x_row, x_batch;
+  const __nv_bfloat16* w;
+  int64_t w_row, w_batch;
+  float* out;
+  int64_t out_row, out_batch;
+  int k, n, tokens;
+  // Optional, batch 1 only: a second matrix of n2 rows over the same x, written to out2 (one
+  // launch for two projections of one input).
+  const __nv_bfloat16* w2 = nullptr;
+  int64_t w2_row = 0;
+  float* out2 = nullptr;
+  int64_t out2_row = 0;
+  int n2 = 0;
+  // Optional: x is RMS-normalised over its k columns with this weight first (fp32, k values;
+  // k <= kGemvNormMaxK), as launch_rms_norm computes it.
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.0f;
+  // Optional, gemv_transposed only: x's columns [k, k + pass_through) are copied to out's columns
+  // [n, n + pass_through) (MLA's q_pe beside the absorbed q_nope, without a memcpy between kernels).
+  int pass_through = 0;
+};
+inline void add_fields(Signature& s, const GemvArgs& g) {
+  static_assert(sizeof(GemvArgs) == 144, "a field was added: add it to the signature");
+  for (const void* p : {static_cast<const void*>(g.x), static_cast<const void*>(g.w), static_cast<const void*>(g.out),
+                        static_cast<const void*>(g.w2), static_cast<const void*>(g.out2),
+                        static_cast<const void*>(g.norm_weight)})
+    s.add(p);
+  for (int64_t v : {g.x_row, g.x_batch, g.w_row, g.w_batch, g.out_row, g.out_batch, g.w2_row, g.out2_row, int64_t{g.k},
+                    int64_t{g.n}, int64_t{g.tokens}, int64_t{g.n2}, int64_t{g.pass_through}})
+    s.add(v);
+  s.add(g.norm_eps);
+}
+constexpr int64_t kGemvNormMaxK = 4096;
+// out[t, i] = Σ_c x[t, c] · W[i, c] for i < n, c < k (k a multiple of 256, n of 4).
+bool gemv_applies(int64_t tokens, int64_t k, int64_t n);
+// The K split (warps sharing a row group: 1, 2, 4 or 8) launch_gemv picks for these arguments.
+int gemv_slices(const GemvArgs& g, int64_t batch, int num_sms);
+// slices <= 0: gemv_slices' choice (the benchmark passes others to compare).
+void launch_gemv(const GemvArgs& g, int64_t batch, int num_sms, cudaStream_t s, int slices = 0);
+// out[t, l] = Σ_i x[t, i] · W[i, l] for l < n, i < k (n a multiple of 256).
+bool gemv_transposed_applies(int64_t tokens, int64_t n_cols);
+void launch_gemv_transposed(const GemvArgs& g, int64_t batch, cudaStream_t s);
+
+// --- moe/gemv.cu ---
+// Experts with at most this many (token, slot) pairs run as matrix-vector kernels when the shapes
+// allow (hidden and moe_intermediate multiples of 256).
+constexpr int kMoeGemvMaxPairs = 4;
+bool moe_gemv_supported(int64_t hidden, int64_t inter);
+// Over the pairs permuted into `scratch`, for the experts with at most max_pairs pairs:
+// gate/up writes scratch.act = silu(x·Wgᵀ)·(x·Wuᵀ) directly, down writes scratch.y.
+// expert_slots = the grid's expert dimension (at least the number of active experts).
+void launch_moe_gemv_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top_k, const MoeGroupedScratch& scratch,
+                             unsigned expert_slots, int max_pairs, const __nv_bfloat16* const* gate_w,
+                             const __nv_bfloat16* const* up_w, int64_t inter, cudaStream_t s);
+void launch_moe_gemv_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& scratch, unsigned expert_slots,
+                          int max_pairs, const __nv_bfloat16* const* down_w, int64_t inter, cudaStream_t s);
+
+}  // namespace tessera::ops::cuda

@@ -1,0 +1,313 @@
+// Routed experts on the device without a host round trip (decode-sized steps): the (token, slot)
+// pairs are sorted by expert, then grouped projections read each routed expert's weights once for
+// all of its tokens:
+//   gate, up: g[m] = x[t] · Wg[e]ᵀ, u[m] = x[t] · Wu[e]ᵀ for every sorted pair m of expert e
+//             (fp32, split over the hidden dimension for few tokens), act[m] = silu(g[m]) * u[m]
+//   down:     y[pair] = act[m] · Wd[e]ᵀ
+// and a combine adds Σ_k w[t, k] · y[t, k] in slot order (deterministic whatever order the sort
+// produced). Decode is bound by reading expert weights, so the GEMM kernels stream the weight rows
+// straight from global memory with 16-byte loads into mma.sync B fragments (no shared memory, no
+// block barriers), 16 tokens per MMA tile. Inside each 32-wide K chunk a lane holds 8 consecutive K
+// values; the MMA's logical K slots are permuted the same way for A and B, which a dot product
+// allows.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "ops/cuda/kernels/common/stream_load.cuh"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/launch.cuh"
+
+namespace tessera::ops::cuda {
+
+namespace {
+
+constexpr int kMaxExperts = 1024;
+constexpr int kWarpsPerBlock = 8;
+constexpr int kRowsPerWarp = 8;     // MMA N
+constexpr int kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
+constexpr int kUnroll = 8;          // 32-wide K chunks loaded ahead (memory-level parallelism)
+
+__device__ inline void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                uint32_t b1) {
+  // Not volatile: the compiler may hoist the next chunks' loads above these MMAs.
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ inline uint4 load_or_zero(const __nv_bfloat16* p) {
+  return p ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+}
+
+// Two MMAs over one 32-wide K chunk: lane (g, c) holds K values [8c, 8c + 8) of A rows g and
+// g + 8 (alo, ahi) and of weight row g (w).
+__device__ inline void mma_chunk(float (&acc)[4], const uint4& alo, const uint4& ahi, const uint4& w) {
+  mma_bf16(acc, alo.x, ahi.x, alo.y, ahi.y, w.x, w.y);
+  mma_bf16(acc, alo.z, ahi.z, alo.w, ahi.w, w.z, w.w);
+}
+
+// Block-wide exclusive scan of one value per thread (blockDim.x == 1024).
+__device__ int block_exclusive_scan(int v, int* warp_sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int s = warp_sums[lane];
+    for (int o = 1; o < 32; o <<= 1) {
+      const int n = __shfl_up_sync(0xffffffffu, s, o);
+      if (lane >= o) s += n;
+    }
+    warp_sums[lane] = s;  // inclusive sums of the warps
+  }
+  __syncthreads();
+  return incl - v + (warp > 0 ? warp_sums[warp - 1] : 0);
+}
+
+// Block 0 (1024 threads): counts per expert, offsets, the list of experts with work, and the
+// pairs sorted by expert. Pairs with an id outside [0, experts) are dropped (the router cannot
+// produce them). The other blocks convert x to bf16 for the projections, 8 values a thread (one
+// launch where the step had three: slot append, conversion, sort).
+constexpr int kConvertPerBlock = 1024 * 8;
+__global__ void __launch_bounds__(1024)
+    prepare_kernel(MoeSlots slots, int pairs, int experts, int32_t* offsets, int32_t* active, int32_t* num_active,
+                   int32_t* sorted, const float* __restrict__ x, int64_t x_elems, __nv_bfloat16* __restrict__ xb) {
+  pdl_wait();  // first: launched with launch_dependent
+  if (blockIdx.x > 0) {
+    const int64_t base = (static_cast<int64_t>(blockIdx.x) - 1) * kConvertPerBlock + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int64_t i = base + j * 1024;
+      if (i < x_elems) xb[i] = __float2bfloat16_rn(x[i]);
+    }
+    return;
+  }
+  __shared__ int counts[kMaxExperts], fill[kMaxExperts], warp_sums[32], n_active;
+  const int e = threadIdx.x;
+  counts[e] = 0;
+  fill[e] = 0;
+  if (e == 0) n_active = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int id = slots.id(i);
+    if (id >= 0 && id < experts) atomicAdd(&counts[id], 1);
+  }
+  __syncthreads();
+  const int count = counts[e];
+  const int offset = block_exclusive_scan(count, warp_sums);
+  __syncthreads();
+  counts[e] = offset;  // reused as the start of expert e
+  if (e < experts) {
+    offsets[e] = offset;
+    if (count > 0) active[atomicAdd(&n_active, 1)] = e;
+  }
+  if (e == experts - 1) offsets[experts] = offset + count;
+  __syncthreads();
+  if (e == 0) *num_active = n_active;
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int id = slots.id(i);
+    if (id >= 0 && id < experts) sorted[counts[id] + atomicAdd(&fill[id], 1)] = i;
+  }
+}
+
+// One projection of the sorted pairs of expert active[blockIdx.y] through its weight W[e] [N, K]:
+//   out[row(m), n] = A[a_row(m)] · W[e][n]  for this warp's 8 rows n,
+// a_row(m) = sorted[m] / top_k (the token: gate and up read x) or m (down reads act), row(m) = m or
+// sorted[m] (down writes each pair's own row). gridDim.z > 1 splits K: slice z writes its partial
+// sums to out + z · out_slice. Each warp streams 8 weight rows (gate and up are separate launches:
+// 16 rows 14 KB apart per warp ran at ~57% of the bandwidth, 8 at ~80%).
+template <bool kTokenRows, bool kPairRowsOut>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    expert_project_kernel(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k,
+                          const int32_t* __restrict__ sorted, const int32_t* __restrict__ offsets,
+                          const int32_t* __restrict__ active, const int32_t* __restrict__ num_active,
+                          const __nv_bfloat16* const* __restrict__ w, int n_dim, float* __restrict__ out,
+                          int64_t out_slice, int min_pairs) {
+  if (static_cast<int>(blockIdx.y) >= *num_active) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int n0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
+  if (n0 >= n_dim) return;
+  const int e = active[blockIdx.y];
+  const int begin = offsets[e], end = offsets[e + 1];
+  float* out_z = out + static_cast<int64_t>(blockIdx.z) * out_slice;
+  if (end - begin < min_pairs) {
+    // The matrix-vector kernels take this expert. Gate/up partials are zeroed, so that the finish
+    // kernel reads defined values for its rows (act is rewritten there afterwards).
+    if (!kPairRowsOut)
+      for (int m = begin + g; m < end; m += 8)
+        *reinterpret_cast<float2*>(out_z + static_cast<int64_t>(m) * n_dim + n0 + 2 * c) = make_float2(0.0f, 0.0f);
+    return;
+  }
+  const __nv_bfloat16* wr = w[e] + static_cast<int64_t>(n0 + g) * k_dim + 8 * c;
+  const uint64_t policy = l2_evict_first_policy();
+  const int k_len = k_dim / static_cast<int>(gridDim.z), k_begin = static_cast<int>(blockIdx.z) * k_len;
+  const int k_end = k_begin + k_len;
+  auto a_row = [&](int m) { return kTokenRows ? sorted[m] / top_k : m; };
+  for (int m0 = begin; m0 < end; m0 += 16) {
+    const int m_lo = m0 + g, m_hi = m0 + g + 8;
+    const __nv_bfloat16* alo_p = m_lo < end ? a + static_cast<int64_t>(a_row(m_lo)) * k_dim + 8 * c : nullptr;
+    const __nv_bfloat16* ahi_p = m_hi < end ? a + static_cast<int64_t>(a_row(m_hi)) * k_dim + 8 * c : nullptr;
+    float acc[4] = {0, 0, 0, 0};
+    int k0 = k_begin;
+    for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
+      uint4 b[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wr + k0 + 32 * u, policy);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        mma_chunk(acc, load_or_zero(alo_p ? alo_p + k0 + 32 * u : nullptr),
+                  load_or_zero(ahi_p ? ahi_p + k0 + 32 * u : nullptr), b[u]);
+    }
+    for (; k0 < k_end; k0 += 32)
+      mma_chunk(acc, load_or_zero(alo_p ? alo_p + k0 : nullptr), load_or_zero(ahi_p ? ahi_p + k0 : nullptr),
+                load_stream(wr + k0, policy));
+    // C fragment: rows (pairs) g and g + 8, columns (weight rows) n0 + 2c, n0 + 2c + 1.
+    if (m_lo < end) {
+      const int64_t r = kPairRowsOut ? sorted[m_lo] : m_lo;
+      *reinterpret_cast<float2*>(out_z + r * n_dim + n0 + 2 * c) = make_float2(acc[0], acc[1]);
+    }
+    if (m_hi < end) {
+      const int64_t r = kPairRowsOut ? sorted[m_hi] : m_hi;
+      *reinterpret_cast<float2*>(out_z + r * n_dim + n0 + 2 * c) = make_float2(acc[2], acc[3]);
+    }
+  }
+}
+
+// act[m, n] = silu(Σ_z gate[z, m, n]) · Σ_z up[z, m, n] (bf16, the down projection's input).
+__global__ void gate_up_finish_kernel(const float* __restrict__ gate, const float* __restrict__ up, int splits,
+                                      int64_t n, __nv_bfloat16* __restrict__ act) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  float gv = 0.0f, uv = 0.0f;
+  for (int z = 0; z < splits; ++z) {
+    gv += gate[z * n + i];
+    uv += up[z * n + i];
+  }
+  act[i] = __float2bfloat16_rn(gv / (1.0f + __expf(-gv)) * uv);
+}
+
+// out[t, n] = Σ_k w[t, k] · y[t·K + k, n] (+ add[t, n] last, when given), slots in order; pairs
+// with an invalid id add nothing. Every slot's id, weight and y are loaded before any is used (up
+// to kCombineSlots slots at once; a loop that loaded them one slot at a time waited for each, ~18
+// memory latencies at 9 slots).
+constexpr int kCombineSlots = 16;
+__global__ void combine_kernel(const float* __restrict__ y, MoeSlots slots, int experts, int hidden,
+                               const float* __restrict__ add, float* __restrict__ out) {
+  pdl_wait();  // first: launched with launch_dependent
+  const int t = blockIdx.y;
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= hidden) return;
+  const int K = slots.per_token();
+  const float added = add ? add[static_cast<int64_t>(t) * hidden + n] : 0.0f;
+  float acc = 0.0f;
+  for (int k0 = 0; k0 < K; k0 += kCombineSlots) {
+    int id[kCombineSlots];
+    float w[kCombineSlots], v[kCombineSlots];
+#pragma unroll
+    for (int j = 0; j < kCombineSlots; ++j) {
+      const int pair = t * K + k0 + j;
+      const bool in = k0 + j < K;
+      id[j] = in ? slots.id(pair) : -1;
+      w[j] = in ? slots.weight(pair) : 0.0f;
+      // y of every slot of the step exists (the experts wrote the valid ones); read regardless of
+      // the id so the loads need not wait for it, and use only the valid ones.
+      v[j] = in ? y[static_cast<int64_t>(pair) * hidden + n] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kCombineSlots; ++j)
+      if (id[j] >= 0 && id[j] < experts) acc += w[j] * v[j];
+  }
+  out[static_cast<int64_t>(t) * hidden + n] = add ? acc + added : acc;
+}
+
+}  // namespace
+
+int64_t moe_grouped_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter) {
+  // Few (expert, row) warps, four hidden slices multiply them: a step of few pairs, or one whose
+  // light experts go to the matrix-vector kernels, leaving the tensor cores a handful of heavy ones
+  // (the shared expert alone at batch 16: 32 blocks without the split, 0.3 TB/s).
+  if (hidden % (4 * 32) != 0) return 1;
+  return pairs <= 64 || (moe_gemv_supported(hidden, inter) && tokens > kMoeGemvMaxPairs) ? 4 : 1;
+}
+
+bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts) {
+  return experts <= kMaxExperts && hidden % 32 == 0 && inter % 32 == 0;
+}
+
+namespace {
+
+// Gate and up (split over the hidden dimension for few pairs), then the finish kernel, on tensor
+// cores, for the experts with at least min_pairs pairs.
+void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, int64_t top_k,
+                        const MoeGroupedScratch& s, unsigned expert_slots, int min_pairs,
+                        const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w, int64_t inter,
+                        cudaStream_t stream) {
+  const int pairs = static_cast<int>(tokens * top_k);
+  const int64_t splits = moe_grouped_gate_up_splits(tokens, pairs, hidden, inter);
+  const int64_t slice = static_cast<int64_t>(pairs) * inter;
+  dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
+               static_cast<unsigned>(splits));
+  for (int matrix = 0; matrix < 2; ++matrix)
+    launch_plain(expert_project_kernel<true, false>, gu_grid, kWarpsPerBlock * 32, 0, stream, x,
+                 static_cast<int>(hidden), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active,
+                 matrix == 0 ? gate_w : up_w, static_cast<int>(inter), s.gate_up_part + matrix * splits * slice, slice,
+                 min_pairs);
+  launch_plain(gate_up_finish_kernel, static_cast<unsigned>((slice + 255) / 256), 256, 0, stream, s.gate_up_part,
+               s.gate_up_part + splits * slice, static_cast<int>(splits), slice, s.act);
+}
+
+void launch_mma_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, unsigned expert_slots, int min_pairs,
+                     const __nv_bfloat16* const* down_w, int64_t inter, cudaStream_t stream) {
+  dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
+  launch_plain(expert_project_kernel<false, true>, d_grid, kWarpsPerBlock * 32, 0, stream, s.act,
+               static_cast<int>(inter), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, down_w,
+               static_cast<int>(hidden), s.y, 0, min_pairs);
+}
+
+}  // namespace
+
+void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
+                                int64_t experts, const __nv_bfloat16* const* gate_w,
+                                const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
+                                const MoeGroupedScratch& s, cudaStream_t stream) {
+  const int64_t top_k = slots.per_token();
+  const int pairs = static_cast<int>(tokens * top_k);
+  if (pairs == 0) return;
+  const int64_t x_elems = tokens * hidden;
+  launch_dependent(prepare_kernel, dim3(static_cast<unsigned>(1 + (x_elems + kConvertPerBlock - 1) / kConvertPerBlock)),
+                   1024, 0, stream, slots, pairs, static_cast<int>(experts), s.offsets, s.active, s.num_active,
+                   s.sorted, x, x_elems, s.xb);
+  const __nv_bfloat16* xb = s.xb;
+  // At most min(experts, pairs) experts have work; blocks past *num_active return at once.
+  const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
+  // Experts with at most kMoeGemvMaxPairs pairs go to the matrix-vector kernels (moe/gemv.cu), the
+  // others to the tensor-core kernels; a step of at most that many tokens has no other kind. The
+  // order matters: the finish kernel writes act for every pair, the matrix-vector gate/up then
+  // rewrites its experts' rows.
+  const bool gemv = moe_gemv_supported(hidden, inter);
+  const bool mma = !gemv || tokens > kMoeGemvMaxPairs;
+  // (Without the tensor-core kernels the matrix-vector ones take every expert, however many pairs.)
+  const int gemv_max = !gemv ? 0 : mma ? kMoeGemvMaxPairs : std::numeric_limits<int>::max();
+  const int mma_min = gemv ? kMoeGemvMaxPairs + 1 : 0;
+  if (mma) launch_mma_gate_up(xb, tokens, hidden, top_k, s, expert_slots, mma_min, gate_w, up_w, inter, stream);
+  if (gemv) launch_moe_gemv_gate_up(xb, hidden, top_k, s, expert_slots, gemv_max, gate_w, up_w, inter, stream);
+  if (mma) launch_mma_down(hidden, top_k, s, expert_slots, mma_min, down_w, inter, stream);
+  if (gemv) launch_moe_gemv_down(hidden, top_k, s, expert_slots, gemv_max, down_w, inter, stream);
+}
+
+void launch_moe_combine(const float* y, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
+                        const float* add, float* out, cudaStream_t stream) {
+  if (tokens == 0) return;
+  dim3 c_grid(static_cast<unsigned>((hidden + 255) / 256), static_cast<unsigned>(tokens));
+  launch_dependent(combine_kernel, c_grid, 256, 0, stream, y, slots, static_cast<int>(experts),
+                   static_cast<int>(hidden), add, out);
+}
+
+}  // namespace tessera::ops::cuda

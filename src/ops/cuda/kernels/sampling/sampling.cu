@@ -1,0 +1,327 @@
+// Ops::sample on the GPU: one block of 1024 threads per row, the row read from global memory a few
+// times (argmax, then per selection four radix passes, then the draw), no sort and no scratch
+// memory. The arithmetic is sampling_rule.h's, so the tokens equal the CPU reference's.
+#include "ops/cuda/kernels/sampling/sampling.h"
+#include "ops/cuda/runtime/launch.cuh"
+
+namespace tessera::ops::cuda {
+namespace {
+
+using namespace sampling;
+using u64 = unsigned long long;  // the type CUDA's atomics and shuffles take
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kFull = 0xffffffffu;
+
+struct Shared {
+  uint32_t count[256];  // radix histogram: tokens per digit
+  u64 mass[256];        // and their mass
+  u64 reduce[kWarps];
+  uint32_t digit, digit_count, above_count;  // the digit picked by a radix pass
+  u64 above_mass;
+  uint32_t seg_ties[kWarps];  // the draw: per warp segment, tokens tied with the cut
+  u64 seg_above[kWarps];      // and mass of the tokens above the cut
+  int hit_seg;
+  uint32_t hit_ties_before;
+  u64 hit_mass_before;
+};
+
+struct Row {
+  const float* x;
+  int n;
+  float inv_t;
+  float s_max;
+};
+
+// The kept set: tokens with key > key, and of those with key == key the first `ties` by id.
+struct Cut {
+  uint32_t key = 0;  // 0 is below every token: all kept
+  int64_t ties = 0;
+  u64 mass = 0;  // mass of the kept set
+};
+
+__device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
+__device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }
+__device__ __forceinline__ float s_at(const Row& row, int i) {
+  return scaled_logit(__ldg(row.x + i), row.inv_t);
+}
+
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+template <class T>
+__device__ __forceinline__ T warp_inclusive_sum(T v) {
+  for (int o = 1; o < 32; o <<= 1) {
+    const T up = __shfl_up_sync(kFull, v, o);
+    if (lane_id() >= o) v += up;
+  }
+  return v;
+}
+
+// Block-wide sum or max; every thread gets the result. Integers, so the order does not matter.
+template <bool kMax>
+__device__ u64 block_reduce(u64 v, Shared& sh) {
+  auto warp_reduce = [](u64 x) {
+    for (int o = 16; o > 0; o >>= 1) {
+      const u64 y = __shfl_xor_sync(kFull, x, o);
+      x = kMax ? max(x, y) : x + y;
+    }
+    return x;
+  };
+  v = warp_reduce(v);
+  if (lane_id() == 0) sh.reduce[warp_id()] = v;
+  __syncthreads();
+  v = warp_reduce(sh.reduce[lane_id()]);  // kWarps == 32: each warp reduces all partials
+  __syncthreads();                        // sh.reduce is free again
+  return v;
+}
+
+__device__ u64 total_mass(const Row& row, Shared& sh) {
+  u64 m = 0;
+  for (int i = threadIdx.x; i < row.n; i += kThreads) m += token_mass(s_at(row, i), row.s_max);
+  return block_reduce<false>(m, sh);
+}
+
+// Adds one token (count 1, mass q) to bin `digit` (256: none). Lanes of a warp with the same digit
+// are summed first, one shared atomic per bin and warp: most tokens share the top digits, so
+// per-token atomics would serialise. q <= 2^40, so 32 of its 21-bit halves fit 32 bits.
+__device__ __forceinline__ void histogram_add(uint32_t digit, u64 q, Shared& sh) {
+  const unsigned peers = __match_any_sync(kFull, digit);
+  const unsigned lo = __reduce_add_sync(peers, static_cast<unsigned>(q & 0x1FFFFFu));
+  const unsigned hi = __reduce_add_sync(peers, static_cast<unsigned>(q >> 21));
+  if (digit < 256 && lane_id() == __ffs(peers) - 1) {
+    atomicAdd(&sh.count[digit], static_cast<unsigned>(__popc(peers)));
+    const u64 sum = (static_cast<u64>(hi) << 21) + lo;
+    if (sum) atomicAdd(&sh.mass[digit], sum);
+  }
+}
+
+// Warp 0: walking the bins from the top, the first where the running count reaches `need` (by
+// count) or the running mass, after `mass_before`, reaches the top-p threshold (by mass); and what
+// lies in the bins above it. The lowest bin is taken if none qualifies (it cannot happen: the
+// selection only ever descends into a bin that reaches).
+__device__ void pick_digit(bool by_mass, int64_t need, u64 mass_before, double threshold,
+                           Shared& sh) {
+  const int lane = lane_id();
+  uint32_t c[8], csum = 0;
+  u64 m[8], msum = 0;
+  for (int j = 0; j < 8; ++j) {  // lane 0 holds the highest bins
+    const int d = 255 - 8 * lane - j;
+    c[j] = sh.count[d];
+    m[j] = sh.mass[d];
+    csum += c[j];
+    msum += m[j];
+  }
+  uint32_t cnt = warp_inclusive_sum(csum) - csum;
+  u64 ms = warp_inclusive_sum(msum) - msum;
+  int hit = -1;
+  uint32_t hit_count = 0, hit_above_count = 0;
+  u64 hit_above_mass = 0;
+  for (int j = 0; j < 8 && hit < 0; ++j) {
+    const bool reached = by_mass ? reaches_top_p(mass_before + ms + m[j], threshold)
+                                 : static_cast<int64_t>(cnt + c[j]) >= need;
+    if (reached || (lane == 31 && j == 7)) {
+      hit = j;
+      hit_count = c[j];
+      hit_above_count = cnt;
+      hit_above_mass = ms;
+    }
+    cnt += c[j];
+    ms += m[j];
+  }
+  const unsigned lanes = __ballot_sync(kFull, hit >= 0);
+  if (lane == __ffs(lanes) - 1) {
+    sh.digit = static_cast<uint32_t>(255 - 8 * lane - hit);
+    sh.digit_count = hit_count;
+    sh.above_count = hit_above_count;
+    sh.above_mass = hit_above_mass;
+  }
+}
+
+// The kept prefix of the (s descending, id ascending) order: the first `k` tokens (by count), or
+// the shortest prefix whose mass reaches `threshold` (by mass). Radix selection over the order
+// key, 8 bits a pass from the top; each pass histograms the tokens that match the digits found.
+__device__ Cut select_prefix(const Row& row, bool by_mass, int64_t k, double threshold,
+                             Shared& sh) {
+  uint32_t prefix = 0, mask = 0, digit_count = 0;
+  int64_t need = k;
+  u64 above_mass = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int j = threadIdx.x; j < 256; j += kThreads) {
+      sh.count[j] = 0;
+      sh.mass[j] = 0;
+    }
+    __syncthreads();
+    for (int base = 0; base < row.n; base += kThreads) {  // the same trip count in every warp
+      const int i = base + static_cast<int>(threadIdx.x);
+      uint32_t digit = 256;
+      u64 q = 0;
+      if (i < row.n) {
+        const float s = s_at(row, i);
+        const uint32_t key = order_key(s);
+        if ((key & mask) == prefix) {
+          digit = (key >> shift) & 255u;
+          q = token_mass(s, row.s_max);
+        }
+      }
+      histogram_add(digit, q, sh);
+    }
+    __syncthreads();
+    if (warp_id() == 0) pick_digit(by_mass, need, above_mass, threshold, sh);
+    __syncthreads();
+    need -= sh.above_count;
+    above_mass += sh.above_mass;
+    digit_count = sh.digit_count;
+    prefix |= sh.digit << shift;
+    mask |= 255u << shift;
+  }
+  Cut cut;
+  cut.key = prefix;
+  const u64 q = token_mass(key_value(prefix), row.s_max);  // every tie weighs the same
+  if (by_mass) {
+    // The fewest ties j in [1, digit_count] with reaches(above + j·q) (monotone in j).
+    int64_t lo = 1, hi = digit_count;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (reaches_top_p(above_mass + static_cast<u64>(mid) * q, threshold))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    cut.ties = lo;
+  } else {
+    cut.ties = need;
+  }
+  cut.mass = above_mass + static_cast<u64>(cut.ties) * q;
+  return cut;
+}
+
+// The kept token whose cumulative mass in id order first exceeds `target`. Each warp owns one
+// contiguous segment of ids: the warps total their segments, warp 0 finds the segment that holds
+// the target, and its warp scans it 32 ids at a time.
+__device__ void draw(const Row& row, const Cut& cut, u64 target, int32_t fallback, Shared& sh,
+                     int32_t* id_out, float* logprob_out) {
+  const int lane = lane_id(), warp = warp_id();
+  const int seg = (row.n + kWarps - 1) / kWarps;
+  const int lo = min(row.n, warp * seg), hi = min(row.n, lo + seg);
+  const u64 cut_q = token_mass(key_value(cut.key), row.s_max);
+  uint32_t ties = 0;
+  u64 above = 0;
+  for (int i = lo + lane; i < hi; i += 32) {
+    const float s = s_at(row, i);
+    const uint32_t key = order_key(s);
+    if (key > cut.key)
+      above += token_mass(s, row.s_max);
+    else if (key == cut.key)
+      ++ties;
+  }
+  ties = warp_sum(ties);
+  above = warp_sum(above);
+  if (lane == 0) {
+    sh.seg_ties[warp] = ties;
+    sh.seg_above[warp] = above;
+  }
+  if (threadIdx.x == 0) {  // overwritten below; only reached if rounding left no token (it cannot)
+    *id_out = fallback;
+    if (logprob_out) *logprob_out = 0.0f;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const uint32_t t = sh.seg_ties[lane];
+    const uint32_t t_before = warp_inclusive_sum(t) - t;
+    const int64_t left = cut.ties - static_cast<int64_t>(t_before);  // ties still to keep
+    const int64_t kept_ties = left <= 0 ? 0 : left < t ? left : t;
+    const u64 m = sh.seg_above[lane] + static_cast<u64>(kept_ties) * cut_q;
+    const u64 m_incl = warp_inclusive_sum(m);
+    const unsigned hit = __ballot_sync(kFull, m_incl > target);
+    if (lane == 0) sh.hit_seg = hit ? __ffs(hit) - 1 : -1;
+    if (hit && lane == __ffs(hit) - 1) {
+      sh.hit_ties_before = t_before;
+      sh.hit_mass_before = m_incl - m;
+    }
+  }
+  __syncthreads();
+  if (warp != sh.hit_seg) return;
+  uint32_t ties_before = sh.hit_ties_before;
+  u64 mass_before = sh.hit_mass_before;
+  for (int base = lo; base < hi; base += 32) {
+    const int i = base + lane;
+    float s = 0.0f;
+    uint32_t key = 0;
+    u64 q = 0;
+    if (i < hi) {
+      s = s_at(row, i);
+      key = order_key(s);
+      q = token_mass(s, row.s_max);
+    }
+    const bool is_tie = i < hi && key == cut.key;
+    const unsigned tie_lanes = __ballot_sync(kFull, is_tie);
+    const uint32_t rank = ties_before + __popc(tie_lanes & ((1u << lane) - 1u));
+    const bool kept = i < hi && (key > cut.key || (is_tie && rank < cut.ties));
+    const u64 incl = warp_inclusive_sum(kept ? q : u64{0});
+    const unsigned found = __ballot_sync(kFull, kept && mass_before + incl > target);
+    if (found) {
+      if (lane == __ffs(found) - 1) {
+        *id_out = i;
+        if (logprob_out) *logprob_out = kept_logprob(log_weight(s, row.s_max), cut.mass);
+      }
+      return;
+    }
+    mass_before += __shfl_sync(kFull, incl, 31);
+    ties_before += __popc(tie_lanes);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const float* logits, int64_t vocab, const SampleRow* params, int32_t* ids,
+                  float* logprobs) {
+  __shared__ Shared sh;
+  const int64_t r = blockIdx.x;
+  const SampleRow p = params[r];
+  const bool greedy = p.temperature == 0.0f;
+  Row row{logits + r * vocab, static_cast<int>(vocab), greedy ? 1.0f : f_recip(p.temperature),
+          0.0f};
+  float* logprob = logprobs ? logprobs + r : nullptr;
+
+  // The first argmax: the largest (key, inverted id) as one integer.
+  u64 best = 0;
+  for (int i = threadIdx.x; i < row.n; i += kThreads)
+    best = max(best, static_cast<u64>(order_key(s_at(row, i))) << 32 |
+                         (0xFFFFFFFFu - static_cast<uint32_t>(i)));
+  best = block_reduce<true>(best, sh);
+  const auto argmax = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(best));
+  row.s_max = key_value(static_cast<uint32_t>(best >> 32));
+
+  if (row.s_max == -INFINITY || greedy) {
+    // Greedy logprob: log-softmax at temperature 1 over every token (argmax has log weight 0).
+    const bool any = row.s_max != -INFINITY;
+    const u64 total = logprob && any ? total_mass(row, sh) : 0;
+    if (threadIdx.x == 0) {
+      ids[r] = argmax;  // 0 when every logit is -inf
+      if (logprob) *logprob = any ? kept_logprob(0.0f, total) : -INFINITY;
+    }
+    return;
+  }
+
+  const int64_t k = p.top_k > 0 && p.top_k < row.n ? p.top_k : row.n;
+  Cut cut;
+  if (k < row.n)
+    cut = select_prefix(row, false, k, 0.0, sh);
+  else
+    cut.mass = total_mass(row, sh);
+  if (p.top_p < 1.0f) cut = select_prefix(row, true, 0, top_p_threshold(p.top_p, cut.mass), sh);
+  draw(row, cut, draw_target(p.uniform, cut.mass), argmax, sh, ids + r, logprob);
+}
+
+}  // namespace
+
+void launch_sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
+                   int32_t* ids, float* logprobs, cudaStream_t s) {
+  if (rows == 0) return;
+  launch_plain(sample_kernel, static_cast<unsigned>(rows), kThreads, 0, s, logits, vocab, params, ids, logprobs);
+}
+
+}  // namespace tessera::ops::cuda

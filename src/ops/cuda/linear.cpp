@@ -1,0 +1,84 @@
+#include "ops/cuda/linear.h"
+
+#include "core/error.h"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/cuda_check.h"
+
+namespace tessera::ops::cuda {
+
+using core::DType;
+using core::Tensor;
+
+namespace {
+
+void check_linear_shapes(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  TESSERA_CHECK(x.rank() == 2 && out.rank() == 2 && x.dim(1) == w.in && out.dim(1) == w.out && out.dim(0) == x.dim(0),
+                "linear {}: input {} / output {} do not fit weight [{}, {}]", w.name, core::shape_str(x.shape()),
+                core::shape_str(out.shape()), w.out, w.in);
+}
+
+// The matrix-vector kernel's arguments for out = x · Wᵀ (x [T, in], contiguous rows).
+GemvArgs gemv_args(const Tensor& x, const LinearWeight& w, Tensor& out) {
+  return {ptr<float>(x),
+          w.in,
+          0,
+          ptr<__nv_bfloat16>(w.weight),
+          w.in,
+          0,
+          ptr<float>(out),
+          w.out,
+          0,
+          static_cast<int>(w.in),
+          static_cast<int>(w.out),
+          static_cast<int>(x.dim(0))};
+}
+
+}  // namespace
+
+void linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& out) {
+  const int64_t T = x.dim(0);
+  check_linear_shapes(x, w, out);
+  if (T == 0) return;
+  if (gemv_applies(T, w.in, w.out)) {
+    launch_gemv(gemv_args(x, w, out), 1, ctx.num_sms(), ctx.stream());
+    TESSERA_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  Tensor xb = ctx.alloc(DType::kBF16, {T, w.in});
+  launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), ctx.stream());
+  ctx.gemm_bf16(ptr<__nv_bfloat16>(w.weight), ptr<__nv_bfloat16>(xb), ptr<float>(out), w.out, T, w.in);
+}
+
+bool linear_pair(CudaContext& ctx, const Tensor& x, const LinearWeight& w1, Tensor& out1, const LinearWeight& w2,
+                 Tensor& out2) {
+  const int64_t T = x.dim(0);
+  if (!(gemv_applies(T, w1.in, w1.out) && gemv_applies(T, w2.in, w2.out) && w1.in == w2.in)) return false;
+  check_linear_shapes(x, w1, out1);
+  check_linear_shapes(x, w2, out2);
+  GemvArgs g = gemv_args(x, w1, out1);
+  g.w2 = ptr<__nv_bfloat16>(w2.weight);
+  g.w2_row = w2.in;
+  g.out2 = ptr<float>(out2);
+  g.out2_row = w2.out;
+  g.n2 = static_cast<int>(w2.out);
+  launch_gemv(g, 1, ctx.num_sms(), ctx.stream());
+  TESSERA_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+bool rms_norm_linear(CudaContext& ctx, const Tensor& x, const Tensor& norm_weight, float eps, const LinearWeight& w,
+                     Tensor& out) {
+  const int64_t T = x.dim(0);
+  if (!(gemv_applies(T, w.in, w.out) && w.in <= kGemvNormMaxK)) return false;
+  check_linear_shapes(x, w, out);
+  TESSERA_CHECK(norm_weight.numel() == w.in, "rms_norm_linear {}: norm weight of {} values for input width {}", w.name,
+                norm_weight.numel(), w.in);
+  GemvArgs g = gemv_args(x, w, out);
+  g.norm_weight = ptr<float>(norm_weight);
+  g.norm_eps = eps;
+  launch_gemv(g, 1, ctx.num_sms(), ctx.stream());
+  TESSERA_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace tessera::ops::cuda

@@ -1,0 +1,269 @@
+#include "ops/cuda/moe.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "ops/cuda/elementwise.h"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/linear.h"
+#include "ops/cuda/runtime/cuda_check.h"
+
+namespace tessera::ops::cuda {
+
+using core::DType;
+using core::Tensor;
+using ExpertTable = MoeState::ExpertTable;
+
+MoeState::MoeState(CudaContext& ctx) {
+  router_done_blocks = ctx.alloc(DType::kI32, {1});
+  TESSERA_CUDA_CHECK(cudaMemset(router_done_blocks.raw(), 0, sizeof(int32_t)));
+}
+
+namespace {
+
+// `shared`, when given, is appended as expert E. Cached per expert list, and checked against the
+// weights' current device pointers: a list freed and another allocated at the same address (a
+// second model, a test) must not get the old table. Not while a recorded step is replayed: steps
+// of one key use the same weights (Ops::graphed_step), and the check reads every expert's weights
+// (~10 µs of host time a layer, which a replay's check would add before the graph's launch).
+const ExpertTable& expert_table(CudaContext& ctx, MoeState& state, const std::vector<ExpertWeights>& experts,
+                                const ExpertWeights* shared) {
+  const auto key = std::make_pair(experts.data(), shared);
+  if (ctx.replaying()) {
+    auto it = state.expert_tables.find(key);
+    if (it != state.expert_tables.end()) return it->second.second;
+  }
+  const size_t E = experts.size() + (shared ? 1 : 0);
+  std::vector<const __nv_bfloat16*> host(3 * E);
+  for (size_t e = 0; e < E; ++e) {
+    const ExpertWeights& w = e < experts.size() ? experts[e] : *shared;
+    host[e] = ptr<__nv_bfloat16>(w.gate.weight);
+    host[E + e] = ptr<__nv_bfloat16>(w.up.weight);
+    host[2 * E + e] = ptr<__nv_bfloat16>(w.down.weight);
+  }
+  auto it = state.expert_tables.find(key);
+  if (it != state.expert_tables.end() && it->second.first == host) return it->second.second;
+  ExpertTable t;
+  t.storage = ctx.upload_bytes(DType::kU8, {static_cast<int64_t>(host.size() * sizeof(void*))}, host.data());
+  auto* base = static_cast<const __nv_bfloat16* const*>(t.storage.raw());
+  t.gate = base;
+  t.up = base + E;
+  t.down = base + 2 * E;
+  auto& slot = state.expert_tables[key];
+  slot = {std::move(host), std::move(t)};
+  return slot.second;
+}
+
+// The buffers of one launch_moe_grouped_experts call, held until the work that reads them is queued.
+struct GroupedExperts {
+  Tensor xb, meta, act, y_rows, part;
+  float* y = nullptr;  // y_rows' data: [pairs, hidden]
+};
+// The pairs of `slots` through experts [first, first + experts) of `table`, on `stream`.
+GroupedExperts grouped_experts(CudaContext& ctx, const Tensor& x, const MoeSlots& slots, int64_t experts,
+                               const ExpertTable& table, int64_t first, int64_t inter, cudaStream_t stream) {
+  const int64_t T = x.dim(0), H = x.dim(1), P = T * slots.per_token();
+  GroupedExperts r;
+  r.xb = ctx.alloc(DType::kBF16, {T, H});
+  r.meta = ctx.alloc(DType::kI32, {2 * experts + 2 + P});
+  r.act = ctx.alloc(DType::kBF16, {P, inter});
+  r.y_rows = ctx.alloc(DType::kF32, {P, H});
+  r.part = ctx.alloc(DType::kF32, {2 * moe_grouped_gate_up_splits(T, P, H, inter) * P * inter});
+  int32_t* m = ptr<int32_t>(r.meta);
+  const MoeGroupedScratch scratch{ptr<__nv_bfloat16>(r.xb), m,
+                                  m + experts + 1,          m + 2 * experts + 1,
+                                  m + 2 * experts + 2,      ptr<__nv_bfloat16>(r.act),
+                                  ptr<float>(r.y_rows),     ptr<float>(r.part)};
+  launch_moe_grouped_experts(ptr<float>(x), T, H, slots, experts, table.gate + first, table.up + first,
+                             table.down + first, inter, scratch, stream);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  r.y = ptr<float>(r.y_rows);
+  return r;
+}
+
+bool has_routed_shape(const ExpertWeights& e, int64_t hidden, int64_t inter) {
+  return e.gate.out == inter && e.up.out == inter && e.down.in == inter && e.gate.in == hidden && e.down.out == hidden;
+}
+
+// Whether the grouped kernels take these routed experts for a step of x's tokens: the plan's
+// choice (kernel_registry.h), for experts of one shape (the grouped kernels index one table).
+bool moe_grouped_applies(CudaContext& ctx, const Tensor& x, const std::vector<ExpertWeights>& experts) {
+  const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size()), inter = experts[0].gate.out;
+  if (!ctx.moe_plan({E, H, inter}).grouped_for(T)) return false;
+  const bool uniform = std::all_of(experts.begin(), experts.end(),
+                                   [&](const ExpertWeights& e) { return has_routed_shape(e, H, inter); });
+  TESSERA_CHECK(uniform || ctx.overrides().moe != MoeKernel::kGrouped,
+                "MoE kernel 'grouped' was forced but the routed experts do not all have the shape of the first "
+                "(hidden {}, moe_intermediate {})",
+                H, inter);
+  return uniform;
+}
+
+// Whether the shared expert can run in the grouped kernels as one more expert of the table.
+bool shared_expert_groups_with(const Tensor& x, const std::vector<ExpertWeights>& experts,
+                               const ExpertWeights& shared) {
+  const int64_t H = x.dim(1), inter = experts[0].gate.out;
+  return has_routed_shape(shared, H, inter) &&
+         moe_grouped_supported(H, inter, static_cast<int64_t>(experts.size()) + 1);
+}
+
+bool shared_expert_stream_enabled() {
+  static const bool enabled = ab_switch_on("TESSERA_SHARED_EXPERT_STREAM");
+  return enabled;
+}
+
+void add_shared_expert(CudaContext& ctx, Ops& ops, const Tensor& x, const ExpertWeights& shared, Tensor& out) {
+  Tensor y = ctx.alloc(DType::kF32, {x.dim(0), x.dim(1)});
+  ops.mlp(x, shared, y);
+  add_inplace(ctx, out, y);
+}
+
+// Routing read back to the host, then per expert a gather, three cuBLASLt GEMMs and a weighted
+// scatter-add.
+void moe_experts_per_expert(CudaContext& ctx, const Tensor& x, const std::vector<ExpertWeights>& experts,
+                            const Tensor& ids, const Tensor& weights, Tensor& out) {
+  const int64_t T = x.dim(0), H = x.dim(1), K = ids.dim(1);
+  const cudaStream_t stream = ctx.stream();
+  std::vector<int32_t> h_ids(static_cast<size_t>(T * K));
+  std::vector<float> h_w(static_cast<size_t>(T * K));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), ids.raw(), h_ids.size() * 4, cudaMemcpyDeviceToHost, stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(h_w.data(), weights.raw(), h_w.size() * 4, cudaMemcpyDeviceToHost, stream));
+  ctx.sync();
+  std::vector<std::vector<int32_t>> rows(experts.size());
+  std::vector<std::vector<float>> wts(experts.size());
+  for (int64_t i = 0; i < T * K; ++i) {
+    const int32_t e = h_ids[static_cast<size_t>(i)];
+    TESSERA_CHECK(e >= 0 && static_cast<size_t>(e) < experts.size(), "moe_experts: expert id {} out of range", e);
+    rows[static_cast<size_t>(e)].push_back(static_cast<int32_t>(i / K));
+    wts[static_cast<size_t>(e)].push_back(h_w[static_cast<size_t>(i)]);
+  }
+  if (admit_op("memset", out.raw(), 0, out.nbytes(), stream))
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream));
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const int64_t n = static_cast<int64_t>(rows[e].size());
+    if (n == 0) continue;
+    const int64_t inter = experts[e].gate.out;
+    Tensor d_rows = ctx.upload_async(DType::kI32, {n}, rows[e].data());
+    Tensor d_w = ctx.upload_async(DType::kF32, {n}, wts[e].data());
+    Tensor xin = ctx.alloc(DType::kF32, {n, H});
+    launch_gather_rows_i32(ptr<float>(x), H, ptr<int32_t>(d_rows), n, ptr<float>(xin), stream);
+    Tensor g = ctx.alloc(DType::kF32, {n, inter}), u = ctx.alloc(DType::kF32, {n, inter}),
+           act = ctx.alloc(DType::kF32, {n, inter});
+    linear(ctx, xin, experts[e].gate, g);
+    linear(ctx, xin, experts[e].up, u);
+    silu_mul(ctx, g, u, act);
+    Tensor y = ctx.alloc(DType::kF32, {n, H});
+    linear(ctx, act, experts[e].down, y);
+    launch_scatter_add_rows(ptr<float>(y), H, ptr<int32_t>(d_rows), ptr<float>(d_w), n, ptr<float>(out), stream);
+    TESSERA_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+void moe_route(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight& gate, const Tensor& bias,
+               const RouterConfig& cfg, Tensor& ids, Tensor& weights) {
+  const int64_t T = x.dim(0);
+  TESSERA_CHECK(cfg.experts <= 1024 && cfg.groups <= 64 && cfg.top_k <= 32,
+                "cuda moe_route: at most 1024 experts in 64 groups and 32 experts per token (got {}, {}, {})",
+                cfg.experts, cfg.groups, cfg.top_k);
+  Tensor logits = ctx.alloc(DType::kF32, {T, cfg.experts});
+  const int64_t H = x.dim(1);
+  if (T <= kRouterKernelMaxTokens) {
+    launch_router_fused(ptr<float>(x), T, H, ptr<__nv_bfloat16>(gate.weight), cfg.experts, ptr<float>(logits),
+                        ptr<float>(bias), cfg.top_k, cfg.groups, cfg.top_groups, cfg.normalize, cfg.scaling,
+                        ptr<int32_t>(ids), ptr<float>(weights), static_cast<unsigned*>(state.router_done_blocks.raw()),
+                        ctx.stream());
+    TESSERA_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // logits = (x_hi + x_lo) · Wᵀ on tensor cores: x = hi + lo to ~2^-17, each product exact in fp32.
+  Tensor xs = ctx.alloc(DType::kBF16, {2, T, H});
+  __nv_bfloat16* hi = ptr<__nv_bfloat16>(xs);
+  launch_f32_to_bf16_split(ptr<float>(x), hi, hi + T * H, x.numel(), ctx.stream());
+  const GemmShape g{true, cfg.experts, T, H, H, H, cfg.experts, 1, 0, 0, 0};
+  ctx.gemm_bf16_strided(g, ptr<__nv_bfloat16>(gate.weight), hi, ptr<float>(logits));
+  ctx.gemm_bf16_strided(g, ptr<__nv_bfloat16>(gate.weight), hi + T * H, ptr<float>(logits), 1.0f);
+  launch_router_select(ptr<float>(logits), ptr<float>(bias), T, cfg.experts, cfg.top_k, cfg.groups, cfg.top_groups,
+                       cfg.normalize, cfg.scaling, ptr<int32_t>(ids), ptr<float>(weights), ctx.stream());
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+// Decode-sized steps: pairs sorted by expert on the device and grouped kernels that read each
+// routed expert once (kernels/moe/grouped.cu), no host round trip. Larger steps (prefill) are
+// compute-bound: per-expert cuBLASLt GEMMs, for which the routing is read back to size them.
+void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const Tensor& x,
+                 const std::vector<ExpertWeights>& experts, const Tensor& ids, const Tensor& weights, Tensor& out,
+                 const ExpertWeights* shared) {
+  const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
+  const cudaStream_t stream = ctx.stream();
+  if (E == 0 || T == 0) {
+    if (admit_op("memset", out.raw(), 0, out.nbytes(), stream))
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream));
+    if (shared && T > 0) add_shared_expert(ctx, ops, x, *shared, out);
+    return;
+  }
+  if (!moe_grouped_applies(ctx, x, experts)) {
+    moe_experts_per_expert(ctx, x, experts, ids, weights, out);
+    if (shared) add_shared_expert(ctx, ops, x, *shared, out);
+    return;
+  }
+  // The shared expert rides along as expert E in a last slot of weight 1 when it has the routed
+  // experts' shape (one shared expert): its weights are read in the same kernels.
+  const bool fold = shared != nullptr && shared_expert_groups_with(x, experts, *shared);
+  const ExpertTable& table = expert_table(ctx, state, experts, fold ? shared : nullptr);
+  const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(ids.dim(1)),
+                       fold ? static_cast<int>(E) : -1};
+  const int64_t table_experts = fold ? E + 1 : E;
+  const GroupedExperts run = grouped_experts(ctx, x, slots, table_experts, table, 0, experts[0].gate.out, stream);
+  launch_moe_combine(run.y, T, x.dim(1), slots, table_experts, nullptr, ptr<float>(out), stream);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  if (shared && !fold) add_shared_expert(ctx, ops, x, *shared, out);
+}
+
+// At batch 1 the router is a chain of short dependent steps that leaves most of the memory
+// bandwidth idle for ~20 µs. The shared expert needs only x, so on the grouped path it runs on a
+// second stream from the start of the block, beside the router and the routed experts' sorting,
+// and the combine adds its output last (the order moe_experts adds it in, so the sum is the same).
+// TESSERA_SHARED_EXPERT_STREAM=0 keeps it in the routed kernels' launch (for A/B measurements).
+bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight& router, const Tensor& bias,
+         const RouterConfig& cfg, const std::vector<ExpertWeights>& experts, const ExpertWeights* shared, Tensor& out) {
+  const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
+  if (!shared || T == 0 || E == 0 || !shared_expert_stream_enabled() || !moe_grouped_applies(ctx, x, experts) ||
+      !shared_expert_groups_with(x, experts, *shared))
+    return false;
+  const ExpertTable& table = expert_table(ctx, state, experts, shared);
+  const int64_t inter = experts[0].gate.out;
+  const cudaStream_t stream = ctx.stream();
+  cudaStream_t side = ctx.side_stream();
+  const cudaEvent_t fork = ctx.fork_event(), join = ctx.join_event();
+  if (admit_op("fork", fork, stream, side)) {
+    TESSERA_CUDA_CHECK(cudaEventRecord(fork, stream));
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
+  }
+  // Expert E of the table alone, one slot a token: scratch.y is the shared expert's [T, H] output.
+  const MoeSlots shared_slots{nullptr, nullptr, 0, 0};
+  const GroupedExperts shared_run = grouped_experts(ctx, x, shared_slots, 1, table, E, inter, side);
+  // Should anything below throw (a refused router config, an allocation), the second stream must
+  // finish before shared_run's buffers go back to the pool: later work would reuse memory it writes.
+  struct WaitOnUnwind {
+    cudaStream_t stream;
+    bool joined = false;
+    ~WaitOnUnwind() {
+      if (!joined) (void)cudaStreamSynchronize(stream);
+    }
+  } unwind{side};
+  if (admit_op("record", join, side)) TESSERA_CUDA_CHECK(cudaEventRecord(join, side));
+  Tensor ids = ctx.alloc(DType::kI32, {T, cfg.top_k}), weights = ctx.alloc(DType::kF32, {T, cfg.top_k});
+  moe_route(ctx, state, x, router, bias, cfg, ids, weights);
+  const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(cfg.top_k), -1};
+  const GroupedExperts run = grouped_experts(ctx, x, slots, E, table, 0, inter, stream);
+  if (admit_op("join", stream, join)) TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream, join, 0));
+  unwind.joined = true;
+  launch_moe_combine(run.y, T, x.dim(1), slots, E, shared_run.y, ptr<float>(out), stream);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  // shared_run's buffers go back to the pool here: later work on the stream is ordered after join.
+  return true;
+}
+
+}  // namespace tessera::ops::cuda

@@ -1,0 +1,52 @@
+// MoE of the CUDA backend: the router, the routed experts (grouped kernels over expert-sorted pairs
+// for decode-sized steps, kernels/moe/; per-expert cuBLASLt GEMMs beyond, with the routing read back
+// to the host) and the whole block with the shared expert on the second stream.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ops/cuda/runtime/context.h"
+#include "ops/ops.h"
+
+namespace tessera::ops::cuda {
+
+// What the MoE ops keep for the backend's life.
+struct MoeState {
+  // Allocates the router counter on ctx's device.
+  explicit MoeState(CudaContext& ctx);
+
+  // Device arrays of the experts' weight pointers, built once per expert list (a model layer's
+  // list lives as long as the model).
+  struct ExpertTable {
+    core::Tensor storage;
+    const __nv_bfloat16* const* gate = nullptr;
+    const __nv_bfloat16* const* up = nullptr;
+    const __nv_bfloat16* const* down = nullptr;
+  };
+  // Per (experts, shared) list: the weight pointers the table was built from, and the table.
+  std::map<std::pair<const ExpertWeights*, const ExpertWeights*>,
+           std::pair<std::vector<const __nv_bfloat16*>, ExpertTable>>
+      expert_tables;
+  core::Tensor router_done_blocks;  // launch_router_fused's counter (0 between calls)
+};
+
+void moe_route(CudaContext& ctx, MoeState& state, const core::Tensor& x, const LinearWeight& gate,
+               const core::Tensor& bias, const RouterConfig& cfg, core::Tensor& ids, core::Tensor& weights);
+// Ops::moe_experts. `ops` is the backend: a shared expert that does not ride along in the grouped
+// kernels runs as its Ops::mlp and is added last.
+void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const core::Tensor& x,
+                 const std::vector<ExpertWeights>& experts, const core::Tensor& ids, const core::Tensor& weights,
+                 core::Tensor& out, const ExpertWeights* shared);
+// Ops::moe with the shared expert on the second stream, beside the router and the routed experts'
+// sorting. False, with nothing launched, where that does not apply (no shared expert, the
+// per-expert path, TESSERA_SHARED_EXPERT_STREAM=0): the caller runs Ops::moe's sequence.
+bool moe(CudaContext& ctx, MoeState& state, const core::Tensor& x, const LinearWeight& router, const core::Tensor& bias,
+         const RouterConfig& cfg, const std::vector<ExpertWeights>& experts, const ExpertWeights* shared,
+         core::Tensor& out);
+
+}  // namespace tessera::ops::cuda

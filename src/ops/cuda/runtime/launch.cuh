@@ -1,0 +1,84 @@
+// Programmatic dependent launch (sm_90+): a kernel launched with launch_dependent() may be
+// scheduled while the kernel before it in the stream is still running, so the launch latency, the
+// block ramp and the first loads of constant data overlap that kernel's tail instead of sitting
+// between the two (a decode step is ~20 short kernels a layer). Every kernel launched this way
+// calls pdl_wait() before it touches memory that earlier kernels write (activations, the cache,
+// routing): it returns once the previous kernel has completed and its writes are visible. Only
+// weights, which no kernel writes, may be read before it (the matrix-vector kernels start
+// streaming theirs there). pdl_wait() then lets the next kernel be scheduled: its blocks may take
+// free SM slots while this one runs. Kernels without it keep ordinary launches. TESSERA_PDL=0
+// turns it off.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "ops/cuda/runtime/launch_gate.h"
+
+namespace tessera::ops::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // After the wait, not before: the next kernel's blocks then never hold SM slots while the kernel
+  // before this one still runs.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Device 0 is sm_90+ and TESSERA_PDL is not "0" (decided once).
+bool pdl_enabled();
+
+// Whether a launch is to be issued (launch_gate.h): always, unless a recorded step is being
+// replayed, when it is only checked against the recording. Each struct argument type has an
+// add_fields overload (kernels.h) that lists its fields.
+template <class T>
+void add_argument(Signature& s, const T& v) {
+  if constexpr (std::is_arithmetic_v<T> || std::is_pointer_v<T> || std::is_enum_v<T>)
+    s.add(v);
+  else
+    add_fields(s, v);
+}
+template <typename... Params, typename... Args>
+bool admit_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                  const Args&... args) {
+  return admit([&](Signature& s) {
+    s.add(reinterpret_cast<const void*>(kernel));
+    for (unsigned v : {grid.x, grid.y, grid.z, block.x, block.y, block.z}) s.add(v);
+    s.add(smem);
+    s.add(stream);
+    (add_argument(s, static_cast<std::remove_cv_t<std::remove_reference_t<Params>>>(args)), ...);
+  });
+}
+
+// An ordinary launch (kernel<<<grid, block, smem, stream>>>) through the replay check.
+template <typename... Params, typename... Args>
+void launch_plain(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+  if (!admit_launch(kernel, grid, block, smem, stream, args...)) return;
+  kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
+}
+
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args... args) {
+  if (!admit_launch(kernel, grid, block, smem, stream, args...)) return;
+  if (!pdl_enabled()) {
+    kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
+    return;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  // Errors surface through cudaGetLastError like those of <<<>>> launches.
+  (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+}  // namespace tessera::ops::cuda

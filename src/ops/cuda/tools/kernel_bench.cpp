@@ -1,0 +1,317 @@
+#include "ops/cuda/tools/kernel_bench.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_registry.h"
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/cuda_check.h"
+
+namespace tessera::ops::cuda {
+
+namespace {
+
+struct DeviceMem {
+  void* p = nullptr;
+  explicit DeviceMem(size_t bytes) { TESSERA_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~DeviceMem() { cudaFree(p); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+// Median time of `iters` calls of fn, after two warm-ups, measured with CUDA events.
+template <class F>
+double time_it(int iters, F&& fn) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  fn();
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(a);
+    fn();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms * 1e-3);
+  }
+  TESSERA_CUDA_CHECK(cudaGetLastError());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Filled on the device: gigabytes of KV cache would take minutes to generate on the host.
+void fill_random_bf16(void* p, size_t n, uint64_t seed) {
+  launch_fill_random_bf16(static_cast<__nv_bfloat16*>(p), static_cast<int64_t>(n), seed, 1.0f, 0);
+  TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// fp8 e4m3 bytes of magnitude 2^-3 .. 2 (no NaN codes): a 1 MiB random pattern, repeated by
+// doubling device-to-device copies (a host-generated cache of gigabytes would take too long).
+void fill_random_fp8(void* p, size_t n, uint64_t seed) {
+  std::vector<uint8_t> h(std::min<size_t>(n, size_t{1} << 20));
+  std::mt19937_64 rng(seed);
+  for (auto& b : h) b = static_cast<uint8_t>((rng() & 0x87u) | ((4u + rng() % 4u) << 3));
+  auto* d = static_cast<uint8_t*>(p);
+  TESSERA_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice));
+  for (size_t filled = h.size(); filled < n; filled *= 2)
+    TESSERA_CUDA_CHECK(cudaMemcpy(d + filled, d, std::min(filled, n - filled), cudaMemcpyDeviceToDevice));
+}
+
+void fill_random_f32(void* p, size_t n, uint64_t seed) {
+  std::vector<float> h(n);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  for (auto& v : h) v = nd(rng);
+  TESSERA_CUDA_CHECK(cudaMemcpy(p, h.data(), n * 4, cudaMemcpyHostToDevice));
+}
+
+double gemm_tflops(int64_t m, int64_t n, int64_t k, int iters) {
+  cublasLtHandle_t lt;
+  TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt));
+  DeviceMem a(m * k * 2), b(k * n * 2), c(m * n * 2), ws(64 << 20);
+  fill_random_bf16(a.p, m * k, 1);
+  fill_random_bf16(b.p, k * n, 2);
+  cublasLtMatmulDesc_t op;
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, m, k);
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k);
+  cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, m, n, m);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  size_t wsb = 64 << 20;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &heur, &found));
+  const float alpha = 1, beta = 0;
+  double t = time_it(iters, [&] {
+    cublasLtMatmul(lt, op, &alpha, a.p, la, b.p, lb, &beta, c.p, lc, c.p, lc, &heur.algo, ws.p, wsb, 0);
+  });
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(lt);
+  return 2.0 * m * n * k / t / 1e12;
+}
+
+}  // namespace
+
+double measure_copy_bandwidth(size_t bytes, int iterations) {
+  DeviceMem src(bytes), dst(bytes);
+  TESSERA_CUDA_CHECK(cudaMemset(src.p, 1, bytes));
+  const double t = time_it(iterations, [&] { cudaMemcpy(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice); });
+  return 2.0 * static_cast<double>(bytes) / t;
+}
+
+void synchronize_device() { TESSERA_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
+  std::vector<KernelBenchRow> rows;
+  fmt::print("device: {}\n", device_description());
+  // Ceilings, measured now on this GPU.
+  const double bw = measure_copy_bandwidth(size_t{2} << 30, o.iterations);
+  const double gemm = gemm_tflops(8192, 8192, 8192, o.iterations);
+  fmt::print("ceiling: device copy {:.0f} GB/s (read + write), bf16 GEMM 8192^3 {:.0f} TFLOP/s\n", bw / 1e9, gemm);
+  {
+    // Not a ceiling the rows are measured against, but what a read-only stream (a decode step's
+    // weights) can reach beside the copy.
+    const size_t bytes = size_t{2} << 30;
+    DeviceMem src(bytes), sink(16);
+    TESSERA_CUDA_CHECK(cudaMemset(src.p, 1, bytes));
+    int sms = 1;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    const double t = time_it(o.iterations, [&] { launch_read_stream(src.p, bytes, sink.p, sms, 0); });
+    fmt::print("read-only stream {:.0f} GB/s\n\n", static_cast<double>(bytes) / t / 1e9);
+  }
+  std::fflush(stdout);
+  fmt::print("{:<52} {:>10} {:>10} {:>7} {:>10} {:>7}\n", "kernel", "time us", "GB/s", "of bw", "TFLOP/s", "of mma");
+  auto report = [&](const KernelBenchRow& r) {
+    const double gbs = r.bytes / r.seconds / 1e9, tf = r.flops / r.seconds / 1e12;
+    fmt::print("{:<52} {:>10.1f} {:>10.0f} {:>6.0f}% {:>10.1f} {:>6.0f}%\n", r.name, r.seconds * 1e6, gbs,
+               100 * gbs * 1e9 / bw, tf, 100 * tf / gemm);
+    std::fflush(stdout);
+    rows.push_back(r);
+  };
+  auto wanted = [&](const std::string& name) { return o.filter.empty() || name.find(o.filter) != std::string::npos; };
+
+  // MLA decode (absorbed) at Kimi-K2.5 shapes: latent 512 + rope 64, pages of 64 tokens; each
+  // kernel over a bf16 cache and, where it reads one, an fp8 e4m3 cache (half the bytes; "-fp8").
+  const int64_t latent = 512, rope = 64, entry = latent + rope, page = 64;
+  const float scale = 0.14467962580268923f;
+  // The wgmma kernel (Hopper only) runs where the backend would pick it: 64, 128, ... heads; it and
+  // the heads-as-M kernel read bf16 only.
+  const DeviceCaps caps = query_device_caps();
+  for (MlaKernel kernel : {MlaKernel::kWgmma, MlaKernel::kKvMajor, MlaKernel::kTensorCore, MlaKernel::kCudaCore})
+  for (bool fp8 : {false, true})
+  for (int64_t heads : o.heads)
+    for (int64_t B : o.batches)
+      for (int64_t ctx : o.contexts) {
+        if (fp8 && (kernel == MlaKernel::kTensorCore || kernel == MlaKernel::kWgmma)) continue;
+        const std::string name = fmt::format("mla_decode {}{} h{} b{} ctx{}",
+                                             kernel == MlaKernel::kWgmma        ? "wgmma"
+                                             : kernel == MlaKernel::kKvMajor    ? "kvmajor"
+                                             : kernel == MlaKernel::kTensorCore ? "mma"
+                                                                                : "fp32",
+                                             fp8 ? "-fp8" : "", heads, B, ctx);
+        if (!wanted(name)) continue;
+        if (kernel == MlaKernel::kWgmma &&
+            !mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, heads, latent, rope).empty())
+          continue;
+        const int64_t pages_per_seq = (ctx + page - 1) / page, pages = B * pages_per_seq;
+        const int64_t elem = fp8 ? 1 : 2;
+        DeviceMem cache(pages * page * entry * elem), q(B * heads * entry * 4), out(B * heads * latent * 4);
+        if (fp8)
+          fill_random_fp8(cache.p, pages * page * entry, 3);
+        else
+          fill_random_bf16(cache.p, pages * page * entry, 3);
+        fill_random_f32(q.p, B * heads * entry, 4);
+        std::vector<int32_t> table(static_cast<size_t>(pages));
+        std::iota(table.begin(), table.end(), 0);
+        std::shuffle(table.begin(), table.end(), std::mt19937_64(5));
+        std::vector<TokenInfo> info;
+        for (int64_t b = 0; b < B; ++b) info.push_back({static_cast<int32_t>(ctx - 1), static_cast<int32_t>(b * pages_per_seq)});
+        DeviceMem d_table(table.size() * 4), d_info(info.size() * sizeof(TokenInfo));
+        int sms = 1;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+        const int64_t chosen = mla_attend_splits(B, heads, ctx, sms, kernel);
+        cudaMemcpy(d_table.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_info.p, info.data(), info.size() * sizeof(TokenInfo), cudaMemcpyHostToDevice);
+        // At batch 1 the context split decides the time; the other counts are timed beside the
+        // policy's choice (marked *).
+        std::vector<int64_t> split_counts = {chosen};
+        if (B == 1)
+          for (int64_t s : {16, 32, 64, 128})
+            if (s != chosen && s <= ctx / 64) split_counts.push_back(s);
+        for (int64_t splits : split_counts) {
+          DeviceMem scratch(mla_attend_scratch_floats(B, heads, latent, splits) * 4);
+          KernelBenchRow r;
+          r.name = fmt::format("{} (splits {}){}", name, splits, split_counts.size() > 1 && splits == chosen ? " *" : "");
+          r.seconds = time_it(o.iterations, [&] {
+            launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
+                              KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, pages, page, splits, scale,
+                              out.as<float>(), scratch.as<float>(), kernel, 0);
+          });
+          // The bytes read: the cache (2 or 1 a value), q in and the latent output.
+          r.bytes = double(B) * ctx * entry * elem + double(B) * heads * (entry + latent) * 4;
+          r.flops = 2.0 * B * heads * ctx * (entry + latent);
+          report(r);
+        }
+      }
+
+  // Decode matrix-vector products of one token at Kimi-K2.5's attention shapes, for every K split
+  // (the row marked * is launch_gemv's own choice). The weights rotate over copies of >= 256 MB in
+  // all, so that each call reads them from memory and not from the 50 MB L2.
+  struct GemvCase {
+    const char* name;
+    int64_t n, n2, k;
+    bool norm;
+  };
+  for (const GemvCase& c : {GemvCase{"q_a+kv_a (one launch)", 1536, 576, 7168, false},
+                            GemvCase{"q_b (q_a norm folded in)", 12288, 0, 1536, true},
+                            GemvCase{"q_b (without the norm)", 12288, 0, 1536, false},
+                            GemvCase{"o_proj", 7168, 0, 8192, false}}) {
+    const std::string base = fmt::format("gemv t1 {} {}x{}", c.name, c.n + c.n2, c.k);
+    if (!wanted(base)) continue;
+    const int64_t rows = c.n + c.n2, bytes = rows * c.k * 2;
+    const int copies = static_cast<int>(std::max<int64_t>(2, ((int64_t{256} << 20) + bytes - 1) / bytes));
+    std::vector<std::unique_ptr<DeviceMem>> w;
+    for (int i = 0; i < copies; ++i) {
+      w.push_back(std::make_unique<DeviceMem>(bytes));
+      fill_random_bf16(w.back()->p, rows * c.k, 20 + i);
+    }
+    DeviceMem x(c.k * 4), nw(c.k * 4), out(rows * 4);
+    fill_random_f32(x.p, c.k, 11);
+    fill_random_f32(nw.p, c.k, 12);
+    GemvArgs g{x.as<float>(), c.k, 0, nullptr, c.k, 0, out.as<float>(), c.n, 0, static_cast<int>(c.k),
+               static_cast<int>(c.n), 1};
+    if (c.n2 > 0) {
+      g.w2_row = c.k;
+      g.out2 = out.as<float>() + c.n;
+      g.out2_row = c.n2;
+      g.n2 = static_cast<int>(c.n2);
+    }
+    if (c.norm) {
+      g.norm_weight = nw.as<float>();
+      g.norm_eps = 1e-6f;
+    }
+    int num_sms = 0;
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
+    const int chosen = gemv_slices(g, 1, num_sms);
+    for (int slices = 1; slices <= 8 && slices <= c.k / 256; slices *= 2) {
+      int next = 0;
+      KernelBenchRow r;
+      r.name = fmt::format("{} (slices {}){}", base, slices, slices == chosen ? " *" : "");
+      r.seconds = time_it(o.iterations, [&] {
+        GemvArgs a = g;
+        a.w = w[static_cast<size_t>(next)]->as<__nv_bfloat16>();
+        if (c.n2 > 0) a.w2 = a.w + c.n * c.k;
+        next = (next + 1) % copies;
+        launch_gemv(a, 1, num_sms, 0, slices);
+      });
+      r.bytes = static_cast<double>(bytes) + c.k * 4.0 + rows * 4.0;
+      r.flops = 2.0 * static_cast<double>(rows) * c.k;
+      report(r);
+    }
+  }
+
+  // RMSNorm over a hidden state of 7168 (decode batch 128).
+  if (wanted("rms_norm")) {
+    const int64_t T = 128, H = 7168;
+    DeviceMem x(T * H * 4), w(H * 4), y(T * H * 4);
+    fill_random_f32(x.p, T * H, 6);
+    fill_random_f32(w.p, H, 7);
+    KernelBenchRow r;
+    r.name = "rms_norm t128 h7168 (fp32)";
+    r.seconds = time_it(o.iterations, [&] {
+      launch_rms_norm(x.as<float>(), T, H, 0, w.as<float>(), H, 1e-6f, y.as<float>(), H, 0);
+    });
+    r.bytes = 2.0 * T * H * 4 + H * 4;
+    report(r);
+  }
+  // The decode router (Kimi-K2.5: 384 experts x 7168, top 8, one group): logits and the top-k
+  // selection in one launch (launch_router_fused), at 1 and at its largest step, 8 tokens.
+  for (int64_t T : {int64_t{1}, kRouterKernelMaxTokens}) {
+    const std::string name = fmt::format("router t{} e384 h7168 top8 (logits + select, one launch)", T);
+    if (!wanted(name)) continue;
+    const int64_t E = 384, H = 7168, K = 8;
+    DeviceMem x(T * H * 4), w(E * H * 2), l(T * E * 4), bias(E * 4), ids(T * K * 4), wts(T * K * 4), done(4);
+    fill_random_f32(x.p, T * H, 8);
+    fill_random_bf16(w.p, E * H, 9);
+    fill_random_f32(bias.p, E, 10);
+    TESSERA_CUDA_CHECK(cudaMemset(done.p, 0, 4));  // the kernel resets it after each call
+    KernelBenchRow r;
+    r.name = name;
+    r.seconds = time_it(o.iterations, [&] {
+      launch_router_fused(x.as<float>(), T, H, w.as<__nv_bfloat16>(), E, l.as<float>(), bias.as<float>(), K, 1, 1,
+                          true, 2.827f, ids.as<int32_t>(), wts.as<float>(), static_cast<unsigned*>(done.p), 0);
+    });
+    r.bytes = double(E) * H * 2 + double(T) * H * 4;
+    r.flops = 2.0 * T * E * H;
+    report(r);
+  }
+  return rows;
+}
+
+}  // namespace tessera::ops::cuda

@@ -1,0 +1,170 @@
+#include "ops/cuda/tools/kernel_trace.h"
+
+#include <cuda_runtime.h>
+#include <cupti.h>
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+
+#include "core/env.h"
+#include "core/error.h"
+
+namespace tessera::ops::cuda {
+
+namespace {
+
+// The CUPTI entry points a trace uses, resolved from the library at the first trace.
+struct Cupti {
+  void* library = nullptr;
+  decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
+  decltype(&cuptiActivityEnable) enable = nullptr;
+  decltype(&cuptiActivityDisable) disable = nullptr;
+  decltype(&cuptiActivityFlushAll) flush_all = nullptr;
+  decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
+  decltype(&cuptiGetResultString) result_string = nullptr;
+};
+
+const Cupti& cupti() {
+  static const Cupti loaded = [] {
+    Cupti c;
+    std::vector<std::string> tried;
+    if (auto env = core::env_value("TESSERA_CUPTI_LIBRARY")) tried.push_back(*env);
+    for (const char* name : {"libcupti.so", "libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so",
+                             "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"})
+      tried.emplace_back(name);
+    for (const auto& name : tried)
+      if ((c.library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+    if (c.library == nullptr)
+      core::fail("kernel trace: cannot load CUPTI (tried {}); set TESSERA_CUPTI_LIBRARY to the CUDA toolkit's "
+                 "libcupti.so",
+                 fmt::join(tried, ", "));
+    auto resolve = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(c.library, symbol));
+      if (fn == nullptr) core::fail("kernel trace: the CUPTI library has no {}", symbol);
+    };
+    resolve(c.register_callbacks, "cuptiActivityRegisterCallbacks");
+    resolve(c.enable, "cuptiActivityEnable");
+    resolve(c.disable, "cuptiActivityDisable");
+    resolve(c.flush_all, "cuptiActivityFlushAll");
+    resolve(c.next_record, "cuptiActivityGetNextRecord");
+    resolve(c.result_string, "cuptiGetResultString");
+    return c;
+  }();
+  return loaded;
+}
+
+void check(CUptiResult r, const char* what) {
+  if (r == CUPTI_SUCCESS) return;
+  const char* text = nullptr;
+  cupti().result_string(r, &text);
+  core::fail("kernel trace: {} failed: {}", what, text != nullptr ? text : "unknown CUPTI error");
+}
+
+}  // namespace
+
+// "void tessera::ops::cuda::(anonymous namespace)::router_fused_kernel<12, false>(float const*, ...)"
+// -> "router_fused_kernel<12, false>".
+std::string kernel_display_name(const char* mangled) {
+  if (mangled == nullptr) return "?";
+  int status = 0;
+  std::unique_ptr<char, decltype(&std::free)> d(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), &std::free);
+  std::string s = status == 0 && d ? d.get() : mangled;
+  // The parameter list: the last '(' at template depth 0.
+  int depth = 0;
+  size_t params = std::string::npos;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<') ++depth;
+    if (s[i] == '>') --depth;
+    if (s[i] == '(' && depth == 0 && s.compare(i, 11, "(anonymous ") != 0) params = i;
+  }
+  if (params != std::string::npos) s.resize(params);
+  // The return type and the namespaces in front of the name, in whatever order they come.
+  for (bool stripped = true; stripped;) {
+    stripped = false;
+    for (const std::string prefix : {"void ", "tessera::ops::cuda::", "(anonymous namespace)::"})
+      if (s.rfind(prefix, 0) == 0) {
+        s.erase(0, prefix.size());
+        stripped = true;
+      }
+  }
+  return s;
+}
+
+namespace {
+
+constexpr size_t kBufferBytes = size_t{8} << 20;
+std::mutex g_mu;                // guards the two below: CUPTI completes buffers on its own thread
+bool g_recording = false;       // a trace is running
+std::vector<KernelSpan> g_spans;  // its kernels so far
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* record = nullptr;
+  std::lock_guard<std::mutex> lock(g_mu);
+  while (cupti().next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
+    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
+    const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+    if (g_recording) g_spans.push_back({kernel_display_name(k->name), k->streamId, k->start, k->end});
+  }
+  std::free(buffer);
+}
+
+}  // namespace
+
+KernelTrace::KernelTrace() {
+  const Cupti& c = cupti();
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    TESSERA_CHECK(!g_recording, "kernel trace: one trace at a time");
+    g_spans.clear();
+    g_recording = true;
+  }
+  try {
+    check(c.register_callbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
+    // Concurrent kernel records keep kernels overlapping (the plain kernel kind serialises them).
+    check(c.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable");
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_recording = false;
+    throw;
+  }
+}
+
+KernelTrace::~KernelTrace() {
+  try {
+    (void)stop();
+  } catch (...) {  // a destructor does not throw; the trace is dropped
+  }
+}
+
+std::vector<KernelSpan> KernelTrace::stop() {
+  if (stopped_) return {};
+  stopped_ = true;
+  (void)cudaDeviceSynchronize();
+  const Cupti& c = cupti();
+  const CUptiResult flushed = c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  const CUptiResult disabled = c.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  std::vector<KernelSpan> spans;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);  // the next trace may start even if this one failed
+    spans.swap(g_spans);
+    g_recording = false;
+  }
+  check(flushed, "cuptiActivityFlushAll");
+  check(disabled, "cuptiActivityDisable");
+  std::sort(spans.begin(), spans.end(), [](const KernelSpan& a, const KernelSpan& b) { return a.start_ns < b.start_ns; });
+  return spans;
+}
+
+}  // namespace tessera::ops::cuda
