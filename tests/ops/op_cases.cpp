@@ -254,7 +254,7 @@ std::shared_ptr<PagedStep> paged_step(Rng& rng, const std::vector<Seq>& seqs, in
 // sequence's cached prefix (written with kv_cache_write, which its own cases check).
 ops::KvLayerView make_cache(Ctx& c, const PagedStep& p, bool fp8, float scale) {
   ops::KvLayerView kv{
-      c.o().empty_kv_pages({p.pages, p.page, p.entry}, fp8 ? io::KvCacheDtype::kFp8E4M3 : c.o().default_kv_dtype()),
+      c.o().empty_kv_pages({p.pages, p.page, p.entry}, fp8 ? core::KvCacheDtype::kFp8E4M3 : c.o().default_kv_dtype()),
       p.page, fp8 ? scale : 1.0f};
   for (size_t i = 0; i < p.seqs.size(); ++i) {
     if (p.seqs[i].cached == 0) continue;
@@ -467,18 +467,18 @@ void add_backend_queries(Table& tb) {
   }
 
   tb.add("supported_kv_dtypes", kTiny, "list", 0, [](Ctx& c) {
-    auto v = std::make_shared<std::vector<io::KvCacheDtype>>();
+    auto v = std::make_shared<std::vector<core::KvCacheDtype>>();
     Ops* o = &c.o();
-    auto has = [v](io::KvCacheDtype d) { return std::find(v->begin(), v->end(), d) != v->end(); };
+    auto has = [v](core::KvCacheDtype d) { return std::find(v->begin(), v->end(), d) != v->end(); };
     // Every backend so far stores fp8 e4m3 (the reference for the GPU's fp8 cache) and its default.
     return BoundCase{[v, o] { *v = o->supported_kv_dtypes(); },
                      [o, has] {
-                       return std::vector{flag("fp8_e4m3", has(io::KvCacheDtype::kFp8E4M3)),
+                       return std::vector{flag("fp8_e4m3", has(core::KvCacheDtype::kFp8E4M3)),
                                           flag("default listed", has(o->default_kv_dtype()))};
                      }};
   });
   tb.add("default_kv_dtype", kTiny, "makes pages", 0, [](Ctx& c) {
-    auto d = std::make_shared<io::KvCacheDtype>();
+    auto d = std::make_shared<core::KvCacheDtype>();
     Ops* o = &c.o();
     return BoundCase{[d, o] { *d = o->default_kv_dtype(); },
                      [d, o] {
@@ -493,7 +493,7 @@ void add_backend_queries(Table& tb) {
         const Target* t = &c.target;
         return BoundCase{[kv, o, shape, fp8] {
                            kv->pages =
-                               o->empty_kv_pages(shape, fp8 ? io::KvCacheDtype::kFp8E4M3 : o->default_kv_dtype());
+                               o->empty_kv_pages(shape, fp8 ? core::KvCacheDtype::kFp8E4M3 : o->default_kv_dtype());
                            kv->scale = fp8 ? 0.37f : 1.0f;
                          },
                          [kv, t, shape] {
