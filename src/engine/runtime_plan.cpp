@@ -32,7 +32,7 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
   RuntimePlan p;
   p.model = model::resolve_model(dir, model_options, backend);
   const io::ModelConfig& cfg = p.model.config;
-  p.backend = backend.plan(cfg, p.model.kv_cache.dtype);
+  p.backend = backend.plan(cfg, p.model.kv_cache.dtype, p.model.linears);
   for (const auto& k : p.backend.kernels)
     if (!k.available) p.problems.push_back(fmt::format("no kernel can run {}: {}", k.op, k.reason));
   for (const core::EnvSwitch& e : core::env_switches())

@@ -22,7 +22,7 @@ void DeepseekV3Model::upload_weights() {
   auto& o = *ops_;
   visit_weights(
       w_, [&](Tensor& t) { t = o.upload_table(t); }, [&](Tensor& t) { t = o.upload_vector(t); },
-      [&](ops::LinearWeight& l) { l = o.upload_linear(l); });
+      [&](ops::LinearWeight& l, ops::LinearUse use) { l = o.upload_linear(l, use); });
 }
 
 ops::RopeTables DeepseekV3Model::rope_tables(const StepBatch& batch) {
@@ -155,7 +155,7 @@ bool DeepseekV3Model::tied(const ops::LinearWeight& l) const {
 uint64_t DeepseekV3Model::count_parameters() const {
   uint64_t n = 0;
   auto tensor = [&](const Tensor& t) { n += static_cast<uint64_t>(t.numel()); };
-  visit_weights(w_, tensor, tensor, [&](const ops::LinearWeight& l) {
+  visit_weights(w_, tensor, tensor, [&](const ops::LinearWeight& l, ops::LinearUse) {
     if (!tied(l)) n += static_cast<uint64_t>(l.out * l.in);
   });
   return n;
@@ -164,7 +164,7 @@ uint64_t DeepseekV3Model::count_parameters() const {
 uint64_t DeepseekV3Model::count_weight_bytes() const {
   uint64_t n = 0;
   auto tensor = [&](const Tensor& t) { n += t.nbytes(); };
-  visit_weights(w_, tensor, tensor, [&](const ops::LinearWeight& l) {
+  visit_weights(w_, tensor, tensor, [&](const ops::LinearWeight& l, ops::LinearUse) {
     if (!tied(l)) n += l.stored_bytes();
   });
   return n;

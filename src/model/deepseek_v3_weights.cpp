@@ -1,5 +1,7 @@
 #include "model/deepseek_v3_weights.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include <map>
@@ -210,6 +212,43 @@ ModelWeights load_deepseek_v3_weights(const io::Checkpoint& ckpt, const io::Mode
   for (const auto& [group, n] : skipped_groups)
     spdlog::info("skipping {} tensors of '{}' (not part of the language model)", n, group);
   return w;
+}
+
+std::vector<ops::WeightGroup> linear_groups(const ModelWeights& w) {
+  std::vector<ops::WeightGroup> groups;
+  auto add = [&](const char* name, ops::LinearUse use, const ops::LinearWeight& l) {
+    const std::string format = l.format_name();
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const ops::WeightGroup& g) { return g.name == name && g.format_name == format; });
+    if (it == groups.end()) {
+      groups.push_back({name, use, l.format, format, 0, 0, 0});
+      it = groups.end() - 1;
+    }
+    it->linears += 1;
+    it->params += static_cast<uint64_t>(l.out * l.in);
+    it->stored_bytes += l.stored_bytes();
+  };
+  using ops::LinearUse;
+  auto mlp = [&](const char* name, const ops::ExpertWeights& m) {
+    for (const auto* l : {&m.gate, &m.up, &m.down}) add(name, LinearUse::kProjection, *l);
+  };
+  for (const auto& L : w.layers) {
+    const auto& A = L.attn;
+    for (const auto* l : {A.q_a ? &*A.q_a : nullptr, A.q_b ? &*A.q_b : nullptr, A.q ? &*A.q : nullptr, &A.kv_a, &A.o})
+      if (l) add("attention", LinearUse::kProjection, *l);
+    add("attention kv_b", LinearUse::kAttentionKvB, A.kv_b);
+  }
+  for (const auto& L : w.layers)
+    if (!L.is_moe) mlp("dense MLP", L.dense_mlp);
+  for (const auto& L : w.layers)
+    if (L.is_moe) add("router", LinearUse::kRouter, L.moe.router);
+  for (const auto& L : w.layers)
+    if (L.is_moe)
+      for (const auto& e : L.moe.experts) mlp("routed experts", e);
+  for (const auto& L : w.layers)
+    if (L.is_moe && L.moe.shared) mlp("shared experts", *L.moe.shared);
+  if (w.lm_head.weight.raw() != w.embed.raw()) add("lm_head", LinearUse::kProjection, w.lm_head);
+  return groups;
 }
 
 }  // namespace tessera::model

@@ -47,39 +47,46 @@ struct ModelWeights {
   std::vector<std::string> skipped;
 };
 
-// Calls table(embed), vector(t) for each 1-D tensor (norm weights, router biases) and linear(l) for
-// each linear of `w` (a ModelWeights, const or not), in one fixed order: the one walk of the weight
-// tree that uploading, counting parameters and counting bytes share. lm_head is visited even when
-// the checkpoint ties it to the embedding (then its weight shares the table's data).
+// Calls table(embed), vector(t) for each 1-D tensor (norm weights, router biases) and linear(l, use)
+// for each linear of `w` (a ModelWeights, const or not) with what the model uses it for, in one
+// fixed order: the one walk of the weight tree that uploading, counting parameters and counting
+// bytes share. lm_head is visited even when the checkpoint ties it to the embedding (then its
+// weight shares the table's data).
 template <class Weights, class Table, class Vector, class Linear>
 void visit_weights(Weights& w, Table&& table, Vector&& vector, Linear&& linear) {
+  using ops::LinearUse;
   auto mlp = [&](auto& m) {
-    linear(m.gate);
-    linear(m.up);
-    linear(m.down);
+    linear(m.gate, LinearUse::kProjection);
+    linear(m.up, LinearUse::kProjection);
+    linear(m.down, LinearUse::kProjection);
   };
   table(w.embed);
   vector(w.final_norm);
-  linear(w.lm_head);
+  linear(w.lm_head, LinearUse::kProjection);
   for (auto& L : w.layers) {
     vector(L.input_norm);
     vector(L.post_attention_norm);
     auto& A = L.attn;
-    for (auto* l :
-         {A.q_a ? &*A.q_a : nullptr, A.q_b ? &*A.q_b : nullptr, A.q ? &*A.q : nullptr, &A.kv_a, &A.kv_b, &A.o})
-      if (l) linear(*l);
+    for (auto* l : {A.q_a ? &*A.q_a : nullptr, A.q_b ? &*A.q_b : nullptr, A.q ? &*A.q : nullptr, &A.kv_a, &A.o})
+      if (l) linear(*l, LinearUse::kProjection);
+    linear(A.kv_b, LinearUse::kAttentionKvB);
     if (A.q_a) vector(A.q_a_norm);
     vector(A.kv_a_norm);
     if (!L.is_moe) {
       mlp(L.dense_mlp);
       continue;
     }
-    linear(L.moe.router);
+    linear(L.moe.router, LinearUse::kRouter);
     vector(L.moe.correction_bias);
     for (auto& e : L.moe.experts) mlp(e);
     if (L.moe.shared) mlp(*L.moe.shared);
   }
 }
+
+// The linears of `w` by group (attention, kv_b, dense MLP, router, routed experts, shared experts,
+// lm_head) and checkpoint format, in that order: what `tessera plan` reports and the backend's plan
+// counts device bytes from. A tied lm_head is not counted (its data is the embedding's).
+std::vector<ops::WeightGroup> linear_groups(const ModelWeights& w);
 
 // Finds and validates every tensor the forward needs. Throws core::Error naming the tensor and
 // its file on anything missing or inconsistent.

@@ -23,6 +23,8 @@ ModelPlan resolve_model(const std::filesystem::path& dir, const LoadOptions& opt
   p.quant = io::load_quant_config(dir, config_json);
   p.kv_cache = io::resolve_kv_cache_dtype(options.kv_cache_dtype, p.quant, backend.supported_kv_dtypes(),
                                           backend.default_kv_dtype(), backend.name());
+  const auto checkpoint = io::Checkpoint::open(dir);
+  p.linears = linear_groups(load_deepseek_v3_weights(*checkpoint, p.config, p.quant));
   return p;
 }
 

@@ -47,6 +47,9 @@ struct ModelPlan {
   io::ModelConfig config;
   io::QuantConfig quant;
   io::KvCacheDtypeResolution kv_cache;
+  // The linears by group and checkpoint format, from the safetensors headers (validated, no data
+  // read): what the backend's plan counts device bytes from.
+  std::vector<ops::WeightGroup> linears;
 };
 
 // A loaded model and the plan it was loaded by.
@@ -65,9 +68,9 @@ struct LoadedModel {
   }
 };
 
-// Reads config.json (+ hf_quant_config.json), applies the overrides of `options` and resolves the KV
-// dtype for `backend`; throws naming the file or flag at fault, e.g. for an architecture that has no
-// implementation.
+// Reads config.json (+ hf_quant_config.json), applies the overrides of `options`, resolves the KV
+// dtype for `backend` and checks every tensor header against the config; throws naming the file,
+// tensor or flag at fault, e.g. for an architecture that has no implementation.
 ModelPlan resolve_model(const std::filesystem::path& dir, const LoadOptions& options, const ops::Ops& backend);
 
 // Opens and validates the checkpoint and builds the model of `plan` on `backend` (its weights

@@ -60,6 +60,11 @@ struct RouterConfig {
   float scaling = 1.0f;
 };
 
+// What the model does with a linear, which a backend may need to choose how to hold it: most are
+// projections (Ops::linear and the MoE ops); kv_b is also read inside MLA attention and the router
+// by moe_route.
+enum class LinearUse { kProjection, kAttentionKvB, kRouter };
+
 struct ExpertWeights {
   LinearWeight gate, up, down;
 };
@@ -73,6 +78,16 @@ struct KernelChoice {
   std::string kernel;
   std::string reason;
   bool available = true;  // false: nothing can run this op here (the plan fails before loading)
+};
+
+// The model's linears of one group and checkpoint format, counted on the checkpoint's headers (no
+// weight data read): what a backend's plan turns into device bytes and a line on how it computes.
+struct WeightGroup {
+  std::string name;  // "routed experts", "attention", ...
+  LinearUse use = LinearUse::kProjection;
+  LinearWeight::Format format = LinearWeight::Format::kDense;
+  std::string format_name;  // LinearWeight::format_name(): "bf16", "fp8-block128x128", "nvfp4-g16"
+  uint64_t linears = 0, params = 0, stored_bytes = 0;
 };
 
 struct BackendPlan {
@@ -97,9 +112,11 @@ class Ops {
   };
   virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
 
-  // What this backend will run for `config` with a KV cache of `kv_dtype`: the kernel of each op
-  // (the backend executes these choices), the device and the bytes the weights will take there.
-  virtual BackendPlan plan(const io::ModelConfig& config, core::KvCacheDtype kv_dtype) const = 0;
+  // What this backend will run for `config` with a KV cache of `kv_dtype` and these linears (empty:
+  // counted from the config as bf16): the kernel of each op (the backend executes these choices),
+  // the device and the bytes the weights will take there.
+  virtual BackendPlan plan(const io::ModelConfig& config, core::KvCacheDtype kv_dtype,
+                           std::span<const WeightGroup> linears = {}) const = 0;
 
   // A new activation tensor (fp32 on every backend so far) and a new int32 index tensor. Their
   // contents are unspecified until an op writes them (the CPU backend zeroes them; the CUDA backend
@@ -108,9 +125,13 @@ class Ops {
   virtual core::Tensor empty_i32(core::Shape shape) = 0;
 
   // Weights are handed to the backend once, at load: it may move them to its memory or change
-  // their format (the CUDA backend dequantizes to bf16 on the device for now). The CPU backend
-  // uses the mapped checkpoint as it is.
-  virtual LinearWeight upload_linear(const LinearWeight& w) { return w; }
+  // their format (the CUDA backend keeps FP8 and NVFP4 projections in their checkpoint format and
+  // computes on them; what attention or the router read it may convert, see LinearUse). The CPU
+  // backend uses the mapped checkpoint as it is.
+  virtual LinearWeight upload_linear(const LinearWeight& w, LinearUse use = LinearUse::kProjection) {
+    (void)use;
+    return w;
+  }
   // Small float vectors (norm weights, router bias): any float dtype in, backend's choice out.
   virtual core::Tensor upload_vector(const core::Tensor& t) { return t; }
   // The embedding table [vocab, hidden].

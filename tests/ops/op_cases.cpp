@@ -132,8 +132,18 @@ HostLinearPtr nvfp4_linear(Rng& rng, int64_t out, int64_t in) {
 struct HostExpert {
   HostLinearPtr gate, up, down;
 };
-HostExpert host_expert(Rng& rng, int64_t hidden, int64_t inter) {
-  return {bf16_linear(rng, inter, hidden), bf16_linear(rng, inter, hidden), bf16_linear(rng, hidden, inter)};
+// `format`: "bf16", "fp8-block" or "nvfp4" (the checkpoint formats of routed experts).
+HostExpert host_expert(Rng& rng, int64_t hidden, int64_t inter, const std::string& format = "bf16") {
+  auto make = [&](int64_t out, int64_t in) {
+    return format == "nvfp4" ? nvfp4_linear(rng, out, in)
+           : format == "fp8-block" ? fp8_block_linear(rng, out, in)
+                                   : bf16_linear(rng, out, in);
+  };
+  HostExpert e;
+  e.gate = make(inter, hidden);
+  e.up = make(inter, hidden);
+  e.down = make(hidden, inter);
+  return e;
 }
 ops::ExpertWeights upload_expert(Ops& o, const HostExpert& e) {
   return {o.upload_linear(e.gate->w), o.upload_linear(e.up->w), o.upload_linear(e.down->w)};
@@ -1105,6 +1115,8 @@ void add_moe(Table& tb) {
     int64_t T, E, K, H, I, shared;  // shared: 0 none; == I beside the routed ones; else separately
     int64_t distinct;               // distinct weight sets (E: all)
     bool uneven;                    // most tokens to one expert, some experts empty
+    std::string format = "bf16";    // routed experts' checkpoint format
+    std::string shared_format = "bf16";
   };
   std::vector<Ex> experts = {
       {kTiny, 5, 6, 2, 128, 64, 0, 6, true},          {kTiny, 3, 4, 2, 128, 48, 0, 4, false},
@@ -1114,10 +1126,28 @@ void add_moe(Table& tb) {
     for (int64_t T : {int64_t{1}, int64_t{5}})
       experts.push_back(
           {m->family, T, m->experts, m->top_k, m->hidden, m->inter, m->shared * m->inter, kDistinctExperts, false});
+  // Experts in their checkpoint formats: Kimi-K2.5's NVFP4 routed experts beside a bf16 shared one,
+  // DeepSeek-V3's FP8 everywhere; decode sizes (the quantized matrix-vector kernels), a step past
+  // the grouped limit (dequantized GEMMs per expert), ragged widths, empty experts.
+  const std::vector<Ex> quantized = {
+      {kTiny, 5, 6, 2, 128, 64, 0, 6, true, "nvfp4"},
+      {kTiny, 3, 8, 2, 256, 128, 128, 8, true, "fp8-block", "fp8-block"},
+      {kRagged, 7, 40, 8, 320, 96, 96, 40, false, "nvfp4"},
+      {kRagged, 300, 12, 4, 256, 64, 128, 12, false, "fp8-block", "fp8-block"},
+      {kRagged, 260, 16, 4, 256, 64, 0, 16, false, "nvfp4"}};
+  experts.insert(experts.end(), quantized.begin(), quantized.end());
+  for (int64_t T : {int64_t{1}, int64_t{5}, int64_t{16}})
+    experts.push_back({kKimi.family, T, kKimi.experts, kKimi.top_k, kKimi.hidden, kKimi.inter,
+                       kKimi.shared * kKimi.inter, kDistinctExperts, false, "nvfp4"});
+  for (int64_t T : {int64_t{1}, int64_t{5}})
+    experts.push_back({kDsv3.family, T, kDsv3.experts, kDsv3.top_k, kDsv3.hidden, kDsv3.inter,
+                       kDsv3.shared * kDsv3.inter, kDistinctExperts, false, "fp8-block", "fp8-block"});
   auto ex_name = [](const Ex& e) {
-    return fmt::format("{} tokens, {} experts{}, top-{}, hidden {}, inter {}, {}{}", e.T, e.E,
+    return fmt::format("{} tokens, {} experts{}, top-{}, hidden {}, inter {}, {}{}{}", e.T, e.E,
                        e.distinct < e.E ? fmt::format(" ({} distinct weight sets)", e.distinct) : "", e.K, e.H, e.I,
-                       e.shared ? fmt::format("shared {}", e.shared) : "no shared", e.uneven ? ", uneven routing" : "");
+                       e.shared ? fmt::format("shared {}", e.shared) : "no shared", e.uneven ? ", uneven routing" : "",
+                       e.format == "bf16" ? ""
+                                          : fmt::format(", experts {}, shared {}", e.format, e.shared_format));
   };
   struct Weights {
     std::vector<HostExpert> host;
@@ -1129,12 +1159,12 @@ void add_moe(Table& tb) {
     auto w = std::make_shared<Weights>();
     std::vector<ops::ExpertWeights> uploaded;
     for (int64_t i = 0; i < e.distinct; ++i) {
-      w->host.push_back(host_expert(c.rng, e.H, e.I));
+      w->host.push_back(host_expert(c.rng, e.H, e.I, e.format));
       uploaded.push_back(upload_expert(c.o(), w->host.back()));
     }
     for (int64_t i = 0; i < e.E; ++i) w->experts.push_back(uploaded[static_cast<size_t>(i % e.distinct)]);
     if (e.shared) {
-      w->shared_host = host_expert(c.rng, e.H, e.shared);
+      w->shared_host = host_expert(c.rng, e.H, e.shared, e.shared_format);
       w->shared = upload_expert(c.o(), *w->shared_host);
     }
     return w;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/thread_pool.h"
 
 namespace tessera::ops::cpu {
@@ -29,12 +30,19 @@ Tensor CpuOps::empty(core::Shape shape) { return Tensor::zeros(DType::kF32, std:
 
 Tensor CpuOps::empty_i32(core::Shape shape) { return Tensor::zeros(DType::kI32, std::move(shape)); }
 
-BackendPlan CpuOps::plan(const io::ModelConfig&, core::KvCacheDtype kv_dtype) const {
+BackendPlan CpuOps::plan(const io::ModelConfig&, core::KvCacheDtype kv_dtype,
+                         std::span<const WeightGroup> linears) const {
   BackendPlan p;
   p.device = fmt::format("cpu (fp32 reference backend, {} threads)", core::num_threads());
   p.weight_rule = "mapped from the checkpoint (not copied)";
   p.kernels.push_back({"every op", "cpu reference ops (fp32, weights dequantized row by row)",
                        fmt::format("the reference backend; KV cache {}", core::kv_cache_dtype_name(kv_dtype)), true});
+  for (const WeightGroup& g : linears)
+    p.kernels.push_back({fmt::format("weights: {}", g.name),
+                         fmt::format("{} stored, read in place, each row dequantized exactly to fp32", g.format_name),
+                         fmt::format("{} linears, {:.3f} B parameters, {}", g.linears, g.params / 1e9,
+                                     core::human_bytes(g.stored_bytes)),
+                         true});
   p.decode_steps = "ops run one by one on the host";
   return p;
 }

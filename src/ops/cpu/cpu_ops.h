@@ -10,7 +10,8 @@ namespace tessera::ops::cpu {
 class CpuOps final : public Ops {
  public:
   std::string name() const override { return "cpu"; }
-  BackendPlan plan(const io::ModelConfig& config, core::KvCacheDtype kv_dtype) const override;
+  BackendPlan plan(const io::ModelConfig& config, core::KvCacheDtype kv_dtype,
+                   std::span<const WeightGroup> linears) const override;
   core::Tensor empty(core::Shape shape) override;
   core::Tensor empty_i32(core::Shape shape) override;
   core::Tensor from_host_f32(core::Shape shape, const float* data) override;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/linear.h"
@@ -42,13 +43,37 @@ std::string device_description(int index) {
 
 namespace {
 
+// One line of the plan per group of linears: what the device holds and which kernels compute on it.
+KernelChoice weight_group_row(const WeightGroup& g) {
+  const std::string size = fmt::format("{} linears, {:.3f} B parameters, {} stored", g.linears, g.params / 1e9,
+                                       core::human_bytes(g.stored_bytes));
+  const bool nvfp4 = g.format == LinearWeight::Format::kNvfp4;
+  if (g.format == LinearWeight::Format::kDense)
+    return {"weights: " + g.name, g.format_name == "bf16" ? "bf16 on the device" : g.format_name + " -> bf16 at load",
+            size, true};
+  if (!keeps_quantized(g.format, g.use))
+    return {"weights: " + g.name, g.format_name + " dequantized to bf16 on the device at load",
+            size + (g.use == LinearUse::kRouter ? "; the router kernels read bf16" : "; MLA attention reads bf16"),
+            true};
+  const std::string mv = nvfp4 ? "W4A16" : "W8A16";
+  const std::string kernel =
+      g.name == "routed experts"
+          ? fmt::format("{} stored; {} quant_expert_kernel over expert-sorted pairs (steps <= {} tokens), "
+                        "dequantized + cuBLASLt per expert beyond",
+                        g.format_name, mv, kGroupedMoeMaxTokens)
+          : fmt::format("{} stored; {} quant_gemv_kernel (<= {} tokens), dequantized + cuBLASLt GEMM beyond",
+                        g.format_name, mv, kQuantGemvMaxTokens);
+  return {"weights: " + g.name, kernel, size + "; dequantized in registers, fp32 accumulation", true};
+}
+
 class CudaOps final : public Ops {
  public:
   CudaOps(const std::string& kernels, bool step_graphs, int device) : ctx_(kernels, step_graphs, device), moe_(ctx_) {}
 
   std::string name() const override { return "cuda"; }
 
-  BackendPlan plan(const io::ModelConfig& c, core::KvCacheDtype kv_dtype) const override {
+  BackendPlan plan(const io::ModelConfig& c, core::KvCacheDtype kv_dtype,
+                   std::span<const WeightGroup> linears) const override {
     const DeviceCaps& caps = ctx_.caps();
     BackendPlan p;
     p.device = fmt::format("{} (sm_{}), {} SMs, {:.1f} GiB; build carries {}", caps.name, caps.sm, caps.num_sms,
@@ -56,16 +81,26 @@ class CudaOps final : public Ops {
     size_t free = 0, total = 0;
     TESSERA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
     p.free_bytes = free;
-    // upload_linear / upload_table keep matrices in bf16 (FP8 and NVFP4 dequantized at load),
-    // upload_vector keeps vectors in fp32.
+    // upload_linear keeps projections in the checkpoint's format and makes a quantized kv_b or router
+    // bf16, upload_table keeps the embedding in bf16, upload_vector keeps vectors in fp32.
     const uint64_t vectors = c.vector_parameter_count();
-    p.weight_bytes = 2 * (c.parameter_count() - vectors) + 4 * vectors;
-    p.weight_rule = "matrices bf16 on the device (FP8 and NVFP4 dequantized at load), vectors fp32";
+    if (linears.empty()) {
+      p.weight_bytes = 2 * (c.parameter_count() - vectors) + 4 * vectors;
+      p.weight_rule = "matrices bf16 on the device (counted from the config), vectors fp32";
+    } else {
+      p.weight_bytes = 2 * static_cast<uint64_t>(c.vocab_size) * c.hidden_size + 4 * vectors;
+      for (const WeightGroup& g : linears)
+        p.weight_bytes += keeps_quantized(g.format, g.use) || g.format_name == "bf16" ? g.stored_bytes : 2 * g.params;
+      p.weight_rule =
+          "linears as the checkpoint stores them (FP8 / NVFP4 kv_b and router as bf16), embedding bf16, vectors "
+          "fp32";
+    }
     p.kernels = plan_kernels(caps,
                              {c.num_attention_heads, c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim,
                               c.v_head_dim, kv_dtype == core::KvCacheDtype::kFp8E4M3},
                              {c.n_routed_experts, c.hidden_size, c.moe_intermediate_size}, ctx_.overrides())
                     .rows;
+    for (const WeightGroup& g : linears) p.kernels.push_back(weight_group_row(g));
     p.decode_steps = ctx_.step_graphs() && ctx_.overrides().moe == MoeKernel::kPerExpert
                          ? "kernels launched one by one (--kernels moe=per-expert reads the routing back to the host, "
                            "which a CUDA graph cannot hold)"
@@ -100,7 +135,9 @@ class CudaOps final : public Ops {
     return cuda::empty_kv_pages(ctx_, std::move(shape), dtype);
   }
 
-  LinearWeight upload_linear(const LinearWeight& w) override { return cuda::upload_linear(ctx_, w); }
+  LinearWeight upload_linear(const LinearWeight& w, LinearUse use) override {
+    return cuda::upload_linear(ctx_, w, use);
+  }
   Tensor upload_vector(const Tensor& t) override { return cuda::upload_vector(ctx_, t); }
   Tensor upload_table(const Tensor& t) override { return cuda::upload_table(ctx_, t); }
 

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/runtime/cuda_check.h"
+#include "ops/cuda/weights.h"
 
 namespace tessera::ops::cuda {
 
@@ -33,12 +34,32 @@ GemvArgs gemv_args(const Tensor& x, const LinearWeight& w, Tensor& out) {
           static_cast<int>(x.dim(0))};
 }
 
+bool quantized(const LinearWeight& w) { return w.format != LinearWeight::Format::kDense; }
+
+// The matrix-vector kernels over the checkpoint's bytes for a few tokens; otherwise the weight is
+// dequantized to bf16 in pool memory for one cuBLASLt GEMM (compute-bound steps, where reading
+// 2 more bytes a weight costs little next to the GEMM).
+void quantized_linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& out) {
+  const int64_t T = x.dim(0);
+  const QuantMatrix m = quant_matrix(w);
+  if (T <= kQuantGemvMaxTokens && quant_gemv_supported(m)) {
+    launch_quant_gemv(m, ptr<float>(x), x.dim(1), T, ptr<float>(out), ctx.num_sms(), ctx.stream());
+    TESSERA_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const Tensor wb = dequantized_bf16(ctx, w);
+  Tensor xb = ctx.alloc(DType::kBF16, {T, w.in});
+  launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), ctx.stream());
+  ctx.gemm_bf16(ptr<__nv_bfloat16>(wb), ptr<__nv_bfloat16>(xb), ptr<float>(out), w.out, T, w.in);
+}
+
 }  // namespace
 
 void linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& out) {
   const int64_t T = x.dim(0);
   check_linear_shapes(x, w, out);
   if (T == 0) return;
+  if (quantized(w)) return quantized_linear(ctx, x, w, out);
   if (gemv_applies(T, w.in, w.out)) {
     launch_gemv(gemv_args(x, w, out), 1, ctx.num_sms(), ctx.stream());
     TESSERA_CUDA_CHECK_LAUNCH();
@@ -52,6 +73,7 @@ void linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& ou
 bool linear_pair(CudaContext& ctx, const Tensor& x, const LinearWeight& w1, Tensor& out1, const LinearWeight& w2,
                  Tensor& out2) {
   const int64_t T = x.dim(0);
+  if (quantized(w1) || quantized(w2)) return false;
   if (!(gemv_applies(T, w1.in, w1.out) && gemv_applies(T, w2.in, w2.out) && w1.in == w2.in)) return false;
   check_linear_shapes(x, w1, out1);
   check_linear_shapes(x, w2, out2);
@@ -69,7 +91,7 @@ bool linear_pair(CudaContext& ctx, const Tensor& x, const LinearWeight& w1, Tens
 bool rms_norm_linear(CudaContext& ctx, const Tensor& x, const Tensor& norm_weight, float eps, const LinearWeight& w,
                      Tensor& out) {
   const int64_t T = x.dim(0);
-  if (!(gemv_applies(T, w.in, w.out) && w.in <= kGemvNormMaxK)) return false;
+  if (quantized(w) || !(gemv_applies(T, w.in, w.out) && w.in <= kGemvNormMaxK)) return false;
   check_linear_shapes(x, w, out);
   TESSERA_CHECK(norm_weight.numel() == w.in, "rms_norm_linear {}: norm weight of {} values for input width {}", w.name,
                 norm_weight.numel(), w.in);

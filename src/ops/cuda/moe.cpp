@@ -7,6 +7,7 @@
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/linear.h"
 #include "ops/cuda/runtime/cuda_check.h"
+#include "ops/cuda/weights.h"
 
 namespace tessera::ops::cuda {
 
@@ -189,6 +190,80 @@ void moe_route(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearW
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+bool quantized_experts(const std::vector<ExpertWeights>& experts) {
+  return experts[0].gate.format != LinearWeight::Format::kDense;
+}
+
+// The routed experts held quantized, as one table of the kernels' descriptors (every expert in the
+// first one's format and shape, else an error naming the expert).
+const MoeState::QuantTable& quant_table(CudaContext& ctx, MoeState& state, const std::vector<ExpertWeights>& experts) {
+  const size_t E = experts.size();
+  if (ctx.replaying()) {
+    auto it = state.quant_tables.find(experts.data());
+    if (it != state.quant_tables.end()) return it->second;
+  }
+  std::vector<QuantMatrix> host(3 * E);
+  const ExpertWeights& first = experts[0];
+  for (size_t e = 0; e < E; ++e) {
+    const ExpertWeights& w = experts[e];
+    for (const LinearWeight* l : {&w.gate, &w.up, &w.down}) {
+      const LinearWeight& f = l == &w.gate ? first.gate : l == &w.up ? first.up : first.down;
+      TESSERA_CHECK(l->format == f.format && l->out == f.out && l->in == f.in,
+                    "MoE experts: {} is {} [{}, {}] where expert 0 has {} [{}, {}] (the quantized kernels take one "
+                    "format and shape)",
+                    l->name, l->format_name(), l->out, l->in, f.format_name(), f.out, f.in);
+    }
+    host[e] = quant_matrix(w.gate);
+    host[E + e] = quant_matrix(w.up);
+    host[2 * E + e] = quant_matrix(w.down);
+  }
+  auto it = state.quant_tables.find(experts.data());
+  const auto same = [&](const std::vector<QuantMatrix>& a) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].data != host[i].data || a[i].scale != host[i].scale) return false;
+    return a.size() == host.size();
+  };
+  if (it != state.quant_tables.end() && same(it->second.host)) return it->second;
+  MoeState::QuantTable t;
+  t.storage = ctx.upload_bytes(DType::kU8, {static_cast<int64_t>(host.size() * sizeof(QuantMatrix))}, host.data());
+  t.host = std::move(host);
+  return state.quant_tables[experts.data()] = std::move(t);
+}
+
+// The routed experts over their checkpoint-format weights: pairs sorted by expert on the device,
+// then the quantized matrix-vector kernels (kernels/quant/gemv.cu), no host round trip.
+void quantized_grouped_experts(CudaContext& ctx, MoeState& state, const Tensor& x,
+                               const std::vector<ExpertWeights>& experts, const Tensor& ids, const Tensor& weights,
+                               Tensor& out) {
+  const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size()), K = ids.dim(1);
+  const int64_t inter = experts[0].gate.out, P = T * K;
+  const MoeState::QuantTable& table = quant_table(ctx, state, experts);
+  const auto* q = static_cast<const QuantMatrix*>(table.storage.raw());
+  Tensor xb = ctx.alloc(DType::kBF16, {T, H}), meta = ctx.alloc(DType::kI32, {2 * E + 2 + P}),
+         act = ctx.alloc(DType::kBF16, {P, inter}), y = ctx.alloc(DType::kF32, {P, H});
+  int32_t* m = ptr<int32_t>(meta);
+  const MoeGroupedScratch scratch{ptr<__nv_bfloat16>(xb), m, m + E + 1, m + 2 * E + 1, m + 2 * E + 2,
+                                  ptr<__nv_bfloat16>(act), ptr<float>(y), nullptr};
+  const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(K), -1};
+  launch_moe_quant_experts(ptr<float>(x), T, H, slots, E, table.host[0].format, q, q + E, q + 2 * E, inter, scratch,
+                           ctx.stream());
+  TESSERA_CUDA_CHECK_LAUNCH();
+  launch_moe_combine(ptr<float>(y), T, H, slots, E, nullptr, ptr<float>(out), ctx.stream());
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+bool quantized_grouped_applies(CudaContext& ctx, const Tensor& x, const std::vector<ExpertWeights>& experts) {
+  const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
+  if (!ctx.moe_plan({E, x.dim(1), experts[0].gate.out}).grouped_for(T)) return false;
+  const ExpertWeights& f = experts[0];
+  return f.gate.format == f.down.format && f.up.format == f.gate.format &&
+         moe_quant_supported(quant_matrix(f.gate), quant_matrix(f.down), E);
+}
+
+}  // namespace
+
 // Decode-sized steps: pairs sorted by expert on the device and grouped kernels that read each
 // routed expert once (kernels/moe/grouped.cu), no host round trip. Larger steps (prefill) are
 // compute-bound: per-expert cuBLASLt GEMMs, for which the routing is read back to size them.
@@ -201,6 +276,14 @@ void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const Tensor& x,
     if (admit_op("memset", out.raw(), 0, out.nbytes(), stream))
       TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream));
     if (shared && T > 0) add_shared_expert(ctx, ops, x, *shared, out);
+    return;
+  }
+  if (quantized_experts(experts)) {
+    if (quantized_grouped_applies(ctx, x, experts))
+      quantized_grouped_experts(ctx, state, x, experts, ids, weights, out);
+    else
+      moe_experts_per_expert(ctx, x, experts, ids, weights, out);
+    if (shared) add_shared_expert(ctx, ops, x, *shared, out);
     return;
   }
   if (!moe_grouped_applies(ctx, x, experts)) {
@@ -229,7 +312,8 @@ void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const Tensor& x,
 bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight& router, const Tensor& bias,
          const RouterConfig& cfg, const std::vector<ExpertWeights>& experts, const ExpertWeights* shared, Tensor& out) {
   const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
-  if (!shared || T == 0 || E == 0 || !shared_expert_stream_enabled() || !moe_grouped_applies(ctx, x, experts) ||
+  if (!shared || T == 0 || E == 0 || quantized_experts(experts) || !shared_expert_stream_enabled() ||
+      !moe_grouped_applies(ctx, x, experts) ||
       !shared_expert_groups_with(x, experts, *shared))
     return false;
   const ExpertTable& table = expert_table(ctx, state, experts, shared);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/runtime/context.h"
 #include "ops/ops.h"
 
@@ -32,6 +33,13 @@ struct MoeState {
   std::map<std::pair<const ExpertWeights*, const ExpertWeights*>,
            std::pair<std::vector<const __nv_bfloat16*>, ExpertTable>>
       expert_tables;
+  // The same for experts held quantized: QuantMatrix [3 (gate, up, down), experts] on the device,
+  // built from (and checked against) the host copies.
+  struct QuantTable {
+    std::vector<QuantMatrix> host;
+    core::Tensor storage;
+  };
+  std::map<const ExpertWeights*, QuantTable> quant_tables;
   core::Tensor router_done_blocks;  // launch_router_fused's counter (0 between calls)
 };
 

@@ -4,34 +4,92 @@
 
 #include <vector>
 
+#include "core/error.h"
+#include "ops/cuda/runtime/cuda_check.h"
+
 namespace tessera::ops::cuda {
 
 using core::DType;
 using core::Tensor;
+using Format = LinearWeight::Format;
 
 namespace {
 
 // Tensors already on the device in the backend's format (synthetic models) are kept as they are.
 bool on_device(const Tensor& t, DType dtype) { return t.device() == core::Device::kCuda && t.dtype() == dtype; }
 
+Tensor upload_same(CudaContext& ctx, const Tensor& t) {
+  if (t.device() == core::Device::kCuda) return t;
+  return ctx.upload_bytes(t.dtype(), t.shape(), t.raw());
+}
+
 }  // namespace
 
-LinearWeight upload_linear(CudaContext& ctx, const LinearWeight& w) {
-  if (w.format == LinearWeight::Format::kDense && on_device(w.weight, DType::kBF16)) return w;
-  // Dequantize row by row on the host (exact), round to bf16, upload.
+bool keeps_quantized(Format format, LinearUse use) { return format != Format::kDense && use == LinearUse::kProjection; }
+
+QuantMatrix quant_matrix(const LinearWeight& w) {
+  TESSERA_CHECK(w.format != Format::kDense && w.weight.device() == core::Device::kCuda,
+                "{}: not a quantized device weight", w.name);
+  QuantMatrix m;
+  m.data = static_cast<const uint8_t*>(w.weight.raw());
+  m.scale = w.scale.raw();
+  m.n = static_cast<int32_t>(w.out);
+  m.k = static_cast<int32_t>(w.in);
+  m.scale_cols = static_cast<int32_t>(w.scale.dim(1));
+  if (w.format == Format::kNvfp4) {
+    TESSERA_CHECK(w.group_size == 16 && w.in % 16 == 0, "{}: NVFP4 with group size {} (the kernels take 16)", w.name,
+                  w.group_size);
+    m.format = QuantFormat::kNvfp4;
+    m.global_scale = w.global_scale;
+  } else {
+    m.format = QuantFormat::kFp8Block;
+    m.block_rows = static_cast<int32_t>(w.block_rows);
+    m.block_cols = static_cast<int32_t>(w.block_cols);
+  }
+  return m;
+}
+
+Tensor dequantized_bf16(CudaContext& ctx, const LinearWeight& w, bool resident) {
+  TESSERA_CHECK(w.in % 8 == 0, "{}: dequantizing needs an input width that is a multiple of 8 (got {})", w.name,
+                w.in);
+  Tensor out = resident ? ctx.alloc_resident(DType::kBF16, {w.out, w.in}) : ctx.alloc(DType::kBF16, {w.out, w.in});
+  launch_dequant_bf16(quant_matrix(w), ptr<__nv_bfloat16>(out), ctx.stream());
+  TESSERA_CUDA_CHECK_LAUNCH();
+  return out;
+}
+
+LinearWeight upload_linear(CudaContext& ctx, const LinearWeight& w, LinearUse use) {
+  if (w.format == Format::kDense && on_device(w.weight, DType::kBF16)) return w;
+  LinearWeight d = w;
+  if (w.format != Format::kDense) {
+    // The checkpoint's bytes as they are; converted on the device when this use reads bf16.
+    d.weight = upload_same(ctx, w.weight);
+    d.scale = upload_same(ctx, w.scale);
+    if (keeps_quantized(w.format, use)) return d;
+    if (w.in % 8 == 0) {
+      LinearWeight b;
+      b.name = w.name;
+      b.out = w.out;
+      b.in = w.in;
+      b.weight = dequantized_bf16(ctx, d, /*resident=*/true);
+      ctx.sync();  // before the quantized bytes go
+      return b;
+    }
+  }
+  // Dense weights of another dtype (and odd-width quantized ones): exact values on the host,
+  // rounded to bf16, uploaded.
   std::vector<float> row(static_cast<size_t>(w.in));
   std::vector<__nv_bfloat16> host(static_cast<size_t>(w.out * w.in));
   for (int64_t r = 0; r < w.out; ++r) {
     w.dequant_row(r, row.data());
     for (int64_t i = 0; i < w.in; ++i) host[static_cast<size_t>(r * w.in + i)] = __float2bfloat16_rn(row[i]);
   }
-  LinearWeight d;
-  d.format = LinearWeight::Format::kDense;
-  d.name = w.name;
-  d.out = w.out;
-  d.in = w.in;
-  d.weight = ctx.upload_bytes(DType::kBF16, {w.out, w.in}, host.data());
-  return d;
+  LinearWeight b;
+  b.name = w.name;
+  b.out = w.out;
+  b.in = w.in;
+  b.weight = ctx.upload_bytes(DType::kBF16, {w.out, w.in}, host.data());
+  return b;
 }
 
 Tensor upload_vector(CudaContext& ctx, const Tensor& t) {

@@ -299,4 +299,51 @@ void launch_moe_gemv_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top
 void launch_moe_gemv_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& scratch, unsigned expert_slots,
                           int max_pairs, const __nv_bfloat16* const* down_w, int64_t inter, cudaStream_t s);
 
+// --- quant/*.cu ---
+// Weight matrices in their checkpoint format on the device (ops/linear_weight.h): DeepSeek FP8
+// block (e4m3 bytes [n, k], fp32 scales [ceil(n / block_rows), ceil(k / block_cols)]) and ModelOpt
+// NVFP4 (e2m1 codes [n, k / 2], first value in the low nibble; e4m3 scales [n, k / 16]; a global
+// fp32 scale).
+enum class QuantFormat : int32_t { kFp8Block = 1, kNvfp4 = 2 };
+struct QuantMatrix {
+  const uint8_t* data = nullptr;
+  const void* scale = nullptr;
+  float global_scale = 1.0f;  // NVFP4 weight_scale_2; 1 for FP8
+  QuantFormat format = QuantFormat::kFp8Block;
+  int32_t n = 0, k = 0;
+  int32_t scale_cols = 0;  // scales per row of the scale tensor
+  int32_t block_rows = 128, block_cols = 128;  // FP8
+};
+inline void add_fields(Signature& s, const QuantMatrix& m) {
+  static_assert(sizeof(QuantMatrix) == 48, "a field was added: add it to the signature");
+  s.add(m.data);
+  s.add(m.scale);
+  s.add(m.global_scale);
+  s.add(static_cast<int32_t>(m.format));
+  for (int32_t v : {m.n, m.k, m.scale_cols, m.block_rows, m.block_cols}) s.add(v);
+}
+// out [n, k] = bf16(exact dequantized value) (what the host did at load before weights stayed
+// quantized): for GEMMs over many tokens and for the ops that read bf16 weights.
+void launch_dequant_bf16(const QuantMatrix& w, __nv_bfloat16* out, cudaStream_t s);
+// Steps of at most this many tokens run quantized projections as matrix-vector kernels.
+constexpr int64_t kQuantGemvMaxTokens = 8;
+// Shapes the quantized matrix-vector kernels take: k a multiple of 32 (NVFP4) or 16 (FP8, and
+// block_cols a multiple of 16), n a multiple of 4.
+bool quant_gemv_supported(const QuantMatrix& w);
+// out [tokens, n] = x [tokens, k] · Wᵀ (x fp32, rows x_row apart), tokens <= kQuantGemvMaxTokens.
+void launch_quant_gemv(const QuantMatrix& w, const float* x, int64_t x_row, int64_t tokens, float* out,
+                       int num_sms, cudaStream_t s);
+// The routed experts of launch_moe_grouped_experts with quantized weights (tables of QuantMatrix
+// [experts] on the device, one format): the pairs sorted by expert into `scratch`, then
+// matrix-vector kernels over each expert's pairs (gate/up write scratch.act, down scratch.y).
+bool moe_quant_supported(const QuantMatrix& gate, const QuantMatrix& down, int64_t experts);
+void launch_moe_quant_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
+                              QuantFormat format, const QuantMatrix* gate_w, const QuantMatrix* up_w,
+                              const QuantMatrix* down_w, int64_t inter, const MoeGroupedScratch& scratch,
+                              cudaStream_t s);
+// grouped.cu's first kernel: the pairs sorted by expert (scratch.offsets, active, num_active,
+// sorted) and x rounded to bf16 (scratch.xb).
+void launch_moe_prepare(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
+                        const MoeGroupedScratch& scratch, cudaStream_t s);
+
 }  // namespace tessera::ops::cuda

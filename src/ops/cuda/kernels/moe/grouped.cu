@@ -273,6 +273,15 @@ void launch_mma_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, 
 
 }  // namespace
 
+void launch_moe_prepare(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
+                        const MoeGroupedScratch& s, cudaStream_t stream) {
+  const int pairs = static_cast<int>(tokens * slots.per_token());
+  const int64_t x_elems = tokens * hidden;
+  launch_dependent(prepare_kernel, dim3(static_cast<unsigned>(1 + (x_elems + kConvertPerBlock - 1) / kConvertPerBlock)),
+                   1024, 0, stream, slots, pairs, static_cast<int>(experts), s.offsets, s.active, s.num_active,
+                   s.sorted, x, x_elems, s.xb);
+}
+
 void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
                                 int64_t experts, const __nv_bfloat16* const* gate_w,
                                 const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
@@ -280,10 +289,7 @@ void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, 
   const int64_t top_k = slots.per_token();
   const int pairs = static_cast<int>(tokens * top_k);
   if (pairs == 0) return;
-  const int64_t x_elems = tokens * hidden;
-  launch_dependent(prepare_kernel, dim3(static_cast<unsigned>(1 + (x_elems + kConvertPerBlock - 1) / kConvertPerBlock)),
-                   1024, 0, stream, slots, pairs, static_cast<int>(experts), s.offsets, s.active, s.num_active,
-                   s.sorted, x, x_elems, s.xb);
+  launch_moe_prepare(x, tokens, hidden, slots, experts, s, stream);
   const __nv_bfloat16* xb = s.xb;
   // At most min(experts, pairs) experts have work; blocks past *num_active return at once.
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));

@@ -1,0 +1,105 @@
+// Reading weights in their checkpoint format inside a kernel (W8A16 / W4A16): a lane loads 16
+// bytes of one weight row and turns them into fp32 values in registers, scaled down by a power of
+// two that its group scale carries back (so the conversion is a few integer operations, exact):
+//   e2m1 (NVFP4)  s e1 e0 m  -> fp16 bits (e1 e0 m) << 9, sign << 15:  value · 2^-14
+//   e4m3 (FP8)    s eeee mmm -> fp16 bits (eeee mmm) << 7, sign << 15: value · 2^-8
+// (subnormal codes land on fp16 subnormals with the same factor), then fp16 -> fp32 (exact). A
+// group's partial dot product is multiplied once by its scale · that power of two; NVFP4's
+// per-tensor global scale goes into the same factor.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "ops/cuda/kernels/kernels.h"
+
+namespace tessera::ops::cuda::quant {
+
+// Values one lane's 16-byte load holds, and the scale groups among them.
+template <QuantFormat F>
+struct Layout;
+template <>
+struct Layout<QuantFormat::kNvfp4> {
+  static constexpr int kVals = 32;   // 16 bytes of two codes each
+  static constexpr int kGroups = 2;  // one e4m3 scale per 16 values
+  static constexpr float kUnscale = 16384.0f;  // 2^14
+};
+template <>
+struct Layout<QuantFormat::kFp8Block> {
+  static constexpr int kVals = 16;
+  static constexpr int kGroups = 1;  // block_cols is a multiple of 16: one fp32 scale
+  static constexpr float kUnscale = 256.0f;  // 2^8
+};
+
+// An e4m3 byte as fp32 (exact; the scales of NVFP4 groups).
+__device__ __forceinline__ float e4m3_to_f32(uint32_t b) {
+  const uint32_t h = ((b & 0x7fu) << 7) | ((b & 0x80u) << 8);
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h))) * 256.0f;
+}
+
+// Values [2i, 2i + 1] of an NVFP4 word (8 codes, first value in the low nibble) · 2^-14.
+__device__ __forceinline__ float2 nvfp4_pair(uint32_t w, int i) {
+  const uint32_t b = w >> (8 * i);
+  const uint32_t h = ((b & 0x7u) << 9) | ((b & 0x8u) << 12) | ((b & 0x70u) << 21) | ((b & 0x80u) << 24);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
+// Values [2i, 2i + 1] of an FP8 word (4 bytes, first value in the low byte) · 2^-8.
+__device__ __forceinline__ float2 fp8_pair(uint32_t w, int i) {
+  const uint32_t b = w >> (16 * i);
+  const uint32_t h = ((b & 0x7fu) << 7) | ((b & 0x80u) << 8) | ((b & 0x7f00u) << 15) | ((b & 0x8000u) << 16);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
+// The kVals values of a lane's 16 bytes, scaled down (Layout::kUnscale).
+template <QuantFormat F>
+__device__ __forceinline__ void decode(const uint4& raw, float (&v)[Layout<F>::kVals]) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if constexpr (F == QuantFormat::kNvfp4) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 p = nvfp4_pair(w[q], i);
+        v[8 * q + 2 * i] = p.x;
+        v[8 * q + 2 * i + 1] = p.y;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float2 p = fp8_pair(w[q], i);
+        v[4 * q + 2 * i] = p.x;
+        v[4 * q + 2 * i + 1] = p.y;
+      }
+    }
+  }
+}
+
+// Byte offset of value k of row `row` (k a multiple of the lane's kVals).
+template <QuantFormat F>
+__device__ __forceinline__ int64_t row_byte(const QuantMatrix& m, int64_t row, int64_t k) {
+  if constexpr (F == QuantFormat::kNvfp4)
+    return row * (m.k / 2) + k / 2;
+  else
+    return row * m.k + k;
+}
+
+// The factors of the kGroups scale groups of values [k, k + kVals) of row `row`: scale · global ·
+// kUnscale.
+template <QuantFormat F>
+__device__ __forceinline__ void group_factors(const QuantMatrix& m, int64_t row, int64_t k,
+                                              float (&f)[Layout<F>::kGroups]) {
+  if constexpr (F == QuantFormat::kNvfp4) {
+    const uint8_t* s = static_cast<const uint8_t*>(m.scale) + row * m.scale_cols + k / 16;
+    const uint32_t two = __ldg(reinterpret_cast<const unsigned short*>(s));  // k / 16 is even
+    const float g = m.global_scale * Layout<F>::kUnscale;
+    f[0] = e4m3_to_f32(two & 0xffu) * g;
+    f[1] = e4m3_to_f32(two >> 8) * g;
+  } else {
+    const float* s = static_cast<const float*>(m.scale);
+    f[0] = __ldg(s + (row / m.block_rows) * m.scale_cols + k / m.block_cols) * Layout<F>::kUnscale;
+  }
+}
+
+}  // namespace tessera::ops::cuda::quant
