@@ -10,12 +10,14 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "model/checkpoint_presets.h"
 #include "model/random_checkpoint.h"
 #include "server/demo_model.h"
@@ -111,8 +113,15 @@ int run(const MakeCheckpointOptions& o) {
   wo.max_shard_bytes = static_cast<uint64_t>(o.shard_gb * 1e9);
   wo.progress = progress_printer(total);
   const auto stats = model::write_random_checkpoint(o.out, layout, wo);
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-    fs::copy_file(tokenizer / f, fs::path(o.out) / f, fs::copy_options::overwrite_existing);
+  // Copied by content, not with copy_file: a read-only source (a shared install) must not give
+  // read-only files that a later --force cannot replace.
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    const fs::path dst = fs::path(o.out) / f;
+    std::ofstream out(dst, std::ios::binary | std::ios::trunc);
+    out << core::read_file(tokenizer / f);
+    out.close();
+    if (!out) core::fail("{}: cannot write file", dst.string());
+  }
   std::printf("wrote %s: %s, %zu tensors, %.3f GB in %zu shards, %.2f s (%.2f GB/s)\n", o.out.c_str(), o.like.c_str(),
               stats.tensors, stats.data_bytes / 1e9, stats.shards, stats.seconds,
               stats.seconds > 0 ? stats.data_bytes / 1e9 / stats.seconds : 0.0);

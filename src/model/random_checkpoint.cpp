@@ -62,6 +62,11 @@ class WordSource {
         } else if (dtype_ != DType::kBF16 && dtype_ != DType::kF32) {
           fail("{}: no uniform generator for dtype {}", t.spec.name, core::dtype_name(dtype_));
         }
+        // Integer r of n bits -> uniform((r + 0.5) / 2^n) as one multiply-add in float (the hot loop).
+        step16_ = static_cast<float>(2.0 * fill_.half_width / 65536.0);
+        base16_ = uniform(0.5f / 65536.0f);
+        step24_ = static_cast<float>(2.0 * fill_.half_width / 16777216.0);
+        base24_ = uniform(0.5f / 16777216.0f);
         break;
     }
   }
@@ -79,19 +84,39 @@ class WordSource {
     switch (dtype_) {
       case DType::kBF16:
         for (int i = 0; i < 4; ++i) {
-          const uint16_t v = core::f32_to_bf16(uniform((static_cast<float>((r >> (16 * i)) & 0xffff) + 0.5f) / 65536.0f));
+          const uint16_t v = core::f32_to_bf16(static_cast<float>((r >> (16 * i)) & 0xffff) * step16_ + base16_);
           std::memcpy(out + 2 * i, &v, 2);
         }
         return;
       case DType::kF32:
         for (int i = 0; i < 2; ++i) {
-          const float v = uniform((static_cast<float>((r >> (32 * i + 8)) & 0xffffff) + 0.5f) / 16777216.0f);
+          const float v = static_cast<float>((r >> (32 * i + 8)) & 0xffffff) * step24_ + base24_;
           std::memcpy(out + 4 * i, &v, 4);
         }
         return;
       default:  // kF8E4M3
         for (int i = 0; i < 8; ++i) out[i] = lut_[(r >> (8 * i)) & 0xff];
         return;
+    }
+  }
+
+  // Words k0 .. k0 + n - 1, as word() writes them, with the format chosen once outside the loop.
+  void whole_words(uint64_t k0, uint64_t n, uint8_t* dst) const {
+    if (fill_.kind == Fill::Kind::kRandomBytes) {
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t r = splitmix64(key_ + k0 + i);
+        std::memcpy(dst + 8 * i, &r, 8);
+      }
+    } else if (fill_.kind == Fill::Kind::kUniform && dtype_ == DType::kBF16) {
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t r = splitmix64(key_ + k0 + i);
+        uint16_t v[4];
+        for (int j = 0; j < 4; ++j)
+          v[j] = core::f32_to_bf16(static_cast<float>((r >> (16 * j)) & 0xffff) * step16_ + base16_);
+        std::memcpy(dst + 8 * i, v, 8);
+      }
+    } else {
+      for (uint64_t i = 0; i < n; ++i) word(k0 + i, dst + 8 * i);
     }
   }
 
@@ -102,9 +127,12 @@ class WordSource {
     while (begin < end) {
       const uint64_t wb = k * 8;
       if (begin == wb && end - begin >= 8) {
-        word(k, dst);
-        dst += 8;
-        begin += 8;
+        const uint64_t words = (end - begin) / 8;
+        whole_words(k, words, dst);
+        dst += 8 * words;
+        begin += 8 * words;
+        k += words;
+        continue;
       } else {
         uint8_t w[8];
         word(k, w);
@@ -140,6 +168,7 @@ class WordSource {
   DType dtype_;
   std::array<uint8_t, 8> pattern_{};
   std::array<uint8_t, 256> lut_{};
+  float step16_ = 0, base16_ = 0, step24_ = 0, base24_ = 0;
 };
 
 void write_text(const fs::path& p, const std::string& s) {
