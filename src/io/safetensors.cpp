@@ -195,8 +195,9 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   std::vector<TensorSpec> specs;
   for (const auto& t : tensors) {
     specs.push_back({t.name, t.dtype, t.shape});
-    TESSERA_CHECK(specs.back().nbytes() == t.bytes.size(), "write_safetensors {}: tensor '{}' has {} bytes, shape needs {}",
-                  path.string(), t.name, t.bytes.size(), specs.back().nbytes());
+    TESSERA_CHECK(specs.back().nbytes() == t.bytes.size(),
+                  "write_safetensors {}: tensor '{}' has {} bytes, shape needs {}", path.string(), t.name,
+                  t.bytes.size(), specs.back().nbytes());
   }
   SafetensorsStreamWriter out(path, specs, metadata);
   for (const auto& t : tensors) out.write(t.bytes.data(), t.bytes.size());

@@ -29,9 +29,8 @@ std::string safetensors_header(const std::vector<TensorSpec>& tensors,
   for (const auto& t : tensors) {
     if (!seen.insert(t.name).second) fail("safetensors header: duplicate tensor name '{}'", t.name);
     const uint64_t n = t.nbytes();
-    header[t.name] = {{"dtype", std::string(core::dtype_name(t.dtype))},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + n}}};
+    header[t.name] = {
+        {"dtype", std::string(core::dtype_name(t.dtype))}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
     offset += n;
   }
   std::string json = header.dump();
@@ -78,8 +77,7 @@ void SafetensorsStreamWriter::write(const void* data, size_t n) {
 
 void SafetensorsStreamWriter::close() {
   TESSERA_CHECK(fd_ >= 0, "{}: closed twice", path_.string());
-  if (written_ != data_bytes_)
-    fail("{}: closed after {} of {} data bytes", path_.string(), written_, data_bytes_);
+  if (written_ != data_bytes_) fail("{}: closed after {} of {} data bytes", path_.string(), written_, data_bytes_);
   const int rc = ::close(fd_);
   fd_ = -1;
   if (rc != 0) fail("{}: close failed: {}", path_.string(), std::strerror(errno));

@@ -1,9 +1,9 @@
 #include "model/checkpoint_presets.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -53,7 +53,9 @@ class LayoutBuilder {
   void linear(const std::string& module, int64_t out, int64_t in, LinearFormat format) {
     const double std = linear_weight_std(in);
     switch (format) {
-      case LinearFormat::kBf16: add(module + ".weight", DType::kBF16, {out, in}, uniform_std(0.0, std)); return;
+      case LinearFormat::kBf16:
+        add(module + ".weight", DType::kBF16, {out, in}, uniform_std(0.0, std));
+        return;
       case LinearFormat::kFp8Block: {
         add(module + ".weight", DType::kF8E4M3, {out, in}, {Fill::Kind::kUniform, 0.0, 448.0});
         const double s = std / kFp8WeightStd;
@@ -67,7 +69,8 @@ class LayoutBuilder {
         const double global = std::exp2(std::round(std::log2(per_block / kNvfp4BlockScaleCentre)));
         const double block = per_block / global;
         add(module + ".weight", DType::kU8, {out, in / 2}, random_bytes());
-        add(module + ".weight_scale", DType::kF8E4M3, {out, in / 16}, {Fill::Kind::kUniform, block, kScaleJitter * block});
+        add(module + ".weight_scale", DType::kF8E4M3, {out, in / 16},
+            {Fill::Kind::kUniform, block, kScaleJitter * block});
         add(module + ".weight_scale_2", DType::kF32, {}, constant(global));
         add(module + ".input_scale", DType::kF32, {}, constant(kNvfp4InputScale));
         return;
@@ -84,11 +87,12 @@ class LayoutBuilder {
 
 OJson rope_scaling(CheckpointKind kind) {
   if (kind == CheckpointKind::kKimiK25Nvfp4)
-    return {{"type", "yarn"},          {"factor", 64.0},        {"original_max_position_embeddings", 4096},
-            {"beta_fast", 1.0},        {"beta_slow", 1.0},      {"mscale", 1.0},
+    return {{"type", "yarn"},       {"factor", 64.0},   {"original_max_position_embeddings", 4096},
+            {"beta_fast", 1.0},     {"beta_slow", 1.0}, {"mscale", 1.0},
             {"mscale_all_dim", 1.0}};
-  return {{"type", "yarn"},   {"factor", 40.0},   {"original_max_position_embeddings", 4096}, {"beta_fast", 32.0},
-          {"beta_slow", 1.0}, {"mscale", 1.0},    {"mscale_all_dim", 1.0}};
+  return {{"type", "yarn"},       {"factor", 40.0},   {"original_max_position_embeddings", 4096},
+          {"beta_fast", 32.0},    {"beta_slow", 1.0}, {"mscale", 1.0},
+          {"mscale_all_dim", 1.0}};
 }
 
 // The language-model fields, in the order of the real files (and the fixtures). BOS/EOS are the ids
@@ -194,10 +198,8 @@ OJson deepseek_config(CheckpointKind kind, const CheckpointDims& d) {
   const OJson lm = lm_config(kind, d);
   for (const auto& [k, v] : lm.items()) c[k] = v;
   if (kind == CheckpointKind::kDeepseekV3Fp8)
-    c["quantization_config"] = {{"activation_scheme", "dynamic"},
-                                {"fmt", "e4m3"},
-                                {"quant_method", "fp8"},
-                                {"weight_block_size", {128, 128}}};
+    c["quantization_config"] = {
+        {"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
   return c;
 }
 
@@ -265,7 +267,8 @@ void finalize_dims(CheckpointKind kind, CheckpointDims& d) {
 
 CheckpointLayout checkpoint_layout(CheckpointKind kind, const CheckpointDims& d) {
   const bool kimi = kind == CheckpointKind::kKimiK25Nvfp4;
-  const LinearFormat dense_format = kind == CheckpointKind::kDeepseekV3Fp8 ? LinearFormat::kFp8Block : LinearFormat::kBf16;
+  const LinearFormat dense_format =
+      kind == CheckpointKind::kDeepseekV3Fp8 ? LinearFormat::kFp8Block : LinearFormat::kBf16;
   const LinearFormat expert_format = kimi ? LinearFormat::kNvfp4 : dense_format;
   const std::string p = kimi ? "language_model." : "";
   const int64_t H = d.hidden, N = d.heads;
@@ -296,7 +299,8 @@ CheckpointLayout checkpoint_layout(CheckpointKind kind, const CheckpointDims& d)
     }
     b.linear(mp + ".gate", d.experts, H, LinearFormat::kBf16);  // the router is never quantized
     b.add(mp + ".gate.e_score_correction_bias", DType::kF32, {d.experts}, uniform_std(0.0, 0.01));
-    for (int64_t e = 0; e < d.experts; ++e) b.mlp(fmt::format("{}.experts.{}", mp, e), H, d.moe_intermediate, expert_format);
+    for (int64_t e = 0; e < d.experts; ++e)
+      b.mlp(fmt::format("{}.experts.{}", mp, e), H, d.moe_intermediate, expert_format);
     b.mlp(mp + ".shared_experts", H, d.shared_experts * d.moe_intermediate, dense_format);
   }
   b.norm(p + "model.norm.weight", H);

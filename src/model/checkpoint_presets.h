@@ -84,7 +84,7 @@ struct CheckpointLayout {
   CheckpointDims dims;
   nlohmann::ordered_json config;                          // config.json
   std::optional<nlohmann::ordered_json> hf_quant_config;  // hf_quant_config.json, where the real one has it
-  std::vector<TensorPlan> tensors;                        // in file order: embeddings, layers, final norm, head, other towers
+  std::vector<TensorPlan> tensors;  // in file order: embeddings, layers, final norm, head, other towers
   uint64_t total_bytes() const;
 };
 

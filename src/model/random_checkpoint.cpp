@@ -58,7 +58,8 @@ class WordSource {
         if (dtype_ == DType::kF8E4M3) {
           // One byte of randomness per element through a table: e4m3 of the uniform's 256 quantiles
           // (saturating, so never the NaN codes 0x7f / 0xff).
-          for (int b = 0; b < 256; ++b) lut_[static_cast<size_t>(b)] = core::f32_to_fp8_e4m3(uniform((b + 0.5f) / 256.0f));
+          for (int b = 0; b < 256; ++b)
+            lut_[static_cast<size_t>(b)] = core::f32_to_fp8_e4m3(uniform((b + 0.5f) / 256.0f));
         } else if (dtype_ != DType::kBF16 && dtype_ != DType::kF32) {
           fail("{}: no uniform generator for dtype {}", t.spec.name, core::dtype_name(dtype_));
         }
@@ -152,14 +153,19 @@ class WordSource {
   }
   void encode(float v, uint8_t* out) const {
     switch (dtype_) {
-      case DType::kF32: std::memcpy(out, &v, 4); return;
+      case DType::kF32:
+        std::memcpy(out, &v, 4);
+        return;
       case DType::kBF16: {
         const uint16_t b = core::f32_to_bf16(v);
         std::memcpy(out, &b, 2);
         return;
       }
-      case DType::kF8E4M3: *out = core::f32_to_fp8_e4m3(v); return;
-      default: fail("no constant encoder for dtype {}", core::dtype_name(dtype_));
+      case DType::kF8E4M3:
+        *out = core::f32_to_fp8_e4m3(v);
+        return;
+      default:
+        fail("no constant encoder for dtype {}", core::dtype_name(dtype_));
     }
   }
 

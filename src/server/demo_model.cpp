@@ -184,7 +184,8 @@ bool is_demo_tokenizer_dir(const fs::path& d) {
 }
 
 std::optional<fs::path> search_demo_tokenizer() {
-  if (const auto env = core::env_value("TESSERA_DEMO_TOKENIZER"); env && is_demo_tokenizer_dir(*env)) return fs::path(*env);
+  if (const auto env = core::env_value("TESSERA_DEMO_TOKENIZER"); env && is_demo_tokenizer_dir(*env))
+    return fs::path(*env);
   for (fs::path base : {fs::current_path(), exe_dir()}) {
     for (int up = 0; up < 5 && !base.empty(); ++up) {
       if (is_demo_tokenizer_dir(base / kNpmModels)) return base / kNpmModels;

@@ -44,9 +44,9 @@ TEST(MakeCheckpointCli, BadFlagsFailNamingTheFlag) {
                       "--out");
   // --force writes into it and keeps the user's other files.
   int rc = 0;
-  const std::string forced = test::tessera(
-      "make-checkpoint --like deepseek-v3-bf16" + kTiny + " --force --out " + (dir / "full").string() + tokenizer_flag(),
-      &rc);
+  const std::string forced = test::tessera("make-checkpoint --like deepseek-v3-bf16" + kTiny + " --force --out " +
+                                               (dir / "full").string() + tokenizer_flag(),
+                                           &rc);
   EXPECT_EQ(rc, 0) << forced;
   EXPECT_TRUE(fs::exists(dir / "full" / "notes.txt"));
   EXPECT_TRUE(fs::exists(dir / "full" / "model.safetensors.index.json"));
@@ -74,7 +74,8 @@ TEST(MakeCheckpointCli, ThreadCountDoesNotChangeTheBytesAndTheModelGenerates) {
 
   int rc = 0;
   const std::string gen = test::tessera(
-      "generate --json --model " + (dir / "t1").string() + " --prompt-ids 3,50,700,12 --max-tokens 6 --ignore-eos", &rc);
+      "generate --json --model " + (dir / "t1").string() + " --prompt-ids 3,50,700,12 --max-tokens 6 --ignore-eos",
+      &rc);
   EXPECT_EQ(rc, 0) << gen;
   EXPECT_NE(gen.find("\"tokens\""), std::string::npos) << gen;
   fs::remove_all(dir);

@@ -1,6 +1,8 @@
 // The streaming safetensors writer: what it writes is read back by SafetensorsFile with the same
 // names, dtypes, shapes and bytes whatever the pieces the data arrives in; the header is padded to
 // 8 bytes; writing too much or too little is an error naming the file.
+#include "io/safetensors_writer.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,7 +10,6 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "io/safetensors_writer.h"
 #include "support/test_support.h"
 
 namespace tessera {
@@ -19,9 +20,11 @@ using core::DType;
 
 TEST(SafetensorsWriter, StreamedPiecesReadBackExactly) {
   const fs::path dir = test::make_temp_dir("tessera-stwriter");
-  const std::vector<io::TensorSpec> specs = {
-      {"a.weight", DType::kBF16, {3, 5}}, {"b.scale", DType::kF32, {}}, {"c.packed", DType::kU8, {7, 3}},
-      {"d.fp8", DType::kF8E4M3, {2, 2}}, {"e.empty", DType::kF32, {0, 4}}};
+  const std::vector<io::TensorSpec> specs = {{"a.weight", DType::kBF16, {3, 5}},
+                                             {"b.scale", DType::kF32, {}},
+                                             {"c.packed", DType::kU8, {7, 3}},
+                                             {"d.fp8", DType::kF8E4M3, {2, 2}},
+                                             {"e.empty", DType::kF32, {0, 4}}};
   EXPECT_EQ(specs[0].nbytes(), 30u);
   EXPECT_EQ(specs[1].nbytes(), 4u);
   std::string data;

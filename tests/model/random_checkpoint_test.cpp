@@ -2,6 +2,8 @@
 // the tiny checkpoints it writes load with the project's own loader and run a forward pass, have
 // the tensor names, dtypes and config keys of the real-format fixtures, are deterministic in the
 // seed, and their quantized weights dequantize to the intended magnitudes.
+#include "model/random_checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,7 +19,6 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/checkpoint_presets.h"
-#include "model/random_checkpoint.h"
 #include "model/sequence_runner.h"
 #include "ops/linear_weight.h"
 #include "support/test_support.h"
@@ -164,7 +165,8 @@ TEST_P(RandomCheckpointTest, StructureMatchesTheRealFormatFixture) {
   EXPECT_EQ(key_paths(read_json(dir / "config.json")), key_paths(read_json(fixture / "config.json")));
   ASSERT_EQ(fs::exists(dir / "hf_quant_config.json"), fs::exists(fixture / "hf_quant_config.json"));
   if (fs::exists(fixture / "hf_quant_config.json")) {
-    EXPECT_EQ(key_paths(read_json(dir / "hf_quant_config.json")), key_paths(read_json(fixture / "hf_quant_config.json")));
+    EXPECT_EQ(key_paths(read_json(dir / "hf_quant_config.json")),
+              key_paths(read_json(fixture / "hf_quant_config.json")));
     // The exclude lists are the same patterns (the fixture has one dense layer too).
     EXPECT_EQ(read_json(dir / "hf_quant_config.json")["quantization"]["exclude_modules"],
               read_json(fixture / "hf_quant_config.json")["quantization"]["exclude_modules"]);
@@ -219,13 +221,12 @@ TEST_P(RandomCheckpointTest, SameSeedSameBytesOtherSeedOtherBytes) {
   for (const auto& d : {a, b, c}) fs::remove_all(d);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, RandomCheckpointTest, ::testing::ValuesIn(kKinds),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (auto& ch : name)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Kinds, RandomCheckpointTest, ::testing::ValuesIn(kKinds), [](const auto& info) {
+  std::string name = info.param;
+  for (auto& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+});
 
 // Any split of a tensor into pieces gives the bytes of one piece: the values cannot depend on how
 // the writer chunks the data or how many threads fill it.
@@ -292,7 +293,8 @@ TEST(RandomCheckpoint, QuantizedWeightsDequantizeToSaneValues) {
     const Moments norm = moments(tensor_f32(*ckpt, "language_model.model.layers.0.input_layernorm.weight"));
     EXPECT_NEAR(norm.mean, 1.0, 0.05);
     EXPECT_LT(norm.max_abs, 1.5);
-    EXPECT_LT(moments(tensor_f32(*ckpt, "language_model.model.layers.1.mlp.gate.e_score_correction_bias")).max_abs, 0.1);
+    EXPECT_LT(moments(tensor_f32(*ckpt, "language_model.model.layers.1.mlp.gate.e_score_correction_bias")).max_abs,
+              0.1);
     EXPECT_GT(scalar_f32(*ckpt, "language_model.model.layers.1.self_attn.k_proj.k_scale"), 0.0f);
     fs::remove_all(dir);
   }
