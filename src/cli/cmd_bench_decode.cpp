@@ -36,6 +36,7 @@ struct DecodeArgs {
   std::string device = "cuda";
   std::string kernels;
   std::string kv_cache_dtype = "auto";  // auto: the backend's default
+  std::string weights = "bf16";         // the linears' checkpoint format (model::SyntheticFormat)
   bool trace = false;                   // one more step per batch size, its kernels on the device clock
   bool enforce_eager = false;           // CUDA: no decode-step graphs
 };
@@ -55,6 +56,14 @@ core::Tensor host_random_bf16(core::Shape shape, float scale, uint64_t seed) {
   std::uniform_real_distribution<float> u(-scale, scale);
   for (auto& v : *data) v = core::f32_to_bf16(u(rng));
   return core::Tensor::adopt(core::DType::kBF16, std::move(shape), data->data(), core::Device::kCpu, data);
+}
+
+core::Tensor host_random_bytes(core::Shape shape, uint8_t and_mask, uint8_t or_mask, uint64_t seed) {
+  const int64_t n = core::shape_numel(shape);
+  auto data = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n));
+  std::mt19937_64 rng(seed);
+  for (auto& v : *data) v = static_cast<uint8_t>((rng() & and_mask) | or_mask);
+  return core::Tensor::adopt(core::DType::kU8, std::move(shape), data->data(), core::Device::kCpu, data);
 }
 
 #ifdef TESSERA_HAVE_CUDA
@@ -133,13 +142,14 @@ int run(const DecodeArgs& a) {
   for (int64_t b : a.batches) TESSERA_CHECK(b >= 1, "--batch {}: at least one sequence", b);
   const int64_t max_batch = *std::max_element(a.batches.begin(), a.batches.end());
   (void)model::synthetic_config(a.preset, 1);  // validates the preset name first
+  const model::SyntheticFormat format = model::parse_synthetic_format(a.weights);
 
   std::unique_ptr<ops::Ops> backend = ops::make_backend(a.device, a.kernels, a.enforce_eager);
   // No checkpoint, so no hint: an explicit --kv-cache-dtype or the backend's default.
   const core::KvCacheDtype kv_dtype = io::resolve_kv_cache_dtype(a.kv_cache_dtype, {}, backend->supported_kv_dtypes(),
                                                                  backend->default_kv_dtype(), backend->name())
                                           .dtype;
-  model::RandomBf16 random;
+  model::RandomTensors random;
   double bandwidth = 0;
   int64_t layers = a.layers;
   uint64_t seed = 1;
@@ -150,27 +160,35 @@ int run(const DecodeArgs& a) {
     if (layers == 0)
       layers = layers_that_fit(a.preset, ops::cuda::query_device_caps().free_bytes, max_batch, a.context,
                                static_cast<double>(model::KvCache::bytes_per_token(1, 1, kv_dtype)));
-    random = [&seed](core::Shape s, float scale) { return ops::cuda::random_bf16_tensor(std::move(s), scale, seed++); };
+    random.bf16 = [&seed](core::Shape s, float scale) {
+      return ops::cuda::random_bf16_tensor(std::move(s), scale, seed++);
+    };
+    random.bytes = [&seed](core::Shape s, uint8_t and_mask, uint8_t or_mask) {
+      return ops::cuda::random_bytes_tensor(std::move(s), and_mask, or_mask, seed++);
+    };
 #endif
   } else {
     fmt::print("device       cpu (fp32 reference backend)\n");
     bandwidth = host_copy_bandwidth();
     if (layers == 0) layers = 1;
-    random = [&seed](core::Shape s, float scale) { return host_random_bf16(std::move(s), scale, seed++); };
+    random.bf16 = [&seed](core::Shape s, float scale) { return host_random_bf16(std::move(s), scale, seed++); };
+    random.bytes = [&seed](core::Shape s, uint8_t and_mask, uint8_t or_mask) {
+      return host_random_bytes(std::move(s), and_mask, or_mask, seed++);
+    };
   }
   const io::ModelConfig cfg = model::synthetic_config(a.preset, layers);
   fmt::print("ceiling      copy bandwidth {:.0f} GB/s (read + write, measured now)\n", bandwidth / 1e9);
 
-  model::ModelWeights weights = model::synthetic_weights(cfg, *backend, random);
+  model::ModelWeights weights = model::synthetic_weights(cfg, *backend, random, format);
   model::DeepseekV3Model m(cfg, std::move(weights), std::move(backend));
   ops::Ops& o = m.ops();
   const int64_t max_tokens = a.context + 2 + a.steps + 1;
   const int64_t pages_per_seq = model::pages_for_tokens(max_tokens);
   model::KvCache cache(o, layers, max_batch * pages_per_seq, cfg.kv_cache_entry_dim(), kv_dtype);
   fmt::print("model        synthetic {} with {} MoE layers of the real shapes (hidden {}, {} experts, {} active + {} "
-             "shared, {} heads), random bf16 weights: {}\n",
+             "shared, {} heads), random weights in {}: {}\n",
              a.preset, layers, cfg.hidden_size, cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.n_shared_experts,
-             cfg.num_attention_heads, core::human_bytes(m.weight_bytes()));
+             cfg.num_attention_heads, model::synthetic_format_name(format), core::human_bytes(m.weight_bytes()));
   fmt::print("kv cache     {} pages of {} ({}), context {} per sequence\n", cache.num_pages(), cache.page_size(),
              core::kv_cache_dtype_name(kv_dtype), a.context);
   // A 1-layer twin on the same first-layer weights (shared, not copied) with a backend and a cache
@@ -252,7 +270,7 @@ int run(const DecodeArgs& a) {
     const double step = median(step_s), head = median(head_s);
     const double layer = std::max(0.0, step - head) / static_cast<double>(layers);
     const model::DecodeLayerBytes bytes = model::decode_layer_bytes(
-        cfg, batch, a.context, static_cast<double>(model::KvCache::bytes_per_token(1, 1, kv_dtype)));
+        cfg, batch, a.context, static_cast<double>(model::KvCache::bytes_per_token(1, 1, kv_dtype)), format);
     const double floor = bytes.total() / bandwidth;  // the copy moves read + write bytes at this rate
     fmt::print("{:>6} {:>10.3f} {:>10.3f} {:>11.1f} {:>11.1f} {:>7.0f}% {:>9.1f} {:>12.1f}", batch, step * 1e3,
                head * 1e3, layer * 1e6, floor * 1e6, 100.0 * floor / layer, bytes.expected_experts,
@@ -313,6 +331,9 @@ CommandRegistration reg{
        app.add_option("--device", a->device, "cuda, or cpu (the fp32 reference; small presets)")
            ->capture_default_str();
        app.add_option("--kernels", a->kernels, "force CUDA kernels, as for serve");
+       app.add_option("--weights", a->weights,
+                      "the linears' format: bf16; fp8 (DeepSeek-V3 FP8 blocks); nvfp4 (Kimi-K2.5: routed experts NVFP4)")
+           ->capture_default_str();
        app.add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV cache element type: auto (the backend's default), fp32, bf16, fp8")
            ->capture_default_str();
        app.add_flag("--enforce-eager", a->enforce_eager,

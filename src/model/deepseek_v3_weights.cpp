@@ -221,9 +221,10 @@ std::vector<ops::WeightGroup> linear_groups(const ModelWeights& w) {
     auto it = std::find_if(groups.begin(), groups.end(),
                            [&](const ops::WeightGroup& g) { return g.name == name && g.format_name == format; });
     if (it == groups.end()) {
-      groups.push_back({name, use, l.format, format, 0, 0, 0});
+      groups.push_back({name, use, l.format, format, 0, 0, 0, l.in});
       it = groups.end() - 1;
     }
+    it->min_in = std::min(it->min_in, l.in);
     it->linears += 1;
     it->params += static_cast<uint64_t>(l.out * l.in);
     it->stored_bytes += l.stored_bytes();

@@ -105,30 +105,67 @@ io::ModelConfig synthetic_config(const std::string& preset, int64_t layers) {
   return c;
 }
 
-ModelWeights synthetic_weights(const io::ModelConfig& c, ops::Ops& ops, const RandomBf16& random_bf16) {
-  auto linear = [&](const std::string& name, int64_t out, int64_t in) {
+SyntheticFormat parse_synthetic_format(const std::string& name) {
+  if (name == "bf16") return SyntheticFormat::kBf16;
+  if (name == "fp8") return SyntheticFormat::kFp8;
+  if (name == "nvfp4") return SyntheticFormat::kNvfp4;
+  core::fail("--weights '{}': expected bf16, fp8 or nvfp4", name);
+}
+
+std::string synthetic_format_name(SyntheticFormat f) {
+  switch (f) {
+    case SyntheticFormat::kBf16: return "bf16";
+    case SyntheticFormat::kFp8: return "fp8 (DeepSeek-V3 128x128 blocks; router and lm_head bf16)";
+    case SyntheticFormat::kNvfp4: return "nvfp4 (Kimi-K2.5: routed experts NVFP4, the rest bf16)";
+  }
+  return "?";
+}
+
+ModelWeights synthetic_weights(const io::ModelConfig& c, ops::Ops& ops, const RandomTensors& random,
+                               SyntheticFormat format) {
+  using Format = ops::LinearWeight::Format;
+  auto linear_as = [&](const std::string& name, int64_t out, int64_t in, Format f) {
     ops::LinearWeight w;
-    w.format = ops::LinearWeight::Format::kDense;
+    w.format = f;
     w.name = name;
     w.out = out;
     w.in = in;
-    w.weight = random_bf16({out, in}, 1.0f / std::sqrt(static_cast<float>(in)));
+    const float target = 1.0f / std::sqrt(static_cast<float>(in));
+    if (f == Format::kDense) {
+      w.weight = random.bf16({out, in}, target);
+    } else if (f == Format::kFp8Block) {
+      // e4m3 codes with the top exponent bit clear: |v| < 2, never NaN; std ~0.5 before the scale.
+      w.weight = random.bytes({out, in}, 0xbf, 0);
+      const int64_t sr = (out + 127) / 128, sc = (in + 127) / 128;
+      std::vector<float> scale(static_cast<size_t>(sr * sc), 2.0f * target);
+      w.scale = ops.from_host_f32({sr, sc}, scale.data());
+    } else {
+      // Any e2m1 code (|v| <= 6, std ~2.9), block scales e4m3 1.0 (0x38), the global scale sizing.
+      w.weight = random.bytes({out, in / 2}, 0xff, 0);
+      w.scale = random.bytes({out, in / 16}, 0, 0x38);
+      w.global_scale = target / 2.9f;
+    }
     return w;
   };
+  const Format dense = format == SyntheticFormat::kFp8 ? Format::kFp8Block : Format::kDense;
+  const Format routed = format == SyntheticFormat::kFp8     ? Format::kFp8Block
+                        : format == SyntheticFormat::kNvfp4 ? Format::kNvfp4
+                                                            : Format::kDense;
+  auto linear = [&](const std::string& name, int64_t out, int64_t in) { return linear_as(name, out, in, dense); };
   auto vector = [&](int64_t n, float value) {
     std::vector<float> v(static_cast<size_t>(n), value);
     return ops.from_host_f32({n}, v.data());
   };
-  auto mlp = [&](const std::string& name, int64_t inter) {
-    return ops::ExpertWeights{linear(name + ".gate_proj", inter, c.hidden_size),
-                              linear(name + ".up_proj", inter, c.hidden_size),
-                              linear(name + ".down_proj", c.hidden_size, inter)};
+  auto mlp = [&](const std::string& name, int64_t inter, Format f) {
+    return ops::ExpertWeights{linear_as(name + ".gate_proj", inter, c.hidden_size, f),
+                              linear_as(name + ".up_proj", inter, c.hidden_size, f),
+                              linear_as(name + ".down_proj", c.hidden_size, inter, f)};
   };
   const int64_t H = c.hidden_size, N = c.num_attention_heads;
   ModelWeights w;
-  w.embed = random_bf16({c.vocab_size, H}, 1.0f);
+  w.embed = random.bf16({c.vocab_size, H}, 1.0f);
   w.final_norm = vector(H, 1.0f);
-  w.lm_head = linear("lm_head", c.vocab_size, H);
+  w.lm_head = linear_as("lm_head", c.vocab_size, H, Format::kDense);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
     LayerWeights L;
@@ -148,14 +185,14 @@ ModelWeights synthetic_weights(const io::ModelConfig& c, ops::Ops& ops, const Ra
     A.o = linear(p + ".self_attn.o_proj", H, N * c.v_head_dim);
     L.is_moe = c.is_moe_layer(l);
     if (!L.is_moe) {
-      L.dense_mlp = mlp(p + ".mlp", c.intermediate_size);
+      L.dense_mlp = mlp(p + ".mlp", c.intermediate_size, dense);
     } else {
-      L.moe.router = linear(p + ".mlp.gate", c.n_routed_experts, H);
+      L.moe.router = linear_as(p + ".mlp.gate", c.n_routed_experts, H, Format::kDense);
       L.moe.correction_bias = vector(c.n_routed_experts, 0.0f);
       for (int64_t e = 0; e < c.n_routed_experts; ++e)
-        L.moe.experts.push_back(mlp(p + ".mlp.experts." + std::to_string(e), c.moe_intermediate_size));
+        L.moe.experts.push_back(mlp(p + ".mlp.experts." + std::to_string(e), c.moe_intermediate_size, routed));
       if (c.n_shared_experts > 0)
-        L.moe.shared = mlp(p + ".mlp.shared_experts", c.n_shared_experts * c.moe_intermediate_size);
+        L.moe.shared = mlp(p + ".mlp.shared_experts", c.n_shared_experts * c.moe_intermediate_size, dense);
     }
     w.layers.push_back(std::move(L));
   }
@@ -163,15 +200,19 @@ ModelWeights synthetic_weights(const io::ModelConfig& c, ops::Ops& ops, const Ra
 }
 
 DecodeLayerBytes decode_layer_bytes(const io::ModelConfig& c, int64_t batch, int64_t context,
-                                    double kv_bytes_per_element) {
+                                    double kv_bytes_per_element, SyntheticFormat format) {
   const double H = static_cast<double>(c.hidden_size), N = static_cast<double>(c.num_attention_heads), bf16 = 2;
+  const double fp8 = 1.0 + 4.0 / (128.0 * 128.0), nvfp4 = 0.5 + 1.0 / 16.0;
+  const double dense = format == SyntheticFormat::kFp8 ? fp8 : bf16;
+  const double routed = format == SyntheticFormat::kFp8 ? fp8 : format == SyntheticFormat::kNvfp4 ? nvfp4 : bf16;
   DecodeLayerBytes b;
   const double q = c.q_lora_rank > 0 ? c.q_lora_rank * H + N * c.qk_head_dim() * c.q_lora_rank : N * c.qk_head_dim() * H;
-  b.attention_weights = bf16 * (q + c.kv_cache_entry_dim() * H +
-                                N * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank + H * N * c.v_head_dim);
+  b.attention_weights = dense * (q + c.kv_cache_entry_dim() * H + H * N * c.v_head_dim) +
+                        bf16 * N * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank;
   b.router = bf16 * c.n_routed_experts * H;
-  const double expert = bf16 * 3.0 * H * static_cast<double>(c.moe_intermediate_size);
-  b.shared_expert = expert * static_cast<double>(c.n_shared_experts);
+  const double expert_weights = 3.0 * H * static_cast<double>(c.moe_intermediate_size);
+  const double expert = routed * expert_weights;
+  b.shared_expert = dense * expert_weights * static_cast<double>(c.n_shared_experts);
   const double E = static_cast<double>(c.n_routed_experts), k = static_cast<double>(c.num_experts_per_tok);
   b.expected_experts = E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
   b.routed_experts = expert * b.expected_experts;

@@ -19,23 +19,38 @@ namespace tessera::model {
 io::ModelConfig synthetic_config(const std::string& preset, int64_t layers);
 std::vector<std::string> synthetic_presets();
 
-// A bf16 [shape] tensor of uniform values in [-scale, scale), created where the backend computes
-// (device memory for CUDA) so that a 100 GB model costs no host time.
-using RandomBf16 = std::function<core::Tensor(core::Shape shape, float scale)>;
+// Random tensors created where the backend computes (device memory for CUDA) so that a 100 GB
+// model costs no host time: bf16 values uniform in [-scale, scale), and bytes each
+// (random & and_mask) | or_mask (quantized codes; a constant with and_mask 0).
+struct RandomTensors {
+  std::function<core::Tensor(core::Shape shape, float scale)> bf16;
+  std::function<core::Tensor(core::Shape shape, uint8_t and_mask, uint8_t or_mask)> bytes;
+};
 
-// Dense bf16 weights for every tensor of `cfg` (norm weights 1, small router bias), scaled by
-// 1/sqrt(fan-in) so activations stay finite through the layers.
-ModelWeights synthetic_weights(const io::ModelConfig& cfg, ops::Ops& ops, const RandomBf16& random_bf16);
+// The checkpoint format a synthetic model's linears are in, as the real checkpoints lay them out:
+// bf16 everywhere; DeepSeek-V3 FP8 (every linear but the router and lm_head in 128x128-block FP8);
+// Kimi-K2.5 NVFP4 (the routed experts in NVFP4, the rest bf16).
+enum class SyntheticFormat { kBf16, kFp8, kNvfp4 };
+// "bf16", "fp8", "nvfp4"; throws naming --weights otherwise.
+SyntheticFormat parse_synthetic_format(const std::string& name);
+std::string synthetic_format_name(SyntheticFormat f);
+
+// Weights for every tensor of `cfg` in `format` (norm weights 1, small router bias), of magnitudes
+// about 1/sqrt(fan-in) so activations stay finite through the layers.
+ModelWeights synthetic_weights(const io::ModelConfig& cfg, ops::Ops& ops, const RandomTensors& random,
+                               SyntheticFormat format = SyntheticFormat::kBf16);
 
 // Bytes one decode step must read per MoE layer at `batch` sequences of `context` cached tokens:
 // attention weights, router, shared expert, the routed experts touched (expected distinct experts
-// under uniform routing: E·(1 − (1 − k/E)^batch)) and the latent KV read and written, bf16 weights.
+// under uniform routing: E·(1 − (1 − k/E)^batch)) and the latent KV read and written, each weight
+// at the bytes the device holds it in for `format` (FP8: 1 byte + a 4-byte scale per 128x128
+// block; NVFP4: 4 bits + an e4m3 scale per 16; kv_b and the router bf16 whatever the format).
 struct DecodeLayerBytes {
   double attention_weights = 0, router = 0, shared_expert = 0, routed_experts = 0, kv = 0;
   double expected_experts = 0;
   double total() const { return attention_weights + router + shared_expert + routed_experts + kv; }
 };
 DecodeLayerBytes decode_layer_bytes(const io::ModelConfig& cfg, int64_t batch, int64_t context,
-                                    double kv_bytes_per_element);
+                                    double kv_bytes_per_element, SyntheticFormat format = SyntheticFormat::kBf16);
 
 }  // namespace tessera::model

@@ -88,6 +88,7 @@ struct WeightGroup {
   LinearWeight::Format format = LinearWeight::Format::kDense;
   std::string format_name;  // LinearWeight::format_name(): "bf16", "fp8-block128x128", "nvfp4-g16"
   uint64_t linears = 0, params = 0, stored_bytes = 0;
+  int64_t min_in = 0;  // the narrowest input width among them (a backend's kernels may need alignment)
 };
 
 struct BackendPlan {

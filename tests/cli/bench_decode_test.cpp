@@ -1,5 +1,6 @@
 // tessera bench decode --synthetic: builds a random-weight model of a preset's shapes, runs decode
 // steps and reports per-layer time against the bytes floor; refuses bad flags by name.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "model/synthetic.h"
@@ -35,6 +36,43 @@ TEST(BenchDecode, Fp8KvCacheOnRequest) {
   out = tessera("bench decode --synthetic tiny --device cpu --layers 1 --kv-cache-dtype bf16", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--kv-cache-dtype"), std::string::npos) << out;
+}
+
+TEST(BenchDecode, QuantizedWeightsRunAndAreNamed) {
+  for (const char* w : {"fp8", "nvfp4"}) {
+    int rc = 0;
+    const std::string out = tessera(
+        fmt::format("bench decode --synthetic tiny --device cpu --layers 1 --batch 2 --context 70 --steps 1 "
+                    "--weights {}",
+                    w),
+        &rc);
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find(fmt::format("random weights in {}", w)), std::string::npos) << out;
+  }
+  int rc = 0;
+  const std::string out = tessera("bench decode --synthetic tiny --device cpu --weights int4", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--weights 'int4'"), std::string::npos) << out;
+}
+
+// The floor counts the bytes each format stores: NVFP4 4 bits + one e4m3 scale per 16 weights, FP8
+// 1 byte + one fp32 scale per 128 x 128 block; kv_b and the router stay bf16 on the device.
+TEST(BenchDecode, BytesFloorCountsTheStoredFormat) {
+  const auto cfg = model::synthetic_config("kimi-k2.5", 1);
+  const double expert = 3.0 * 7168 * 2048, kv_b = 64.0 * 256 * 512;
+  const double projections = 1536.0 * 7168 + 64.0 * 192 * 1536 + 576.0 * 7168 + 7168.0 * 64 * 128;
+  const auto bf16 = model::decode_layer_bytes(cfg, 1, 0, 2, model::SyntheticFormat::kBf16);
+  const auto nvfp4 = model::decode_layer_bytes(cfg, 1, 0, 2, model::SyntheticFormat::kNvfp4);
+  EXPECT_NEAR(nvfp4.routed_experts, 8 * expert * (0.5 + 1.0 / 16), 1.0);  // 8 expected experts, to rounding
+  EXPECT_DOUBLE_EQ(nvfp4.shared_expert, expert * 2);
+  EXPECT_DOUBLE_EQ(nvfp4.attention_weights, bf16.attention_weights);
+  EXPECT_DOUBLE_EQ(bf16.attention_weights, 2 * (projections + kv_b));
+  const auto fp8 = model::decode_layer_bytes(cfg, 1, 0, 2, model::SyntheticFormat::kFp8);
+  const double fp8_byte = 1.0 + 4.0 / (128 * 128);
+  EXPECT_NEAR(fp8.routed_experts, 8 * expert * fp8_byte, 1.0);
+  EXPECT_DOUBLE_EQ(fp8.shared_expert, expert * fp8_byte);
+  EXPECT_DOUBLE_EQ(fp8.attention_weights, projections * fp8_byte + 2 * kv_b);
+  EXPECT_DOUBLE_EQ(fp8.router, 384.0 * 7168 * 2);
 }
 
 TEST(BenchDecode, BadFlagsAreRefusedByName) {

@@ -51,16 +51,20 @@ KernelChoice weight_group_row(const WeightGroup& g) {
   if (g.format == LinearWeight::Format::kDense)
     return {"weights: " + g.name, g.format_name == "bf16" ? "bf16 on the device" : g.format_name + " -> bf16 at load",
             size, true};
-  if (!keeps_quantized(g.format, g.use))
+  if (!keeps_quantized(g.format, g.use, g.min_in))
     return {"weights: " + g.name, g.format_name + " dequantized to bf16 on the device at load",
             size + (g.use == LinearUse::kRouter ? "; the router kernels read bf16" : "; MLA attention reads bf16"),
             true};
   const std::string mv = nvfp4 ? "W4A16" : "W8A16";
   const std::string kernel =
       g.name == "routed experts"
-          ? fmt::format("{} stored; {} quant_expert_kernel over expert-sorted pairs (steps <= {} tokens), "
-                        "dequantized + cuBLASLt per expert beyond",
-                        g.format_name, mv, kGroupedMoeMaxTokens)
+          ? fmt::format("{} stored; {} {} over expert-sorted pairs (steps <= {} tokens), dequantized + cuBLASLt "
+                        "per expert beyond",
+                        g.format_name, mv,
+                        nvfp4 ? "nvfp4_expert_mma_kernel (mma.sync, 16 pairs a tile; widths multiples of 128) or "
+                                "quant_expert_kernel"
+                              : "quant_expert_kernel",
+                        kGroupedMoeMaxTokens)
           : fmt::format("{} stored; {} quant_gemv_kernel (<= {} tokens), dequantized + cuBLASLt GEMM beyond",
                         g.format_name, mv, kQuantGemvMaxTokens);
   return {"weights: " + g.name, kernel, size + "; dequantized in registers, fp32 accumulation", true};
@@ -90,7 +94,8 @@ class CudaOps final : public Ops {
     } else {
       p.weight_bytes = 2 * static_cast<uint64_t>(c.vocab_size) * c.hidden_size + 4 * vectors;
       for (const WeightGroup& g : linears)
-        p.weight_bytes += keeps_quantized(g.format, g.use) || g.format_name == "bf16" ? g.stored_bytes : 2 * g.params;
+        p.weight_bytes +=
+            keeps_quantized(g.format, g.use, g.min_in) || g.format_name == "bf16" ? g.stored_bytes : 2 * g.params;
       p.weight_rule =
           "linears as the checkpoint stores them (FP8 / NVFP4 kv_b and router as bf16), embedding bf16, vectors "
           "fp32";
@@ -255,6 +260,15 @@ Tensor random_bf16_tensor(core::Shape shape, float scale, uint64_t seed) {
   auto owner = device_pool().allocate_resident(static_cast<size_t>(n) * 2);  // weights: exact size
   Tensor t = Tensor::adopt(DType::kBF16, std::move(shape), owner.get(), core::Device::kCuda, owner);
   launch_fill_random_bf16(t.data<__nv_bfloat16>(), n, seed, scale, nullptr);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  return t;
+}
+
+Tensor random_bytes_tensor(core::Shape shape, uint8_t and_mask, uint8_t or_mask, uint64_t seed) {
+  const int64_t n = core::shape_numel(shape);
+  auto owner = device_pool().allocate_resident(static_cast<size_t>(n));  // weights: exact size
+  Tensor t = Tensor::adopt(DType::kU8, std::move(shape), owner.get(), core::Device::kCuda, owner);
+  launch_fill_random_bytes(t.data<uint8_t>(), n, seed, and_mask, or_mask, nullptr);
   TESSERA_CUDA_CHECK_LAUNCH();
   return t;
 }

@@ -45,5 +45,8 @@ std::vector<uint8_t> device_bytes(const core::Tensor& t);
 
 // A bf16 device tensor of deterministic pseudo-random values in [-scale, scale) (synthetic models).
 core::Tensor random_bf16_tensor(core::Shape shape, float scale, uint64_t seed);
+// A U8 device tensor of deterministic pseudo-random bytes, each (random & and_mask) | or_mask
+// (quantized weights of synthetic models).
+core::Tensor random_bytes_tensor(core::Shape shape, uint8_t and_mask, uint8_t or_mask, uint64_t seed);
 
 }  // namespace tessera::ops::cuda

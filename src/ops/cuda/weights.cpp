@@ -25,7 +25,10 @@ Tensor upload_same(CudaContext& ctx, const Tensor& t) {
 
 }  // namespace
 
-bool keeps_quantized(Format format, LinearUse use) { return format != Format::kDense && use == LinearUse::kProjection; }
+bool keeps_quantized(Format format, LinearUse use, int64_t in) {
+  // Input widths the quantized kernels take (16-byte loads of a row; every real checkpoint's).
+  return format != Format::kDense && use == LinearUse::kProjection && in % 32 == 0;
+}
 
 QuantMatrix quant_matrix(const LinearWeight& w) {
   TESSERA_CHECK(w.format != Format::kDense && w.weight.device() == core::Device::kCuda,
@@ -65,7 +68,7 @@ LinearWeight upload_linear(CudaContext& ctx, const LinearWeight& w, LinearUse us
     // The checkpoint's bytes as they are; converted on the device when this use reads bf16.
     d.weight = upload_same(ctx, w.weight);
     d.scale = upload_same(ctx, w.scale);
-    if (keeps_quantized(w.format, use)) return d;
+    if (keeps_quantized(w.format, use, w.in)) return d;
     if (w.in % 8 == 0) {
       LinearWeight b;
       b.name = w.name;

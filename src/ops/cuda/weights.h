@@ -17,8 +17,8 @@ LinearWeight upload_linear(CudaContext& ctx, const LinearWeight& w, LinearUse us
 core::Tensor upload_vector(CudaContext& ctx, const core::Tensor& t);
 core::Tensor upload_table(CudaContext& ctx, const core::Tensor& t);
 
-// Whether the backend holds `use` linears of this format in it (else bf16).
-bool keeps_quantized(LinearWeight::Format format, LinearUse use);
+// Whether the backend holds `use` linears of this format and input width in it (else bf16).
+bool keeps_quantized(LinearWeight::Format format, LinearUse use, int64_t in);
 // A quantized device weight as the kernels take it.
 QuantMatrix quant_matrix(const LinearWeight& w);
 // A quantized device weight dequantized to bf16 [out, in] (exactly as the host did before weights

@@ -32,6 +32,9 @@ void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const 
 void launch_read_stream(const void* p, size_t bytes, void* sink, int num_sms, cudaStream_t s);
 // Deterministic pseudo-random bf16 values in [-scale, scale) (benchmark and test data).
 void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t s);
+// Deterministic pseudo-random bytes, each (random & and_mask) | or_mask.
+void launch_fill_random_bytes(uint8_t* p, int64_t n, uint64_t seed, uint8_t and_mask, uint8_t or_mask,
+                              cudaStream_t s);
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s);
 // in = hi + lo to ~2^-17 relative: two bf16 GEMMs over hi and lo reproduce an fp32-input product.
 void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t n, cudaStream_t s);
@@ -335,12 +338,20 @@ void launch_quant_gemv(const QuantMatrix& w, const float* x, int64_t x_row, int6
                        int num_sms, cudaStream_t s);
 // The routed experts of launch_moe_grouped_experts with quantized weights (tables of QuantMatrix
 // [experts] on the device, one format): the pairs sorted by expert into `scratch`, then
-// matrix-vector kernels over each expert's pairs (gate/up write scratch.act, down scratch.y).
+// matrix-vector kernels over each expert's pairs with fp32 activations (gate/up write act
+// [pairs, inter] fp32, down scratch.y; scratch.act and gate_up_part are not used).
 bool moe_quant_supported(const QuantMatrix& gate, const QuantMatrix& down, int64_t experts);
 void launch_moe_quant_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
                               QuantFormat format, const QuantMatrix* gate_w, const QuantMatrix* up_w,
-                              const QuantMatrix* down_w, int64_t inter, const MoeGroupedScratch& scratch,
+                              const QuantMatrix* down_w, int64_t inter, float* act, const MoeGroupedScratch& scratch,
                               cudaStream_t s);
+// The same for NVFP4 experts on tensor cores (quant/grouped_mma.cu): 16 pairs an MMA tile, scratch.act
+// bf16 [pairs, inter]. Shapes: k a multiple of 128 and n of 8 for both matrices.
+bool moe_nvfp4_mma_supported(const QuantMatrix& gate, const QuantMatrix& down);
+void launch_moe_nvfp4_mma_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
+                                  int64_t experts, const QuantMatrix* gate_w, const QuantMatrix* up_w,
+                                  const QuantMatrix* down_w, int64_t inter, const MoeGroupedScratch& scratch,
+                                  cudaStream_t s);
 // grouped.cu's first kernel: the pairs sorted by expert (scratch.offsets, active, num_active,
 // sorted) and x rounded to bf16 (scratch.xb).
 void launch_moe_prepare(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,

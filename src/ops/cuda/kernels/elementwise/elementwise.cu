@@ -153,6 +153,17 @@ __global__ void fill_random_bf16_kernel(__nv_bfloat16* p, int64_t n, uint64_t se
   }
 }
 
+__global__ void fill_random_bytes_kernel(uint8_t* p, int64_t n, uint64_t seed, uint8_t and_mask, uint8_t or_mask) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    p[i] = static_cast<uint8_t>((static_cast<uint8_t>(z >> 40) & and_mask) | or_mask);
+  }
+}
+
 // Reads n 16-byte words, 8 in flight a thread, and folds them into one word a thread that is stored
 // only if it matches an impossible pattern (so the loads are not optimised away): the read ceiling.
 __global__ void read_stream_kernel(const uint4* __restrict__ p, int64_t n, uint4* sink) {
@@ -184,6 +195,11 @@ void launch_read_stream(const void* p, size_t bytes, void* sink, int num_sms, cu
 
 void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t s) {
   if (n > 0) launch_plain(fill_random_bf16_kernel, 1024, kThreads, 0, s, p, n, seed, scale);
+}
+
+void launch_fill_random_bytes(uint8_t* p, int64_t n, uint64_t seed, uint8_t and_mask, uint8_t or_mask,
+                              cudaStream_t s) {
+  if (n > 0) launch_plain(fill_random_bytes_kernel, 1024, kThreads, 0, s, p, n, seed, and_mask, or_mask);
 }
 
 void launch_embedding(const __nv_bfloat16* table, const int32_t* ids, int64_t tokens, int64_t hidden, float* out,

@@ -5,10 +5,14 @@
 // chunks ahead (256 bytes a lane in flight), decodes one 32-bit word of every row at a time and
 // applies it to each token's activations, so activations are read once per word for all rows.
 //   dense:   out[t, n] = x[t] · W[n]                        (x fp32; Ops::linear at decode)
-//   gate/up: act[m, n] = silu(x[tok(m)] · Wg[e][n]) · (x[tok(m)] · Wu[e][n])  (x bf16, pairs m of
-//            expert e as grouped.cu's prepare kernel sorted them)
+//   gate/up: act[m, n] = silu(x[tok(m)] · Wg[e][n]) · (x[tok(m)] · Wu[e][n])  (pairs m of expert e
+//            as grouped.cu's prepare kernel sorted them)
 //   down:    y[pair(m), n] = act[m] · Wd[e][n]
+// Activations stay fp32 (x and act): at decode they are a few KB beside MBs of weights, and the
+// bf16 rounding the bf16 kernels' MMAs need would be the largest error of the step.
 #include <cuda_bf16.h>
+
+#include <algorithm>
 
 #include "ops/cuda/kernels/common/stream_load.cuh"
 #include "ops/cuda/kernels/kernels.h"
@@ -23,7 +27,12 @@ using quant::Layout;
 
 constexpr int kWarps = 8;
 constexpr int kStreams = 4;  // weight rows a warp reads side by side
-constexpr int kUnroll = 4;   // 16-byte loads of each row in flight per lane
+// 16-byte loads of each row in flight per lane: 128 bytes a lane, with two blocks resident per SM
+// (__launch_bounds__ below: at one block of 8 warps an SM, 240 registers a thread, the decode
+// between loads was not hidden; unrolling 4 spilled under the 128-register bound).
+template <QuantFormat F>
+constexpr int kUnroll = 2;
+constexpr int kMinBlocks = 2;
 constexpr int kMoeMaxNt = 4;
 
 enum class Mode { kDense, kGateUp, kDown };
@@ -82,31 +91,34 @@ __device__ __forceinline__ void stream_rows(const QuantMatrix* const (&W)[kStrea
   constexpr int V = Layout<F>::kVals, G = Layout<F>::kGroups, WV = kWordVals<F>;
   constexpr int kWordsPerGroup = V / G / WV;
   const int lane = threadIdx.x & 31;
-  const int K = W[0]->k, chunk = 32 * V, chunks = (K + chunk - 1) / chunk;
+  const int K = W[0]->k, block_cols = W[0]->block_cols, chunk = 32 * V, chunks = (K + chunk - 1) / chunk;
   const uint64_t policy = l2_evict_first_policy();
-  const uint8_t* base[kStreams];
+  quant::RowRef ref[kStreams];
 #pragma unroll
-  for (int s = 0; s < kStreams; ++s) base[s] = W[s]->data + quant::row_byte<F>(*W[s], row[s], 0);
-  for (int c0 = slice; c0 < chunks; c0 += slices * kUnroll) {
-    uint4 raw[kStreams][kUnroll];
+  for (int s = 0; s < kStreams; ++s) ref[s] = quant::row_ref<F>(*W[s], row[s]);
+  constexpr int U = kUnroll<F>;
+  for (int c0 = slice; c0 < chunks; c0 += slices * U) {
+    uint4 raw[kStreams][U];
+    uint32_t raw_scale[kStreams][U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int c = c0 + u * slices, k = c * chunk + lane * V;
       const bool in = c < chunks && k < K;
 #pragma unroll
-      for (int s = 0; s < kStreams; ++s)
-        raw[s][u] = in ? load_stream(reinterpret_cast<const __nv_bfloat16*>(
-                                         base[s] + quant::row_byte<F>(*W[s], 0, k)),
+      for (int s = 0; s < kStreams; ++s) {
+        raw[s][u] = in ? load_stream(reinterpret_cast<const __nv_bfloat16*>(ref[s].data + quant::row_byte<F>(k)),
                                      policy)
                        : make_uint4(0, 0, 0, 0);
+        raw_scale[s][u] = in ? quant::load_scales<F>(ref[s], k, block_cols) : 0u;
+      }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int c = c0 + u * slices, k = c * chunk + lane * V;
       if (c >= chunks || k >= K) continue;
       float f[kStreams][G];
 #pragma unroll
-      for (int s = 0; s < kStreams; ++s) quant::group_factors<F>(*W[s], row[s], k, f[s]);
+      for (int s = 0; s < kStreams; ++s) quant::group_factors<F>(ref[s], raw_scale[s][u], f[s]);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         float part[kStreams][NT];
@@ -152,7 +164,7 @@ __device__ __forceinline__ void stream_rows(const QuantMatrix* const (&W)[kStrea
 // Dense: a block is kWarps / slices groups of kStreams rows, each group's K chunks split over
 // `slices` warps that meet in shared memory.
 template <QuantFormat F, int NT>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     quant_gemv_kernel(QuantMatrix w, const float* __restrict__ x, int64_t x_row, int tokens, float* __restrict__ out,
                       int slices) {
   __shared__ float part[kWarps][kStreams][NT];
@@ -194,11 +206,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 // The NT pairs [m0, m0 + NT) of one expert (at most `end`) through this warp's rows.
 template <QuantFormat F, Mode M, int NT>
 __device__ __forceinline__ void project_pairs(const QuantMatrix* const (&W)[kStreams], const int (&row)[kStreams],
-                                              const __nv_bfloat16* __restrict__ a, int top_k,
+                                              const float* __restrict__ a, int top_k,
                                               const int32_t* __restrict__ sorted, int m0, int end, int n0,
-                                              __nv_bfloat16* __restrict__ act_out, float* __restrict__ y_out) {
+                                              float* __restrict__ act_out, float* __restrict__ y_out) {
   const int k_dim = W[0]->k, n_dim = W[0]->n;
-  const __nv_bfloat16* x[NT];
+  const float* x[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int m = min(m0 + j, end - 1);
@@ -209,7 +221,7 @@ __device__ __forceinline__ void project_pairs(const QuantMatrix* const (&W)[kStr
   for (int s = 0; s < kStreams; ++s)
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[s][j] = 0.0f;
-  stream_rows<F, __nv_bfloat16, NT>(W, row, x, min(NT, end - m0), 0, 1, acc);
+  stream_rows<F, float, NT>(W, row, x, min(NT, end - m0), 0, 1, acc);
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -219,7 +231,7 @@ __device__ __forceinline__ void project_pairs(const QuantMatrix* const (&W)[kStr
 #pragma unroll
       for (int r = 0; r < kStreams / 2; ++r) {
         const float g = acc[2 * r][j], u = acc[2 * r + 1][j];
-        act_out[static_cast<int64_t>(m) * n_dim + n0 + r] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
+        act_out[static_cast<int64_t>(m) * n_dim + n0 + r] = g / (1.0f + __expf(-g)) * u;
       }
     } else {
       const int64_t pair = sorted[m];
@@ -232,12 +244,11 @@ __device__ __forceinline__ void project_pairs(const QuantMatrix* const (&W)[kStr
 // One block per (kWarps warps of rows, active expert): gate/up warps own rows n0, n0 + 1 of both
 // matrices (streams gate n0, up n0, gate n0 + 1, up n0 + 1); down warps rows n0 .. n0 + 3.
 template <QuantFormat F, Mode M>
-__global__ void __launch_bounds__(kWarps * 32)
-    quant_expert_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    quant_expert_kernel(const float* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
                         const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
                         const int32_t* __restrict__ num_active, const QuantMatrix* __restrict__ w0,
-                        const QuantMatrix* __restrict__ w1, __nv_bfloat16* __restrict__ act_out,
-                        float* __restrict__ y_out) {
+                        const QuantMatrix* __restrict__ w1, float* __restrict__ act_out, float* __restrict__ y_out) {
   pdl_wait();  // first: launched with launch_dependent
   if (static_cast<int>(blockIdx.y) >= *num_active) return;
   constexpr int kRows = M == Mode::kGateUp ? kStreams / 2 : kStreams;
@@ -298,19 +309,18 @@ __global__ void dequant_kernel(QuantMatrix w, __nv_bfloat16* __restrict__ out) {
 }
 
 template <QuantFormat F>
-void launch_experts(const __nv_bfloat16* xb, int64_t hidden, int64_t top_k, const MoeGroupedScratch& s,
+void launch_experts(const float* x, float* act, int64_t hidden, int64_t top_k, const MoeGroupedScratch& s,
                     unsigned expert_slots, const QuantMatrix* gate_w, const QuantMatrix* up_w,
                     const QuantMatrix* down_w, int64_t inter, cudaStream_t stream) {
   constexpr int kGateUpRows = kWarps * kStreams / 2, kDownRows = kWarps * kStreams;
   launch_dependent(quant_expert_kernel<F, Mode::kGateUp>,
                    dim3(static_cast<unsigned>((inter + kGateUpRows - 1) / kGateUpRows), expert_slots), kWarps * 32, 0,
-                   stream, xb, static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, gate_w, up_w,
-                   s.act, static_cast<float*>(nullptr));
+                   stream, x, static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, gate_w, up_w,
+                   act, static_cast<float*>(nullptr));
   launch_dependent(quant_expert_kernel<F, Mode::kDown>,
                    dim3(static_cast<unsigned>((hidden + kDownRows - 1) / kDownRows), expert_slots), kWarps * 32, 0,
-                   stream, static_cast<const __nv_bfloat16*>(s.act), static_cast<int>(top_k), s.sorted, s.offsets,
-                   s.active, s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr),
-                   static_cast<__nv_bfloat16*>(nullptr), s.y);
+                   stream, static_cast<const float*>(act), static_cast<int>(top_k), s.sorted, s.offsets, s.active,
+                   s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr), static_cast<float*>(nullptr), s.y);
 }
 
 template <QuantFormat F>
@@ -366,18 +376,18 @@ bool moe_quant_supported(const QuantMatrix& gate, const QuantMatrix& down, int64
 
 void launch_moe_quant_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
                               QuantFormat format, const QuantMatrix* gate_w, const QuantMatrix* up_w,
-                              const QuantMatrix* down_w, int64_t inter, const MoeGroupedScratch& s,
+                              const QuantMatrix* down_w, int64_t inter, float* act, const MoeGroupedScratch& s,
                               cudaStream_t stream) {
   const int64_t pairs = tokens * slots.per_token();
   if (pairs == 0) return;
   launch_moe_prepare(x, tokens, hidden, slots, experts, s, stream);
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
   if (format == QuantFormat::kNvfp4)
-    launch_experts<QuantFormat::kNvfp4>(s.xb, hidden, slots.per_token(), s, expert_slots, gate_w, up_w, down_w,
+    launch_experts<QuantFormat::kNvfp4>(x, act, hidden, slots.per_token(), s, expert_slots, gate_w, up_w, down_w,
                                         inter, stream);
   else
-    launch_experts<QuantFormat::kFp8Block>(s.xb, hidden, slots.per_token(), s, expert_slots, gate_w, up_w, down_w,
-                                           inter, stream);
+    launch_experts<QuantFormat::kFp8Block>(x, act, hidden, slots.per_token(), s, expert_slots, gate_w, up_w,
+                                           down_w, inter, stream);
 }
 
 }  // namespace tessera::ops::cuda

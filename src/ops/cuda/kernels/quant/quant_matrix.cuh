@@ -76,30 +76,51 @@ __device__ __forceinline__ void decode(const uint4& raw, float (&v)[Layout<F>::k
   }
 }
 
-// Byte offset of value k of row `row` (k a multiple of the lane's kVals).
+// One weight row as a kernel streams it: its codes, its scales (NVFP4: the row's e4m3 bytes; FP8:
+// the fp32 scales of its block row) and the factor every group's partial sum gets on top of its
+// scale (global scale · kUnscale).
+struct RowRef {
+  const uint8_t* data;
+  const void* scale;
+  float factor;
+};
 template <QuantFormat F>
-__device__ __forceinline__ int64_t row_byte(const QuantMatrix& m, int64_t row, int64_t k) {
+__device__ __forceinline__ RowRef row_ref(const QuantMatrix& m, int64_t row) {
   if constexpr (F == QuantFormat::kNvfp4)
-    return row * (m.k / 2) + k / 2;
+    return {m.data + row * (m.k / 2), static_cast<const uint8_t*>(m.scale) + row * m.scale_cols,
+            m.global_scale * Layout<F>::kUnscale};
   else
-    return row * m.k + k;
+    return {m.data + row * m.k, static_cast<const float*>(m.scale) + (row / m.block_rows) * m.scale_cols,
+            Layout<F>::kUnscale};
 }
 
-// The factors of the kGroups scale groups of values [k, k + kVals) of row `row`: scale · global ·
-// kUnscale.
+// The raw scales of values [k, k + kVals) of a row (NVFP4: two e4m3 bytes; FP8: an fp32's bits),
+// loaded with the weights so that their latency overlaps the weights'.
 template <QuantFormat F>
-__device__ __forceinline__ void group_factors(const QuantMatrix& m, int64_t row, int64_t k,
-                                              float (&f)[Layout<F>::kGroups]) {
+__device__ __forceinline__ uint32_t load_scales(const RowRef& r, int k, int block_cols) {
   if constexpr (F == QuantFormat::kNvfp4) {
-    const uint8_t* s = static_cast<const uint8_t*>(m.scale) + row * m.scale_cols + k / 16;
-    const uint32_t two = __ldg(reinterpret_cast<const unsigned short*>(s));  // k / 16 is even
-    const float g = m.global_scale * Layout<F>::kUnscale;
-    f[0] = e4m3_to_f32(two & 0xffu) * g;
-    f[1] = e4m3_to_f32(two >> 8) * g;
+    (void)block_cols;
+    return __ldg(reinterpret_cast<const unsigned short*>(static_cast<const uint8_t*>(r.scale) + k / 16));  // even
   } else {
-    const float* s = static_cast<const float*>(m.scale);
-    f[0] = __ldg(s + (row / m.block_rows) * m.scale_cols + k / m.block_cols) * Layout<F>::kUnscale;
+    return __float_as_uint(__ldg(static_cast<const float*>(r.scale) + k / block_cols));
   }
+}
+
+// The factors of the kGroups scale groups of load_scales' value.
+template <QuantFormat F>
+__device__ __forceinline__ void group_factors(const RowRef& r, uint32_t raw, float (&f)[Layout<F>::kGroups]) {
+  if constexpr (F == QuantFormat::kNvfp4) {
+    f[0] = e4m3_to_f32(raw & 0xffu) * r.factor;
+    f[1] = e4m3_to_f32(raw >> 8) * r.factor;
+  } else {
+    f[0] = __uint_as_float(raw) * r.factor;
+  }
+}
+
+// Byte offset of value k within a row.
+template <QuantFormat F>
+__device__ __forceinline__ int row_byte(int k) {
+  return F == QuantFormat::kNvfp4 ? k / 2 : k;
 }
 
 }  // namespace tessera::ops::cuda::quant
