@@ -141,13 +141,18 @@ __global__ void scatter_add_rows_kernel(const float* y, int64_t width, const int
 }
 
 // Deterministic pseudo-random values in [-scale, scale) from a hash of the index (benchmark data).
+// A splitmix64 hash of element i under `seed` (synthetic weights: deterministic, any grid).
+__device__ inline uint64_t hash_element(int64_t i, uint64_t seed) {
+  uint64_t z = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 __global__ void fill_random_bf16_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint64_t z = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+    const uint64_t z = hash_element(i, seed);
     const float u = static_cast<float>(z >> 40) / static_cast<float>(1ull << 24);
     p[i] = __float2bfloat16_rn((2.0f * u - 1.0f) * scale);
   }
@@ -156,11 +161,7 @@ __global__ void fill_random_bf16_kernel(__nv_bfloat16* p, int64_t n, uint64_t se
 __global__ void fill_random_bytes_kernel(uint8_t* p, int64_t n, uint64_t seed, uint8_t and_mask, uint8_t or_mask) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint64_t z = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    p[i] = static_cast<uint8_t>((static_cast<uint8_t>(z >> 40) & and_mask) | or_mask);
+    p[i] = static_cast<uint8_t>((static_cast<uint8_t>(hash_element(i, seed) >> 40) & and_mask) | or_mask);
   }
 }
 
