@@ -802,6 +802,49 @@ void add_linears(Table& tb) {
                               [s, o] { return std::vector{f32_out(*o, "out", s->out)}; }};
            });
   }
+  // Weights in their checkpoint formats: DeepSeek-V3's FP8 projections and Kimi-K2.5's NVFP4 expert
+  // matrices, over every token count of the quantized matrix-vector kernels (1-8: instances for
+  // 1, 2, 4 and 8 rows of x) and past them (dequantized for a GEMM), and ragged widths (k a multiple
+  // of 16 but not of 32, or of neither: converted at upload). A device backend that keeps them
+  // quantized computes on exact weights; one that dequantizes rounds them to bf16 (~2^-9).
+  struct Q {
+    const char* family;
+    const char* format;
+    int64_t out, in;
+    std::string what;
+  };
+  const std::vector<Q> quantized = {{kDsv3.family, "fp8-block", kDsv3.q_lora, kDsv3.hidden, "q_a"},
+                                    {kDsv3.family, "fp8-block", kDsv3.heads * (kDsv3.nope + kDsv3.rope),
+                                     kDsv3.q_lora, "q_b"},
+                                    {kDsv3.family, "fp8-block", kDsv3.hidden, kDsv3.heads * kDsv3.v, "o_proj"},
+                                    {kDsv3.family, "fp8-block", kDsv3.kv_lora + kDsv3.rope, kDsv3.hidden, "kv_a"},
+                                    {kKimi.family, "nvfp4", kKimi.inter, kKimi.hidden, "expert gate"},
+                                    {kKimi.family, "nvfp4", kKimi.hidden, kKimi.inter, "expert down"},
+                                    {kRagged, "fp8-block", 200, 304, ""},
+                                    {kRagged, "nvfp4", 36, 96, ""},
+                                    {kRagged, "fp8-block", 44, 1000, ""}};
+  for (const Q& q : quantized)
+    for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{8}, int64_t{9}, int64_t{40}}) {
+      if (q.family != kRagged && (T == 3 || T == 40)) continue;
+      tb.add("linear", q.family,
+             fmt::format("{} {}{}{}x{}x{}", q.format, q.what, q.what.empty() ? "" : " ", T, q.out, q.in), 4e-3,
+             [q, T](Ctx& c) {
+               struct S {
+                 HostLinearPtr host;
+                 ops::LinearWeight w;
+                 Tensor x, out;
+               };
+               auto s = std::make_shared<S>();
+               s->host = std::string(q.format) == "nvfp4" ? nvfp4_linear(c.rng, q.out, q.in)
+                                                          : fp8_block_linear(c.rng, q.out, q.in);
+               s->w = c.o().upload_linear(s->host->w);
+               s->x = c.rand({T, q.in});
+               s->out = c.o().empty({T, q.out});
+               Ops* o = &c.o();
+               return BoundCase{[s, o] { o->linear(s->x, s->w, s->out); },
+                                [s, o] { return std::vector{f32_out(*o, "out", s->out)}; }};
+             });
+    }
   struct P {
     const char* family;
     int64_t T, out1, out2, in;
