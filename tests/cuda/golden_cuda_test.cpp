@@ -63,7 +63,9 @@ TEST_P(CudaGoldenTest, LogitsWithinTheBf16NoiseFloor) {
     std::printf("  %s prompt %d (%zu tokens): rel_rms %.4g (floor %.4g), top-1 %.3f (floor %.3f)\n",
                 GetParam().c_str(), i, prompt.size(), err, floor_rms, top1, floor_top1);
     EXPECT_LE(err, 1.5 * floor_rms);
-    if (prompt.size() >= kMinTop1Positions) EXPECT_GE(top1, floor_top1 - 1e-9);
+    if (prompt.size() >= kMinTop1Positions) {
+      EXPECT_GE(top1, floor_top1 - 1e-9);
+    }
     prompt_agree += agree;
     floor_agree += floor_top1 * static_cast<double>(prompt.size());
     prompt_positions += static_cast<double>(prompt.size());
