@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+
 #include "core/error.h"
 #include "io/json_file.h"
 #include "model/deepseek_v3.h"
@@ -28,7 +30,7 @@ ModelPlan resolve_model(const std::filesystem::path& dir, const LoadOptions& opt
   return p;
 }
 
-LoadedModel load_model(const ModelPlan& plan, std::unique_ptr<ops::Ops> backend) {
+LoadedModel load_model(const ModelPlan& plan, std::unique_ptr<ops::Ops> backend, const LoadProgressFn& progress) {
   LoadedModel m;
   m.config = plan.config;
   m.quant = plan.quant;
@@ -52,7 +54,12 @@ LoadedModel load_model(const ModelPlan& plan, std::unique_ptr<ops::Ops> backend)
     }
     m.kv_scales = fp8_kv_layer_scales(k, v);
   }
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t total = m.checkpoint->total_bytes();
+  if (progress) progress({0, total, 0.0, false});
   m.model = std::make_unique<DeepseekV3Model>(m.config, std::move(weights), std::move(backend));
+  if (progress)
+    progress({total, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), true});
   return m;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,9 +74,19 @@ struct LoadedModel {
 // tensor or flag at fault, e.g. for an architecture that has no implementation.
 ModelPlan resolve_model(const std::filesystem::path& dir, const LoadOptions& options, const ops::Ops& backend);
 
+// How far a load is: what the progress line on stderr and the server's /health report. Called from
+// the loading thread (at least at the start and once with finished = true); must be thread-safe
+// with whatever reads it.
+struct LoadProgress {
+  uint64_t bytes_done = 0, bytes_total = 0;  // checkpoint bytes uploaded / to upload
+  double seconds = 0;                        // since the weights began to be read
+  bool finished = false;
+};
+using LoadProgressFn = std::function<void(const LoadProgress&)>;
+
 // Opens and validates the checkpoint and builds the model of `plan` on `backend` (its weights
-// uploaded there).
-LoadedModel load_model(const ModelPlan& plan, std::unique_ptr<ops::Ops> backend);
+// uploaded there), reporting to `progress` as it goes.
+LoadedModel load_model(const ModelPlan& plan, std::unique_ptr<ops::Ops> backend, const LoadProgressFn& progress = {});
 
 // Both steps on a new backend for options.device (ops::make_backend) (`tessera generate`, `logits`, `inspect`, tests).
 LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
