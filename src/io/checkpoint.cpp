@@ -127,4 +127,20 @@ uint64_t Checkpoint::total_bytes() const {
   return n;
 }
 
+std::vector<fs::path> Checkpoint::files() const {
+  std::vector<fs::path> out;
+  for (const auto& f : files_) out.push_back(f->path());
+  return out;
+}
+
+std::optional<FileRange> Checkpoint::locate(const void* data, uint64_t bytes) const {
+  for (const auto& f : files_) {
+    const int64_t off = f->file_offset_of(data);
+    if (off < 0) continue;
+    if (static_cast<uint64_t>(off) + bytes > f->file_size()) return std::nullopt;
+    return FileRange{f->path(), static_cast<uint64_t>(off), bytes};
+  }
+  return std::nullopt;
+}
+
 }  // namespace tessera::io

@@ -14,6 +14,13 @@
 
 namespace tessera::io {
 
+// Where a tensor view's bytes are in the checkpoint's files.
+struct FileRange {
+  std::filesystem::path file;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
 class Checkpoint {
  public:
   // Throws core::Error naming the file on: no safetensors in the directory, a bad index (invalid
@@ -35,7 +42,12 @@ class Checkpoint {
   core::Tensor get_any(const std::string& name, const std::vector<core::DType>& dtypes,
                        const core::Shape& shape) const;
   uint64_t total_bytes() const;
+  // The file and offset of a view returned by get() (its `bytes` from there), or nullopt for memory
+  // that is not this checkpoint's mapping.
+  std::optional<FileRange> locate(const void* data, uint64_t bytes) const;
   size_t num_files() const { return files_.size(); }
+  // The safetensors files, in the order they were opened.
+  std::vector<std::filesystem::path> files() const;
 
  private:
   std::filesystem::path dir_;

@@ -184,6 +184,13 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   return it->second;
 }
 
+int64_t SafetensorsFile::file_offset_of(const void* p) const {
+  const auto* base = static_cast<const uint8_t*>(map_);
+  const auto* q = static_cast<const uint8_t*>(p);
+  if (!base || q < base || q >= base + map_size_) return -1;
+  return q - base;
+}
+
 core::Tensor SafetensorsFile::tensor(const std::string& name) const {
   const TensorInfo& t = info(name);
   auto* base = static_cast<uint8_t*>(map_) + data_start_ + t.begin;

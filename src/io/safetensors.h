@@ -47,6 +47,9 @@ class SafetensorsFile {
   // A read-only view of the tensor's bytes in the mapping (valid while this object lives).
   core::Tensor tensor(const std::string& name) const;
   uint64_t file_size() const { return file_size_; }
+  // The file offset of `p` when it points into this file's mapping (a tensor() view), else -1:
+  // how a loader that reads the file itself finds a view's bytes.
+  int64_t file_offset_of(const void* p) const;
 
  private:
   SafetensorsFile() = default;

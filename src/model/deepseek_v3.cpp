@@ -3,26 +3,42 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/weight_staging.h"
 
 namespace tessera::model {
 
 using core::Tensor;
 
-DeepseekV3Model::DeepseekV3Model(io::ModelConfig config, ModelWeights weights, std::unique_ptr<ops::Ops> ops)
+DeepseekV3Model::DeepseekV3Model(io::ModelConfig config, ModelWeights weights, std::unique_ptr<ops::Ops> ops,
+                                 WeightStaging* staging)
     : cfg_(std::move(config)), w_(std::move(weights)), ops_(std::move(ops)) {
   inv_freq_ = cfg_.rope_inv_freq();
   rope_factor_ = static_cast<float>(cfg_.rope_attention_factor());
   // Counted on the checkpoint's tensors, before the backend converts them.
   parameter_count_ = count_parameters();
   weight_bytes_ = count_weight_bytes();
-  upload_weights();
+  upload_weights(staging);
 }
 
-void DeepseekV3Model::upload_weights() {
+void DeepseekV3Model::upload_weights(WeightStaging* staging) {
   auto& o = *ops_;
+  if (!staging) {
+    visit_weights(
+        w_, [&](Tensor& t) { t = o.upload_table(t); }, [&](Tensor& t) { t = o.upload_vector(t); },
+        [&](ops::LinearWeight& l, ops::LinearUse use) { l = o.upload_linear(l, use); });
+    return;
+  }
+  // The staged bytes are valid while `Held` lives: until the upload call has returned.
   visit_weights(
-      w_, [&](Tensor& t) { t = o.upload_table(t); }, [&](Tensor& t) { t = o.upload_vector(t); },
-      [&](ops::LinearWeight& l, ops::LinearUse use) { l = o.upload_linear(l, use); });
+      w_, [&](Tensor& t) { t = o.upload_table(staging->take(t).view); },
+      [&](Tensor& t) { t = o.upload_vector(staging->take(t).view); },
+      [&](ops::LinearWeight& l, ops::LinearUse use) {
+        WeightStaging::Held weight = staging->take(l.weight), scale = staging->take(l.scale);
+        ops::LinearWeight staged = l;
+        staged.weight = weight.view;
+        staged.scale = scale.view;
+        l = o.upload_linear(staged, use);
+      });
 }
 
 ops::RopeTables DeepseekV3Model::rope_tables(const StepBatch& batch) {

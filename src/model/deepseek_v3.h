@@ -10,9 +10,14 @@
 
 namespace tessera::model {
 
+class WeightStaging;
+
 class DeepseekV3Model final : public Model {
  public:
-  DeepseekV3Model(io::ModelConfig config, ModelWeights weights, std::unique_ptr<ops::Ops> ops);
+  // Uploads the weights to `ops`; through `staging` when given (the checkpoint's bytes read ahead
+  // into host memory, see weight_staging.h), else from the views in `weights`.
+  DeepseekV3Model(io::ModelConfig config, ModelWeights weights, std::unique_ptr<ops::Ops> ops,
+                  WeightStaging* staging = nullptr);
   const io::ModelConfig& config() const override { return cfg_; }
   ops::Ops& ops() override { return *ops_; }
   core::Tensor forward(const StepBatch& batch, KvCache& cache) override;
@@ -29,7 +34,7 @@ class DeepseekV3Model final : public Model {
                         std::span<const int64_t> logit_rows, KvCache& cache);
   ops::RopeTables rope_tables(const StepBatch& batch);
   // Hands every weight to the backend once (it may move or convert them).
-  void upload_weights();
+  void upload_weights(WeightStaging* staging);
   uint64_t count_parameters() const;
   uint64_t count_weight_bytes() const;
   bool tied(const ops::LinearWeight& l) const;

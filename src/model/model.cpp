@@ -2,11 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 
 #include "core/error.h"
 #include "io/json_file.h"
 #include "model/deepseek_v3.h"
+#include "model/weight_staging.h"
 #include "ops/backend.h"
 
 namespace tessera::model {
@@ -27,6 +27,7 @@ ModelPlan resolve_model(const std::filesystem::path& dir, const LoadOptions& opt
                                           backend.default_kv_dtype(), backend.name());
   const auto checkpoint = io::Checkpoint::open(dir);
   p.linears = linear_groups(load_deepseek_v3_weights(*checkpoint, p.config, p.quant));
+  p.load_threads = options.load_threads;
   return p;
 }
 
@@ -54,19 +55,24 @@ LoadedModel load_model(const ModelPlan& plan, std::unique_ptr<ops::Ops> backend,
     }
     m.kv_scales = fp8_kv_layer_scales(k, v);
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  const uint64_t total = m.checkpoint->total_bytes();
-  if (progress) progress({0, total, 0.0, false});
-  m.model = std::make_unique<DeepseekV3Model>(m.config, std::move(weights), std::move(backend));
-  if (progress)
-    progress({total, total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), true});
+  if (backend->uploads_copy_weights()) {
+    WeightStaging staging(*m.checkpoint, weights, *backend, progress, plan.load_threads);
+    m.model = std::make_unique<DeepseekV3Model>(m.config, std::move(weights), std::move(backend), &staging);
+    staging.finish();
+  } else {
+    // The backend keeps views of the mapping: nothing is read until the forward touches it.
+    const uint64_t total = m.checkpoint->total_bytes();
+    if (progress) progress({0, total, 0.0, false});
+    m.model = std::make_unique<DeepseekV3Model>(m.config, std::move(weights), std::move(backend));
+    if (progress) progress({total, total, 0.0, true});
+  }
   return m;
 }
 
-LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& options) {
+LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& options, const LoadProgressFn& progress) {
   std::unique_ptr<ops::Ops> backend = ops::make_backend(options.device, options.kernels, options.enforce_eager);
   const ModelPlan plan = resolve_model(dir, options, *backend);
-  return load_model(plan, std::move(backend));
+  return load_model(plan, std::move(backend), progress);
 }
 
 }  // namespace tessera::model

@@ -38,6 +38,7 @@ struct LoadOptions {
   std::string kernels;                  // --kernels: forced CUDA kernels, "op=kernel,..."
   bool enforce_eager = false;           // --enforce-eager: no CUDA graphs for decode steps
   std::optional<double> latent_norm_eps;  // override of the q_a/kv_a RMSNorm epsilon
+  int load_threads = 0;                   // reader threads of the staged loader; 0: one per core, at most 16
 };
 
 // The model's part of the start-up plan, resolved once from the checkpoint's config files (no weight
@@ -51,6 +52,7 @@ struct ModelPlan {
   // The linears by group and checkpoint format, from the safetensors headers (validated, no data
   // read): what the backend's plan counts device bytes from.
   std::vector<ops::WeightGroup> linears;
+  int load_threads = 0;  // LoadOptions::load_threads
 };
 
 // A loaded model and the plan it was loaded by.
@@ -89,6 +91,7 @@ using LoadProgressFn = std::function<void(const LoadProgress&)>;
 LoadedModel load_model(const ModelPlan& plan, std::unique_ptr<ops::Ops> backend, const LoadProgressFn& progress = {});
 
 // Both steps on a new backend for options.device (ops::make_backend) (`tessera generate`, `logits`, `inspect`, tests).
-LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
+LoadedModel load_model(const std::filesystem::path& dir, const LoadOptions& options = {},
+                       const LoadProgressFn& progress = {});
 
 }  // namespace tessera::model

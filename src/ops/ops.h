@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -94,6 +96,7 @@ struct WeightGroup {
 struct BackendPlan {
   std::string device;                  // e.g. "cpu (fp32 reference backend)", "NVIDIA H200 (sm_90, ...)"
   std::optional<uint64_t> free_bytes;  // device memory free now; none for a backend in host memory
+  uint64_t total_bytes = 0;            // the device's memory (with free_bytes)
   uint64_t weight_bytes = 0;           // what the weights will occupy there once uploaded (0: mapped)
   std::string weight_rule;             // how that was counted
   std::vector<KernelChoice> kernels;   // every op, in the order `tessera plan` prints them
@@ -109,7 +112,11 @@ class Ops {
   // backend that runs in host memory. The engine sizes the KV pool from it.
   struct DeviceMemory {
     uint64_t free_bytes = 0;
-    uint64_t held_bytes = 0;
+    uint64_t held_bytes = 0;  // resident + activations + graphs
+    uint64_t total_bytes = 0;
+    uint64_t resident_bytes = 0;    // weights, KV pages
+    uint64_t activation_bytes = 0;  // the activation pool: in use and cached
+    uint64_t graph_bytes = 0;       // CUDA-graph step memory
   };
   virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
 
@@ -132,6 +139,15 @@ class Ops {
   virtual LinearWeight upload_linear(const LinearWeight& w, LinearUse use = LinearUse::kProjection) {
     (void)use;
     return w;
+  }
+  // Whether upload_* copy the weights somewhere else (a device): then the loader reads the
+  // checkpoint with many threads into staging_host_buffer() memory ahead of the uploads and hands
+  // them views of it, valid only during the call. Otherwise uploads get views of the mapped
+  // checkpoint, which live as long as the model.
+  virtual bool uploads_copy_weights() const { return false; }
+  // Host memory of `bytes` for that staging (pinned on a GPU backend, so its copies are DMA).
+  virtual std::shared_ptr<void> staging_host_buffer(size_t bytes) {
+    return std::shared_ptr<void>(::operator new(bytes), [](void* p) { ::operator delete(p); });
   }
   // Small float vectors (norm weights, router bias): any float dtype in, backend's choice out.
   virtual core::Tensor upload_vector(const core::Tensor& t) { return t; }

@@ -7,7 +7,8 @@
 
 namespace tessera::ops::cpu {
 
-class CpuOps final : public Ops {
+// Not final: tests derive from it (e.g. a backend that copies its weights, to test the staged loader).
+class CpuOps : public Ops {
  public:
   std::string name() const override { return "cpu"; }
   BackendPlan plan(const io::ModelConfig& config, core::KvCacheDtype kv_dtype,

@@ -85,6 +85,7 @@ class CudaOps final : public Ops {
     size_t free = 0, total = 0;
     TESSERA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
     p.free_bytes = free;
+    p.total_bytes = total;
     // upload_linear keeps projections in the checkpoint's format and makes a quantized kv_b or router
     // bf16, upload_table keeps the embedding in bf16, upload_vector keeps vectors in fp32.
     const uint64_t vectors = c.vector_parameter_count();
@@ -144,6 +145,8 @@ class CudaOps final : public Ops {
     return cuda::upload_linear(ctx_, w, use);
   }
   Tensor upload_vector(const Tensor& t) override { return cuda::upload_vector(ctx_, t); }
+  bool uploads_copy_weights() const override { return true; }
+  std::shared_ptr<void> staging_host_buffer(size_t bytes) override { return cuda::pinned_host_buffer(bytes); }
   Tensor upload_table(const Tensor& t) override { return cuda::upload_table(ctx_, t); }
 
   Tensor from_host_f32(core::Shape shape, const float* data) override {

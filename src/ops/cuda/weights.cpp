@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 
+#include <memory>
 #include <vector>
 
 #include "core/error.h"
@@ -23,7 +24,41 @@ Tensor upload_same(CudaContext& ctx, const Tensor& t) {
   return ctx.upload_bytes(t.dtype(), t.shape(), t.raw());
 }
 
+Tensor upload_temporary(CudaContext& ctx, const Tensor& t) {
+  if (t.device() == core::Device::kCuda) return t;
+  Tensor d = ctx.alloc(t.dtype(), t.shape());
+  TESSERA_CUDA_CHECK(cudaMemcpy(d.raw(), t.raw(), t.nbytes(), cudaMemcpyHostToDevice));
+  return d;
+}
+
+LinearWeight bf16_linear(const LinearWeight& w, Tensor weight) {
+  LinearWeight b;
+  b.name = w.name;
+  b.out = w.out;
+  b.in = w.in;
+  b.weight = std::move(weight);
+  return b;
+}
+
+// Exact values on the host, rounded to bf16, uploaded: dense weights of another dtype than bf16
+// (rare) and quantized ones of widths the device dequantizer does not take.
+Tensor host_bf16(CudaContext& ctx, const LinearWeight& w) {
+  std::vector<float> row(static_cast<size_t>(w.in));
+  std::vector<__nv_bfloat16> host(static_cast<size_t>(w.out * w.in));
+  for (int64_t r = 0; r < w.out; ++r) {
+    w.dequant_row(r, row.data());
+    for (int64_t i = 0; i < w.in; ++i) host[static_cast<size_t>(r * w.in + i)] = __float2bfloat16_rn(row[i]);
+  }
+  return ctx.upload_bytes(DType::kBF16, {w.out, w.in}, host.data());
+}
+
 }  // namespace
+
+std::shared_ptr<void> pinned_host_buffer(size_t bytes) {
+  void* p = nullptr;
+  TESSERA_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+}
 
 bool keeps_quantized(Format format, LinearUse use, int64_t in) {
   // Input widths the quantized kernels take (16-byte loads of a row; every real checkpoint's).
@@ -63,35 +98,21 @@ Tensor dequantized_bf16(CudaContext& ctx, const LinearWeight& w, bool resident) 
 
 LinearWeight upload_linear(CudaContext& ctx, const LinearWeight& w, LinearUse use) {
   if (w.format == Format::kDense && on_device(w.weight, DType::kBF16)) return w;
+  if (w.format == Format::kDense && w.weight.dtype() == DType::kBF16)
+    return bf16_linear(w, ctx.upload_bytes(DType::kBF16, {w.out, w.in}, w.weight.raw()));
+  if (w.format == Format::kDense || w.in % 8 != 0) return bf16_linear(w, host_bf16(ctx, w));
+  // The checkpoint's bytes as they are; converted on the device when this use reads bf16 (then
+  // they are a temporary from the activation pool, not resident memory that would leave a hole).
   LinearWeight d = w;
-  if (w.format != Format::kDense) {
-    // The checkpoint's bytes as they are; converted on the device when this use reads bf16.
+  if (keeps_quantized(w.format, use, w.in)) {
     d.weight = upload_same(ctx, w.weight);
     d.scale = upload_same(ctx, w.scale);
-    if (keeps_quantized(w.format, use, w.in)) return d;
-    if (w.in % 8 == 0) {
-      LinearWeight b;
-      b.name = w.name;
-      b.out = w.out;
-      b.in = w.in;
-      b.weight = dequantized_bf16(ctx, d, /*resident=*/true);
-      ctx.sync();  // before the quantized bytes go
-      return b;
-    }
+    return d;
   }
-  // Dense weights of another dtype (and odd-width quantized ones): exact values on the host,
-  // rounded to bf16, uploaded.
-  std::vector<float> row(static_cast<size_t>(w.in));
-  std::vector<__nv_bfloat16> host(static_cast<size_t>(w.out * w.in));
-  for (int64_t r = 0; r < w.out; ++r) {
-    w.dequant_row(r, row.data());
-    for (int64_t i = 0; i < w.in; ++i) host[static_cast<size_t>(r * w.in + i)] = __float2bfloat16_rn(row[i]);
-  }
-  LinearWeight b;
-  b.name = w.name;
-  b.out = w.out;
-  b.in = w.in;
-  b.weight = ctx.upload_bytes(DType::kBF16, {w.out, w.in}, host.data());
+  d.weight = upload_temporary(ctx, w.weight);
+  d.scale = upload_temporary(ctx, w.scale);
+  LinearWeight b = bf16_linear(w, dequantized_bf16(ctx, d, /*resident=*/true));
+  ctx.sync();  // before the quantized bytes go
   return b;
 }
 
@@ -104,6 +125,7 @@ Tensor upload_vector(CudaContext& ctx, const Tensor& t) {
 
 Tensor upload_table(CudaContext& ctx, const Tensor& t) {
   if (on_device(t, DType::kBF16)) return t;
+  if (t.dtype() == DType::kBF16) return ctx.upload_bytes(DType::kBF16, t.shape(), t.raw());
   std::vector<float> v(static_cast<size_t>(t.numel()));
   core::convert_to_f32(t.dtype(), t.raw(), v.data(), v.size());
   std::vector<__nv_bfloat16> b(v.size());

@@ -5,6 +5,8 @@
 // vectors fp32. One-time synchronous uploads, held for the backend's life.
 #pragma once
 
+#include <memory>
+
 #include "core/tensor.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/runtime/context.h"
@@ -16,6 +18,9 @@ namespace tessera::ops::cuda {
 LinearWeight upload_linear(CudaContext& ctx, const LinearWeight& w, LinearUse use);
 core::Tensor upload_vector(CudaContext& ctx, const core::Tensor& t);
 core::Tensor upload_table(CudaContext& ctx, const core::Tensor& t);
+
+// Pinned host memory (the loader's staging buffer: copies from it are DMA at full link speed).
+std::shared_ptr<void> pinned_host_buffer(size_t bytes);
 
 // Whether the backend holds `use` linears of this format and input width in it (else bf16).
 bool keeps_quantized(LinearWeight::Format format, LinearUse use, int64_t in);
