@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "cli/command.h"
+#include "cli/load_progress.h"
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -85,7 +86,7 @@ Generated run_engine(model::LoadedModel& m, const std::vector<int32_t>& prompt, 
 
 int run(const GenerateArgs& a) {
   auto prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
-  model::LoadedModel m = model::load_model(a.model.model_dir, a.model.load_options());
+  model::LoadedModel m = model::load_model(a.model.model_dir, a.model.load_options(), stderr_load_progress());
   for (int32_t id : prompt)
     if (id >= m.config.vocab_size)
       core::fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", id, m.config.vocab_size);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/load_progress.h"
 #include "cli/engine_options.h"
 #include "cli/model_options.h"
 #include "core/error.h"
@@ -83,7 +84,7 @@ int run(CLI::App& sub, ServeArgs& a) {
   // The plan `tessera plan` prints for the same flags, resolved before any weight is read.
   std::unique_ptr<ops::Ops> backend = a.model.make_backend();
   const engine::RuntimePlan plan = plan_or_fail(dir, a.model, a.engine, *backend);
-  model::LoadedModel m = model::load_model(plan.model, std::move(backend));
+  model::LoadedModel m = model::load_model(plan.model, std::move(backend), stderr_load_progress());
 #if TESSERA_TEST_HOOKS
   if (a.test_fail_token >= 0) m.model = server::make_failing_model(std::move(m.model), a.test_fail_token);
 #endif
