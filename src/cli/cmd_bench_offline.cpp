@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/load_progress.h"
 #include "cli/engine_options.h"
 #include "cli/model_options.h"
 #include "core/error.h"
@@ -48,7 +49,7 @@ int run(const BenchArgs& a) {
                 "bench offline: --num-requests, --input-len and --output-len must be positive");
   std::unique_ptr<ops::Ops> backend = a.model.make_backend();
   const engine::RuntimePlan plan = plan_or_fail(a.model.model_dir, a.model, a.engine, *backend);
-  model::LoadedModel m = model::load_model(plan.model, std::move(backend));
+  model::LoadedModel m = model::load_model(plan.model, std::move(backend), stderr_load_progress());
   const std::unique_ptr<engine::Engine> built = engine::build_engine(m, plan);
   engine::Engine& eng = *built;
 
@@ -106,6 +107,7 @@ int run(const BenchArgs& a) {
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   eng.stop();
   const engine::EngineMetrics met = eng.metrics();
+  const auto mem = m.model->ops().device_memory();
 
   fmt::print("model {} | {} requests, input {} tokens, output {} tokens, concurrency {}\n", a.model.model_dir,
              a.num_requests, a.input_len, a.output_len, concurrency);
@@ -123,6 +125,18 @@ int run(const BenchArgs& a) {
   row("request latency", e2e);
   fmt::print("engine: {} steps, {} preemptions, prefix hit rate {:.1f}%, KV pages in use at the end {}/{} (idle cached {})\n", met.steps,
              met.preemptions, met.prefix_hit_rate * 100, met.kv_pages_used, met.kv_pages_total, met.kv_pages_cached_idle);
+  if (mem) {
+    constexpr double kMiB = 1 << 20;
+    const uint64_t used = mem->total_bytes - mem->free_bytes;
+    fmt::print("device memory after the run: {:.0f} MiB in use on the device (total - free); this backend's "
+               "allocations {:.0f} MiB (resident {:.0f}, activation pool {:.0f}, graphs {:.0f}), the rest {:.0f} MiB "
+               "(CUDA context, libraries, other processes)\n",
+               used / kMiB, mem->held_bytes / kMiB, mem->resident_bytes / kMiB, mem->activation_bytes / kMiB,
+               mem->graph_bytes / kMiB, (static_cast<double>(used) - static_cast<double>(mem->held_bytes)) / kMiB);
+    const double measured = static_cast<double>(used), predicted = static_cast<double>(plan.predicted_device_bytes);
+    fmt::print("plan predicted {:.0f} MiB on the device ({}); measured {:.0f} MiB, {:+.1f}%\n", predicted / kMiB,
+               plan.memory_budget, measured / kMiB, predicted > 0 ? 100 * (measured - predicted) / predicted : 0.0);
+  }
   return 0;
 }
 

@@ -19,8 +19,8 @@ void EngineOptions::add_to(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-prefix-caching", no_prefix_caching, "do not reuse KV pages of equal prompt prefixes");
   app.add_option("--gpu-memory-utilization", gpu_memory_utilization,
-                 "GPU backends: fraction of the device memory free before loading that tessera may use (weights, "
-                 "activations and the KV cache)")
+                 "GPU backends: fraction of the device's memory the whole process may use (CUDA context, weights, "
+                 "activations, KV cache); the KV cache gets what the rest leaves")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 1.0));
 }

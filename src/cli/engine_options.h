@@ -17,7 +17,7 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 256;
   bool no_prefix_caching = false;
-  double gpu_memory_utilization = 0.9;  // fraction of the GPU memory free before loading (GPU backends)
+  double gpu_memory_utilization = 0.9;  // fraction of the device memory for the whole process (GPU backends)
 
   void add_to(CLI::App& app);
   engine::EngineSettings settings() const;

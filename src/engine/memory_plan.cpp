@@ -37,16 +37,19 @@ uint64_t parse_bytes(const std::string& text, const std::string& flag) {
   return static_cast<uint64_t>(std::floor(value * mul));
 }
 
-uint64_t device_kv_budget(uint64_t free_bytes, uint64_t held_bytes, uint64_t workspace_bytes, double utilization) {
+uint64_t device_kv_budget(const DeviceMemoryUse& use, double utilization) {
   TESSERA_CHECK(utilization > 0.0 && utilization <= 1.0, "--gpu-memory-utilization {} is not in (0, 1]", utilization);
-  const double usable = utilization * static_cast<double>(free_bytes + held_bytes);
-  const double taken = static_cast<double>(held_bytes + workspace_bytes);
+  const double usable = utilization * static_cast<double>(use.total);
+  const double taken = static_cast<double>(use.in_use + use.weights + use.workspace + use.runtime);
+  constexpr double kGiB = 1 << 30;
   TESSERA_CHECK(usable > taken,
-                "--gpu-memory-utilization {:.2f}: {:.2f} GiB of the device are usable but the weights and caches "
-                "already hold {:.2f} GiB and a step's activations need {:.2f} GiB; raise "
-                "--gpu-memory-utilization or lower --max-num-batched-tokens",
-                utilization, usable / (1 << 30), static_cast<double>(held_bytes) / (1 << 30),
-                static_cast<double>(workspace_bytes) / (1 << 30));
+                "--gpu-memory-utilization {:.2f}: {:.2f} GiB of the device's {:.2f} GiB are usable, but {:.2f} GiB are "
+                "in use already (CUDA context, other processes), the weights need {:.2f} GiB, a step's activations "
+                "{:.2f} GiB and the runtime {:.2f} GiB, which leaves nothing for the KV cache; raise "
+                "--gpu-memory-utilization, lower --max-num-batched-tokens or use more GPUs",
+                utilization, usable / kGiB, static_cast<double>(use.total) / kGiB,
+                static_cast<double>(use.in_use) / kGiB, static_cast<double>(use.weights) / kGiB,
+                static_cast<double>(use.workspace) / kGiB, static_cast<double>(use.runtime) / kGiB);
   return static_cast<uint64_t>(usable - taken);
 }
 

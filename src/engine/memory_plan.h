@@ -34,11 +34,20 @@ struct MemoryPlan {
   std::string describe() const;
 };
 
-// Bytes a device can give the KV cache under --gpu-memory-utilization u: u x (free + held) - held -
-// workspace, where `free` is the device's free memory now and `held` what this process already holds
-// there (the weights), so u is the fraction of the memory that was free before loading that the
-// engine may use (vLLM's meaning). Throws naming the flag when nothing is left.
-uint64_t device_kv_budget(uint64_t free_bytes, uint64_t held_bytes, uint64_t workspace_bytes, double utilization);
+// What a device's memory holds besides the KV pool, in the order it is taken.
+struct DeviceMemoryUse {
+  uint64_t total = 0;      // the device's memory
+  uint64_t in_use = 0;     // in use when planning (total - free): this process's CUDA context and libraries,
+                           // and whatever other processes hold
+  uint64_t weights = 0;    // the backend's count of its weights
+  uint64_t workspace = 0;  // a full step's activations (activation_workspace_bytes)
+  uint64_t runtime = 0;    // what the runtime adds after planning outside the backend's allocations
+};
+
+// Bytes a device can give the KV cache under --gpu-memory-utilization u: u x total - everything
+// else in `use`, so that the whole process (and any other on the device) stays within u of the
+// device's memory. Throws naming the flag and the numbers when nothing is left.
+uint64_t device_kv_budget(const DeviceMemoryUse& use, double utilization);
 
 // "2GiB", "512MiB", "1.5G", "1000000" (bytes). Throws core::Error naming `flag` on anything else.
 uint64_t parse_bytes(const std::string& text, const std::string& flag = "--kv-cache-bytes");

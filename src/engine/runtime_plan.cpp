@@ -47,19 +47,19 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
   in.max_model_len = s.max_model_len;
   in.max_num_seqs = s.max_num_seqs;
   if (p.backend.free_bytes) {
-    // A device backend: the weights and a step's activations come out of the memory free now, the
-    // KV pool gets what --gpu-memory-utilization leaves of the rest (device_kv_budget).
-    const uint64_t free = *p.backend.free_bytes, weights = p.backend.weight_bytes;
+    // A device backend: what is in use now (the CUDA context), the weights, a step's activations
+    // and the runtime's own memory come out of u x the device's memory; the KV pool gets the rest
+    // (device_kv_budget), or --kv-cache-bytes.
     p.workspace_bytes = activation_workspace_bytes(cfg, s.max_num_batched_tokens, s.max_num_seqs);
-    if (weights >= free) {
-      p.problems.push_back(
-          fmt::format("the weights ({}) do not fit in the free device memory ({})", gib(weights), gib(free)));
+    p.device_use = DeviceMemoryUse{p.backend.total_bytes, p.backend.total_bytes - *p.backend.free_bytes,
+                                   p.backend.weight_bytes, p.workspace_bytes, kRuntimeReserveBytes};
+    if (p.backend.weight_bytes >= *p.backend.free_bytes) {
+      p.problems.push_back(fmt::format("the weights ({}) do not fit in the free device memory ({})",
+                                       gib(p.backend.weight_bytes), gib(*p.backend.free_bytes)));
     } else if (!in.kv_cache_bytes) {
       try {
-        in.kv_budget_bytes = device_kv_budget(free - weights, weights, p.workspace_bytes, s.gpu_memory_utilization);
+        in.kv_budget_bytes = device_kv_budget(p.device_use, s.gpu_memory_utilization);
         in.kv_budget_source = fmt::format("--gpu-memory-utilization {:.2f}", s.gpu_memory_utilization);
-        p.memory_budget = fmt::format("{:.2f} x free {} - weights - workspace = {} for the KV cache",
-                                      s.gpu_memory_utilization, gib(free), gib(*in.kv_budget_bytes));
       } catch (const core::Error& e) {
         p.problems.push_back(e.what());
       }
@@ -71,6 +71,19 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
     } catch (const core::Error& e) {
       p.problems.push_back(fmt::format("the KV pool cannot be planned: {}", e.what()));
     }
+  }
+  if (p.backend.free_bytes && p.memory.kv_bytes > 0) {
+    const DeviceMemoryUse& u = p.device_use;
+    p.predicted_device_bytes = u.in_use + u.weights + u.workspace + u.runtime + p.memory.kv_bytes;
+    p.memory_budget = fmt::format(
+        "{} predicted on the device after load and a full step (in use now {} + weights {} + workspace {} + "
+        "runtime {} + KV pool {}); --gpu-memory-utilization {:.2f} allows {} of {}",
+        gib(p.predicted_device_bytes), gib(u.in_use), gib(u.weights), gib(u.workspace), gib(u.runtime),
+        gib(p.memory.kv_bytes), s.gpu_memory_utilization,
+        gib(static_cast<uint64_t>(s.gpu_memory_utilization * static_cast<double>(u.total))), gib(u.total));
+    if (in.kv_cache_bytes && p.predicted_device_bytes > u.total)
+      p.problems.push_back(fmt::format("--kv-cache-bytes {}: the device would need {} but has {}", gib(p.memory.kv_bytes),
+                                       gib(p.predicted_device_bytes), gib(u.total)));
   }
   p.engine.max_num_batched_tokens = s.max_num_batched_tokens;
   p.engine.max_num_seqs = s.max_num_seqs;

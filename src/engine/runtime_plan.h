@@ -25,7 +25,7 @@ struct EngineSettings {
   int64_t max_num_batched_tokens = 2048;  // --max-num-batched-tokens
   int64_t max_num_seqs = 256;             // --max-num-seqs
   bool prefix_caching = true;             // --no-prefix-caching turns it off
-  double gpu_memory_utilization = 0.9;    // --gpu-memory-utilization: of the device memory free before loading
+  double gpu_memory_utilization = 0.9;    // --gpu-memory-utilization: of the device's memory, for the whole process
 };
 
 struct RuntimePlan {
@@ -34,7 +34,9 @@ struct RuntimePlan {
   std::vector<std::string> environment;  // "NAME=value (what it does)", for each TESSERA_* switch set
   uint64_t workspace_bytes = 0;          // a step's activations on a device backend (an estimate)
   MemoryPlan memory;                     // KV pool, pages, max model length
-  std::string memory_budget;             // how the device budget was computed ("" on the CPU)
+  DeviceMemoryUse device_use;            // a device backend's memory besides the KV pool
+  uint64_t predicted_device_bytes = 0;   // device memory in use after load and a full step (0 on the CPU)
+  std::string memory_budget;             // how the device memory adds up ("" on the CPU)
   EngineConfig engine;
   std::vector<std::string> problems;  // why it cannot run; empty = runnable
 
@@ -42,6 +44,11 @@ struct RuntimePlan {
   // The plan as `tessera plan` prints it, a line each (serve logs the same lines).
   std::vector<std::string> lines() const;
 };
+
+// Device memory the runtime takes after planning outside the backend's allocations: cuBLAS(Lt)
+// handles and workspaces, kernel modules loaded on first use. Measured on an H200 (docs/PERFORMANCE.md,
+// "Memory plan"); part of the plan's prediction and budget.
+inline constexpr uint64_t kRuntimeReserveBytes = 256ull << 20;
 
 // Peak activation memory of one step of `tokens` tokens on a GPU backend (fp32 activations, bf16
 // copies of GEMM inputs, attention partials, logits), plus the GEMM workspace. An estimate: the

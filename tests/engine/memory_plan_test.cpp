@@ -54,23 +54,27 @@ TEST(MemoryPlan, ExplicitLengthThatCannotFitNamesBothNumbersAndTheFlag) {
   EXPECT_THROW(plan_memory(in), core::Error);
 }
 
-// --gpu-memory-utilization u: u x (free + held) - held - workspace, the numbers a user can check.
-TEST(MemoryPlan, DeviceBudgetIsTheUsableShareMinusWhatIsHeldAndTheWorkspace) {
+// --gpu-memory-utilization u: u x the device's memory, minus everything else the process holds, the
+// numbers a user can check.
+TEST(MemoryPlan, DeviceBudgetIsTheUsableShareMinusEverythingElse) {
   const uint64_t GiB = 1ull << 30;
-  // 140 GiB were free before loading 100 GiB of weights; 0.9 of 140 = 126, minus 100 and 2 = 24.
-  EXPECT_EQ(device_kv_budget(40 * GiB, 100 * GiB, 2 * GiB, 0.9), static_cast<uint64_t>(0.9 * 140 * GiB) - 102 * GiB);
-  EXPECT_EQ(device_kv_budget(10 * GiB, 0, 0, 1.0), 10 * GiB);
+  // 140 GiB device, 1 GiB in use (the CUDA context), 100 GiB of weights, 2 GiB of activations,
+  // 1 GiB of runtime: 0.9 of 140 = 126, minus 104 = 22.
+  EXPECT_EQ(device_kv_budget({140 * GiB, GiB, 100 * GiB, 2 * GiB, GiB}, 0.9),
+            static_cast<uint64_t>(0.9 * 140 * GiB) - 104 * GiB);
+  EXPECT_EQ(device_kv_budget({10 * GiB, 0, 0, 0, 0}, 1.0), 10 * GiB);
   // Nothing left: an error naming the flag and the numbers.
   try {
-    (void)device_kv_budget(40 * GiB, 100 * GiB, 30 * GiB, 0.9);
+    (void)device_kv_budget({140 * GiB, GiB, 100 * GiB, 30 * GiB, 0}, 0.9);
     FAIL() << "expected an error";
   } catch (const core::Error& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("--gpu-memory-utilization 0.90"), std::string::npos) << m;
     EXPECT_NE(m.find("126.00 GiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("30.00 GiB"), std::string::npos) << m;
   }
-  EXPECT_THROW((void)device_kv_budget(GiB, 0, 0, 0.0), core::Error);
-  EXPECT_THROW((void)device_kv_budget(GiB, 0, 0, 1.5), core::Error);
+  EXPECT_THROW((void)device_kv_budget({GiB, 0, 0, 0, 0}, 0.0), core::Error);
+  EXPECT_THROW((void)device_kv_budget({GiB, 0, 0, 0, 0}, 1.5), core::Error);
 }
 
 // A pool sized from the device holds no more than max_num_seqs sequences of the longest length;

@@ -116,8 +116,14 @@ Ops::DeviceMemory CudaContext::device_memory() {
   sync();  // tensors released by queued work are back in the pool before it is counted
   size_t free = 0, total = 0;
   TESSERA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  return Ops::DeviceMemory{free, device_pool().bytes_in_use() + device_pool().bytes_cached() +
-                                     (graphs_ ? graphs_->memory().device_bytes() : 0)};
+  Ops::DeviceMemory m;
+  m.free_bytes = free;
+  m.total_bytes = total;
+  m.resident_bytes = device_pool().bytes_resident();
+  m.activation_bytes = device_pool().bytes_in_use() - m.resident_bytes + device_pool().bytes_cached();
+  m.graph_bytes = graphs_ ? graphs_->memory().device_bytes() : 0;
+  m.held_bytes = m.resident_bytes + m.activation_bytes + m.graph_bytes;
+  return m;
 }
 
 const CudaContext::GemmPlan& CudaContext::gemm_plan(const GemmShape& g) {

@@ -1,5 +1,6 @@
 #include "ops/cuda/runtime/device_pool.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <string_view>
@@ -11,6 +12,12 @@ namespace tessera::ops::cuda {
 
 namespace {
 size_t bucket(size_t bytes) { return std::bit_ceil(std::max<size_t>(bytes, 512)); }
+
+// Resident buffers below this size come from slabs of kSlabBytes; each starts kAlign-aligned (the
+// widest vector load any kernel makes, and cuBLASLt's preferred alignment).
+constexpr size_t kSlabLimit = size_t{32} << 20;
+constexpr size_t kSlabBytes = size_t{256} << 20;
+constexpr size_t kAlign = 256;
 
 }  // namespace
 
@@ -53,14 +60,20 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
   return std::shared_ptr<void>(p, [this, size](void* q) { release(q, size); });
 }
 
-std::shared_ptr<void> DevicePool::allocate_resident(size_t bytes) {
-  bytes = std::max<size_t>(bytes, 1);
+void* DevicePool::cuda_malloc(size_t bytes) {
   void* p = nullptr;
   if (cudaMalloc(&p, bytes) != cudaSuccess) {
     (void)cudaGetLastError();
     trim();  // retry once after returning cached blocks
     TESSERA_CUDA_CHECK(cudaMalloc(&p, bytes));
   }
+  return p;
+}
+
+std::shared_ptr<void> DevicePool::allocate_resident(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
+  if (bytes < kSlabLimit && !exact_mode()) return from_slab(bytes);
+  void* p = cuda_malloc(bytes);
   {
     std::lock_guard lock(mu_);
     resident_ += bytes;
@@ -69,6 +82,39 @@ std::shared_ptr<void> DevicePool::allocate_resident(size_t bytes) {
     cudaFree(q);
     std::lock_guard lock(mu_);
     resident_ -= bytes;
+  });
+}
+
+std::shared_ptr<void> DevicePool::from_slab(size_t bytes) {
+  const size_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+  std::lock_guard lock(mu_);
+  if (slabs_.empty() || slabs_.back()->used + size > slabs_.back()->size) {
+    auto slab = std::make_shared<Slab>();
+    slab->size = kSlabBytes;
+    if (cudaMalloc(&slab->base, slab->size) != cudaSuccess) {
+      // Near the end of the device: a slab of just this buffer rather than failing.
+      (void)cudaGetLastError();
+      slab->size = size;
+      TESSERA_CUDA_CHECK(cudaMalloc(&slab->base, slab->size));
+    }
+    resident_ += slab->size;
+    slabs_.push_back(slab);
+  }
+  std::shared_ptr<Slab> slab = slabs_.back();
+  void* p = static_cast<char*>(slab->base) + slab->used;
+  slab->used += size;
+  ++slab->live;
+  return std::shared_ptr<void>(p, [this, slab](void*) {
+    std::lock_guard lock(mu_);
+    if (--slab->live > 0) return;
+    // Every buffer of the slab is gone: the memory goes back (the slab being carved is reused).
+    if (slab == slabs_.back()) {
+      slab->used = 0;
+      return;
+    }
+    cudaFree(slab->base);
+    resident_ -= slab->size;
+    std::erase(slabs_, slab);
   });
 }
 
@@ -81,6 +127,13 @@ void DevicePool::release(void* p, size_t bytes) {
 
 void DevicePool::trim() {
   std::lock_guard lock(mu_);
+  // Empty slabs too (the destructor's call frees the last one).
+  std::erase_if(slabs_, [this](const std::shared_ptr<Slab>& s) {
+    if (s->live > 0) return false;
+    cudaFree(s->base);
+    resident_ -= s->size;
+    return true;
+  });
   for (auto& [size, blocks] : free_)
     for (void* p : blocks) cudaFree(p);
   free_.clear();

@@ -18,17 +18,30 @@ class DevicePool {
   std::shared_ptr<void> allocate(size_t bytes);
   // Memory held for the backend's life (weights, KV pages): exactly `bytes`, not rounded to a
   // power of two (a 2.3 GB embedding table would take 4 GB, and each layer's KV pages up to twice
-  // their size: the memory plan counts exact bytes), and given back to the driver when released.
+  // their size: the memory plan counts exact bytes). Large buffers are their own cudaMalloc, given
+  // back when released; small ones (expert weights, scales: thousands of them) are carved from
+  // slabs, because cudaMalloc rounds each allocation up to its 2 MiB pages (Kimi-K2.5's 0.9 MB
+  // NVFP4 scale tensors would take 2 MiB each: 4 GB more than the plan on 4 layers).
   std::shared_ptr<void> allocate_resident(size_t bytes);
   size_t bytes_in_use() const { return in_use_ + resident_; }
   // TESSERA_DEVICE_POOL=exact: an exact-size allocation per tensor (debugging with compute-sanitizer).
   static bool exact_mode();
   size_t bytes_cached() const { return cached_; }
+  // Resident bytes held from the driver (slabs counted whole).
+  size_t bytes_resident() const { return resident_; }
   // Gives cached blocks back to the driver.
   void trim();
 
  private:
+  struct Slab {
+    void* base = nullptr;
+    size_t size = 0, used = 0;
+    int64_t live = 0;  // allocations not yet released
+  };
+  void* cuda_malloc(size_t bytes);  // retries once after trim()
+  std::shared_ptr<void> from_slab(size_t bytes);
   void release(void* p, size_t bytes);
+  std::vector<std::shared_ptr<Slab>> slabs_;  // the last one is being carved
   std::mutex mu_;
   std::map<size_t, std::vector<void*>> free_;
   size_t in_use_ = 0, cached_ = 0, resident_ = 0;
