@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/client_connection.h"
 #include "server/generation.h"
 #include "server/http_live.h"
 #include "server/response_json.h"
@@ -289,51 +290,25 @@ void HttpServer::setup_routes() {
     }
     const bool chat = ep == Endpoint::kChat;
     if (!live->job.stream) {
-      // Most requests finish within the first second and get an ordinary response. Longer ones
-      // switch to a chunked body that sends a space (leading JSON whitespace) every second: the
-      // HTTP library reports a vanished client only when a write fails, and a non-streamed
-      // request whose client gave up must be aborted too (shared/reference/pain_points.md, A16:
-      // request cancellation and client disconnect).
-      const auto inline_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      if (!run_non_stream(*live, inline_deadline)) {
-        if (abort_all_) return send_error(res, 503, "the server shut down before the request finished");
-        if (live->gen->engine_failed()) {
-          on_engine_failure("the engine failed a step");
-          return send_error(res, 500, "the engine failed while generating this request");
-        }
-        res.set_content(non_stream_body(*live, chat), kJson);
-        return;
-      }
-      res.set_chunked_content_provider(kJson, [this, live, chat](size_t, httplib::DataSink& sink) {
-        try {
-          if (live->finished) return false;
-          if (run_non_stream(*live, std::chrono::steady_clock::now() + std::chrono::seconds(1))) {
-            if (!sink.write(" ", 1)) {
-              metrics_.count_error(499);
-              live->gen->abort();
-              return false;
-            }
-            return true;
-          }
-          std::string body;
-          if (abort_all_) {
-            body = dump(error_json(503, "the server shut down before the request finished"));
-          } else if (live->gen->engine_failed()) {
-            on_engine_failure("the engine failed a step");
-            body = dump(error_json(500, "the engine failed while generating this request"));
-          } else {
-            body = non_stream_body(*live, chat);
-          }
-          sink.write(body.data(), body.size());
-        } catch (const std::exception& e) {
+      // The status line waits for the outcome: 200 only with the completion, 503 or 500 with an
+      // OpenAI error when shutdown or an engine failure cut the request. (Writing anything earlier,
+      // e.g. whitespace to find out whether the client is still there, would commit a 200 that an
+      // error body then follows, which SDKs read as a completion.) A client that gave up is noticed
+      // on its socket instead, and its request aborted (pain_points.md A16).
+      ClientConnection client(req);
+      while (run_non_stream(*live, std::chrono::steady_clock::now() + std::chrono::milliseconds(250))) {
+        if (client.closed()) {
           live->gen->abort();
-          const std::string body = dump(error_json(500, e.what()));
-          sink.write(body.data(), body.size());
+          // Never delivered; the status is what the error counter and the access log see.
+          return send_error(res, 499, "the client closed the connection before the answer");
         }
-        live->finished = true;
-        sink.done();
-        return true;
-      });
+      }
+      if (abort_all_) return send_error(res, 503, "the server shut down before the request finished");
+      if (live->gen->engine_failed()) {
+        on_engine_failure("the engine failed a step");
+        return send_error(res, 500, "the engine failed while generating this request");
+      }
+      res.set_content(non_stream_body(*live, chat), kJson);
       return;
     }
     res.set_header("Cache-Control", "no-cache");

@@ -1,7 +1,7 @@
 // The life of `tessera serve` around its requests: answering while the model loads (liveness 200,
 // readiness 503 with the progress, every /v1 route 503 with Retry-After), turning ready, exiting
-// at once on SIGTERM during the load, exiting 1 when the load fails or the engine thread dies, and
-// JSON log lines.
+// at once on SIGTERM during the load, exiting 1 when the load fails or the engine thread dies, a
+// non-streamed request cut by shutdown answered 503 (not 200 + error), and JSON log lines.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -128,6 +128,44 @@ TEST(ServerLifecycle, EngineThreadDeathFailsTheRequestAndExitsNonZero) {
   EXPECT_EQ(srv.wait_exit(60), 1) << srv.log();
   EXPECT_NE(srv.log().find("holds the test loop-fault token 4242): shutting down (exit status 1)"), std::string::npos)
       << srv.log();
+}
+
+TEST(ServerLifecycle, NonStreamedRequestCutByShutdownGets503) {
+  ServerProcess srv({"--shutdown-grace", "0.3"});
+  int status = 0;
+  std::string body, retry_after;
+  std::thread client([&] {
+    httplib::Client h("127.0.0.1", srv.port());
+    h.set_read_timeout(60, 0);
+    auto r = post_json(h, "/v1/completions", R"({"prompt":"a","max_tokens":3500,"ignore_eos":true})");
+    if (r) status = r->status, body = r->body, retry_after = r->get_header_value("Retry-After");
+  });
+  httplib::Client c("127.0.0.1", srv.port());
+  for (int i = 0; i < 1000 && metric(c, "tessera_requests_running") < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(metric(c, "tessera_requests_running"), 1);
+  // Past the second after which the server used to commit a 200 and send whitespace.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(srv.terminate(30), 0) << srv.log();
+  client.join();
+  EXPECT_EQ(status, 503) << body;
+  EXPECT_EQ(retry_after, "1");
+  const Json e = Json::parse(body);
+  EXPECT_EQ(e["error"]["code"], 503) << body;
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("shut down"), std::string::npos) << body;
+}
+
+TEST(ServerLifecycle, LongNonStreamedAnswerIsAnOrdinaryJsonResponse) {
+  ServerProcess srv;
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(120, 0);
+  auto r = post_json(c, "/v1/completions", R"({"prompt":"a","max_tokens":400,"ignore_eos":true})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_FALSE(r->has_header("Transfer-Encoding")) << r->get_header_value("Transfer-Encoding");
+  ASSERT_FALSE(r->body.empty());
+  EXPECT_EQ(r->body[0], '{');
+  EXPECT_EQ(Json::parse(r->body)["usage"]["completion_tokens"], 400);
 }
 
 TEST(ServerLifecycle, JsonLogLinesParse) {
