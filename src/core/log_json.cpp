@@ -1,8 +1,8 @@
 #include "core/log_json.h"
 
-#include <ctime>
-
 #include <fmt/format.h>
+
+#include <ctime>
 
 namespace tessera::core {
 namespace {
@@ -14,10 +14,14 @@ size_t utf8_sequence_length(std::string_view s, size_t i) {
   const unsigned char c = b(i);
   size_t n = 0;
   char32_t cp = 0;
-  if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F;
-  else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F;
-  else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07;
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2, cp = c & 0x1F;
+  else if (c >= 0xE0 && c <= 0xEF)
+    n = 3, cp = c & 0x0F;
+  else if (c >= 0xF0 && c <= 0xF4)
+    n = 4, cp = c & 0x07;
+  else
+    return 0;
   if (i + n > s.size()) return 0;
   for (size_t k = 1; k < n; ++k) {
     if ((b(i + k) & 0xC0) != 0x80) return 0;
@@ -64,14 +68,26 @@ void append_json_string(std::string& out, std::string_view s) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
       switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
         default:
-          if (c < 0x20 || c == 0x7F) out += fmt::format("\\u{:04x}", c);
-          else out += static_cast<char>(c);
+          if (c < 0x20 || c == 0x7F)
+            out += fmt::format("\\u{:04x}", c);
+          else
+            out += static_cast<char>(c);
       }
       ++i;
       continue;

@@ -146,8 +146,9 @@ void Engine::take_incoming() {
 #endif
     live_[id] = std::move(state);
 #if TESSERA_TEST_HOOKS
-    if (fault) core::fail("injected engine-thread failure (request '{}' holds the test loop-fault token {})", id,
-                          test_loop_fault_token_);
+    if (fault)
+      core::fail("injected engine-thread failure (request '{}' holds the test loop-fault token {})", id,
+                 test_loop_fault_token_);
 #endif
   }
   for (const auto& id : aborts) {

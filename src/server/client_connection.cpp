@@ -22,9 +22,12 @@ bool address_of(int fd, bool peer, std::string& ip, int& port) {
   socklen_t len = sizeof(addr);
   auto* sa = reinterpret_cast<sockaddr*>(&addr);
   if ((peer ? ::getpeername(fd, sa, &len) : ::getsockname(fd, sa, &len)) != 0) return false;
-  if (addr.ss_family == AF_INET) port = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
-  else if (addr.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
-  else return false;
+  if (addr.ss_family == AF_INET)
+    port = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+  else if (addr.ss_family == AF_INET6)
+    port = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+  else
+    return false;
   std::array<char, NI_MAXHOST> host{};
   if (::getnameinfo(sa, len, host.data(), static_cast<socklen_t>(host.size()), nullptr, 0, NI_NUMERICHOST) != 0)
     return false;
@@ -35,7 +38,9 @@ bool address_of(int fd, bool peer, std::string& ip, int& port) {
 }  // namespace
 
 ClientConnection::ClientConnection(const httplib::Request& req)
-    : local_addr_(req.local_addr), remote_addr_(req.remote_addr), local_port_(req.local_port),
+    : local_addr_(req.local_addr),
+      remote_addr_(req.remote_addr),
+      local_port_(req.local_port),
       remote_port_(req.remote_port) {}
 
 bool ClientConnection::closed() {
@@ -49,7 +54,7 @@ bool ClientConnection::closed() {
       const std::string name = entry.path().filename().string();
       int fd = -1;
       if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc()) continue;
-      struct stat st{};
+      struct stat st {};
       if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
       std::string local_ip, remote_ip;
       int local_port = -1, remote_port = -1;

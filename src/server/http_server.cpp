@@ -1,8 +1,8 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
-#include <sys/socket.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <thread>

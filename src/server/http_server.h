@@ -10,12 +10,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
-#include <chrono>
 
 #include "engine/engine.h"
 #include "server/load_status.h"

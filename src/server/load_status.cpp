@@ -18,8 +18,8 @@ LoadStatus::Snapshot LoadStatus::snapshot() const {
   Snapshot s;
   s.bytes_done = last_.bytes_done;
   s.bytes_total = last_.bytes_total;
-  s.fraction = s.bytes_total > 0 ? std::min(1.0, static_cast<double>(s.bytes_done) / static_cast<double>(s.bytes_total))
-                                 : 0.0;
+  s.fraction =
+      s.bytes_total > 0 ? std::min(1.0, static_cast<double>(s.bytes_done) / static_cast<double>(s.bytes_total)) : 0.0;
   s.finished = last_.finished;
   // Counted here rather than taken from the report: the loader may report seldom (at the start and
   // the end only, today), and "seconds" must keep moving while it is silent.

@@ -1,19 +1,19 @@
 // --log-format json: every record is one line that a JSON parser accepts, whatever the message
 // holds (quotes, newlines, control bytes, broken UTF-8), with the fields log collectors key on.
-#include "core/log_json.h"
+#include "core/log.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "core/log.h"
+#include "core/log_json.h"
 
 namespace tessera {
 namespace {
@@ -62,8 +62,9 @@ TEST(LogJson, EveryRecordIsOneParsableLine) {
     EXPECT_EQ(parsed[i]["message"], messages[i]);
     EXPECT_EQ(parsed[i]["level"], "info");
   }
-  EXPECT_EQ(parsed[5]["message"], "broken UTF-8 \xEF\xBF\xBD\xEF\xBF\xBD( \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD "
-                                  "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD end");
+  EXPECT_EQ(parsed[5]["message"],
+            "broken UTF-8 \xEF\xBF\xBD\xEF\xBF\xBD( \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD "
+            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD end");
   EXPECT_EQ(parsed[6]["message"], "{} braces {}");
   EXPECT_EQ(parsed[7]["message"], "request 'id-1' took 2.5 s");
   EXPECT_EQ(parsed[7]["level"], "warning");

@@ -1,6 +1,9 @@
 // The engine on the CPU backend with a fixture model: batching, chunked prefill, prefix cache,
 // n > 1, preemption, refusal, aborts and the stop / budget rules. The reference for "the right
 // tokens" is always the same request run alone on a fresh engine with room to spare.
+#include "engine/engine.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,10 +11,7 @@
 #include <mutex>
 #include <random>
 
-#include <fmt/format.h>
-
 #include "core/error.h"
-#include "engine/engine.h"
 #include "model/model.h"
 #include "support/model_fixture.h"
 #include "support/test_support.h"

@@ -55,7 +55,8 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra, bool wait_re
     const std::string text = log();
     if (std::regex_search(text, m, re)) {
       port_ = std::stoi(m[1]);
-      if (wait_ready_too) wait_ready(std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+      if (wait_ready_too)
+        wait_ready(std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
       return;
     }
     int status = 0;
