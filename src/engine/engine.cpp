@@ -91,9 +91,20 @@ OutputStreamPtr Engine::submit(Request request) {
   OutputStreamPtr stream = state->stream;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    TESSERA_CHECK(!submitted_ids_.contains(state->request.id), "request id '{}' is already in use",
-                  state->request.id);
-    submitted_ids_.insert(state->request.id);
+    if (loop_failure_) {
+      // Nothing will ever step this request: it ends now, as the requests of a failed step do.
+      for (int64_t i = 0; i < state->request.params.n; ++i) {
+        RequestOutput out;
+        out.index = i;
+        out.finish = FinishReason::kAbort;
+        out.prompt_tokens = static_cast<int64_t>(state->request.prompt.size());
+        stream->push(std::move(out));
+      }
+      stream->close();
+      return stream;
+    }
+    TESSERA_CHECK(!submitted_.contains(state->request.id), "request id '{}' is already in use", state->request.id);
+    submitted_.emplace(state->request.id, stream);
     incoming_.push_back(std::move(state));
   }
   cv_.notify_all();
@@ -130,7 +141,15 @@ void Engine::take_incoming() {
     state->unfinished = p.n;
     for (auto& seq : state->samples) scheduler_.add(seq.get());
     std::string id = state->request.id;
+#if TESSERA_TEST_HOOKS
+    const bool fault = contains(state->request.prompt, test_loop_fault_token_);
+#endif
     live_[id] = std::move(state);
+#if TESSERA_TEST_HOOKS
+    if (fault)
+      core::fail("injected engine-thread failure (request '{}' holds the test loop-fault token {})", id,
+                 test_loop_fault_token_);
+#endif
   }
   for (const auto& id : aborts) {
     auto it = live_.find(id);
@@ -157,7 +176,7 @@ void Engine::finish(Sequence* seq, FinishReason reason, std::optional<SampledTok
   const std::string id = state->request.id;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    submitted_ids_.erase(id);
+    submitted_.erase(id);
   }
   ++finished_;
   live_.erase(id);  // destroys `seq`
@@ -269,8 +288,7 @@ void Engine::emit_token(Sequence* seq, SampledToken tok) {
   seq->request->stream->push(std::move(out));
 }
 
-void Engine::fail_all(const std::string& why) {
-  spdlog::error("engine step failed, aborting {} requests: {}", live_.size(), why);
+void Engine::fail_all() {
   std::vector<Sequence*> seqs;
   for (auto& [id, state] : live_)
     for (auto& seq : state->samples)
@@ -308,7 +326,8 @@ bool Engine::step() {
         }
       }
     } catch (const std::exception& e) {
-      fail_all(e.what());
+      spdlog::error("engine step failed, aborting {} requests: {}", live_.size(), e.what());
+      fail_all();
     }
   }
   ++steps_;
@@ -373,13 +392,70 @@ void Engine::stop() {
 }
 
 void Engine::run_loop() {
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stop_ || has_work_locked(); });
-      if (stop_) return;
+  // An exception escaping the thread's function would call std::terminate: no log line, no answer
+  // to the requests in flight, and a server that cannot tell why it died. Catch it, end every
+  // request and tell the listener (the server, which then exits non-zero).
+  try {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || has_work_locked(); });
+        if (stop_) return;
+      }
+      step();
     }
-    step();
+  } catch (const std::exception& e) {
+    die(e.what());
+  } catch (...) {
+    die("an exception of unknown type");
+  }
+}
+
+void Engine::die(const std::string& why) {
+  spdlog::critical("the engine thread died: {}", why);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    loop_failure_ = why;
+  }
+  // The listener first, so that whoever reads a request's end (the server) already knows why.
+  {
+    std::lock_guard<std::mutex> lock(listener_mutex_);
+    if (loop_failure_listener_ && !loop_failure_told_) {
+      loop_failure_told_ = true;
+      loop_failure_listener_(why);
+    }
+  }
+  // Requests the loop had taken in end as those of a failed step do (kAbort per sample)...
+  try {
+    fail_all();
+  } catch (const std::exception& e) {
+    spdlog::error("aborting the requests of the dead engine failed too: {}", e.what());
+  } catch (...) {
+  }
+  // ... and every other one still unfinished (queued, or dropped mid-way by the failure) gets its
+  // stream closed, which its reader takes as an abnormal end, instead of waiting forever.
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [id, weak] : submitted_)
+      if (const auto stream = weak.lock()) stream->close();
+    submitted_.clear();
+    incoming_.clear();
+  }
+}
+
+std::optional<std::string> Engine::loop_failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return loop_failure_;
+}
+
+void Engine::on_loop_failure(std::function<void(const std::string&)> fn) {
+  std::lock_guard<std::mutex> lock(listener_mutex_);
+  loop_failure_listener_ = std::move(fn);
+  loop_failure_told_ = false;
+  // Died before this listener came: tell it now (die() tells it otherwise, not both).
+  if (const auto why = loop_failure(); why && loop_failure_listener_) {
+    loop_failure_told_ = true;
+    loop_failure_listener_(*why);
   }
 }
 

@@ -9,12 +9,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "engine/block_manager.h"
@@ -74,11 +75,27 @@ class Engine {
   // Aborts a live request (no-op for unknown ids); its pages are freed at the next step.
   void abort(const std::string& id);
 
-  // One scheduling step + forward + sampling. Returns whether work remains.
+  // One scheduling step + forward + sampling. Returns whether work remains. A failed forward pass
+  // or sampling aborts that step's requests (their streams end with kAbort); anything else thrown
+  // propagates.
   bool step();
   // Runs step() on the engine thread until stop().
   void start();
   void stop();
+
+  // Why the engine thread died, once an exception escaped step() on it (a broken invariant, out of
+  // memory outside the forward pass); nullopt while it runs. A dead engine never steps again: every
+  // request it held ends (kAbort, or a closed stream for one it had not taken in yet), and later
+  // submissions are answered with kAbort at once instead of waiting forever.
+  std::optional<std::string> loop_failure() const;
+  // `fn` is called once, on the dying engine thread, with the reason (at once, here, if the engine
+  // already died); a null `fn` removes it and waits for a call in progress to return.
+  void on_loop_failure(std::function<void(const std::string&)> fn);
+#if TESSERA_TEST_HOOKS
+  // Tests: the engine thread dies (throws outside the forward pass) when it takes in a request whose
+  // prompt contains `token`; -1: off.
+  void set_test_loop_fault_token(int32_t token) { test_loop_fault_token_ = token; }
+#endif
 
   EngineMetrics metrics() const;
   const EngineConfig& config() const { return config_; }
@@ -97,10 +114,13 @@ class Engine {
                                                        const core::Tensor& logits);
   // Appends the token, pushes it to the stream and applies the stop / length rules.
   void emit_token(Sequence* seq, SampledToken tok);
-  void fail_all(const std::string& why);
+  // Ends every live request with kAbort.
+  void fail_all();
   void update_metrics(int64_t generated);
   bool has_work_locked() const;
   void run_loop();
+  // The engine thread's end after an escaped exception: every request ends, the listener is told.
+  void die(const std::string& why);
 
   std::unique_ptr<Executor> executor_;
   EngineConfig config_;
@@ -109,13 +129,22 @@ class Engine {
   uint64_t next_order_ = 0;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> live_;  // engine thread only
 
-  mutable std::mutex mutex_;  // guards incoming_, aborts_, submitted_ids_, stop_
+  mutable std::mutex mutex_;  // guards incoming_, aborts_, submitted_, stop_, loop_failure_
   std::condition_variable cv_;
   std::deque<std::unique_ptr<RequestState>> incoming_;
   std::vector<std::string> aborts_;
-  std::unordered_set<std::string> submitted_ids_;  // ids not yet finished, for duplicates
+  // Requests not yet finished, by id: for duplicate ids, and so that a dying engine thread can close
+  // the stream of every one of them, wherever the failure left it.
+  std::unordered_map<std::string, std::weak_ptr<OutputStream>> submitted_;
   bool stop_ = false;
+  std::optional<std::string> loop_failure_;
   std::thread thread_;
+  std::mutex listener_mutex_;  // held while the loop-failure listener runs
+  std::function<void(const std::string&)> loop_failure_listener_;
+  bool loop_failure_told_ = false;  // the listener has been called
+#if TESSERA_TEST_HOOKS
+  int32_t test_loop_fault_token_ = -1;
+#endif
 
   mutable std::mutex metrics_mutex_;
   EngineMetrics metrics_;

@@ -70,7 +70,7 @@ bool HttpServer::stream_step(Live& l, bool chat, httplib::DataSink& sink) {
   }
   if (more) return true;
   if (l.gen->engine_failed()) {
-    on_engine_failure();
+    on_engine_failure("the engine failed a step");
     write(sse(error_json(500, "the engine failed while generating this request")));
   }
   else if (l.job.include_usage) write(sse(usage_chunk(l.meta, l.gen->usage(), chat)));

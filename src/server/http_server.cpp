@@ -1,14 +1,15 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
-#include <sys/socket.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <thread>
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/client_connection.h"
 #include "server/generation.h"
 #include "server/http_live.h"
 #include "server/response_json.h"
@@ -37,9 +38,8 @@ int64_t now_unix() {
 
 }  // namespace
 
-HttpServer::HttpServer(engine::Engine& engine, const ServedModel& model, ServerOptions options)
-    : engine_(engine), model_(model), opt_(std::move(options)), http_(std::make_unique<httplib::Server>()),
-      created_(now_unix()) {
+HttpServer::HttpServer(const ServedModel& model, ServerOptions options)
+    : model_(model), opt_(std::move(options)), http_(std::make_unique<httplib::Server>()), created_(now_unix()) {
   const int threads = opt_.threads > 0 ? opt_.threads : static_cast<int>(opt_.max_in_flight) + 32;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(opt_.max_body_bytes);
@@ -49,8 +49,18 @@ HttpServer::HttpServer(engine::Engine& engine, const ServedModel& model, ServerO
 }
 
 HttpServer::~HttpServer() {
+  // The engine outlives this server; its thread must not call back into a destroyed one.
+  if (engine_ready_) engine_->on_loop_failure(nullptr);
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
   if (shutdown_thread_.joinable()) shutdown_thread_.join();
+}
+
+void HttpServer::set_engine(engine::Engine& engine) {
+  TESSERA_CHECK(!engine_ready_.load(), "HttpServer::set_engine called twice");
+  engine_ = &engine;
+  engine_ready_ = true;  // publishes engine_ to the HTTP threads
+  engine.on_loop_failure([this](const std::string& why) { on_engine_failure("the engine thread died: " + why); });
+  if (!draining_) spdlog::info("ready: the model is loaded and requests are served");
 }
 
 void HttpServer::request_shutdown(double grace_seconds) {
@@ -59,15 +69,20 @@ void HttpServer::request_shutdown(double grace_seconds) {
   shutdown_thread_ = std::thread([this, grace_seconds] { shutdown(grace_seconds); });
 }
 
-void HttpServer::on_engine_failure() {
-  if (fatal_.exchange(true)) return;
-  spdlog::error("the engine failed a step: shutting down (exit status 1)");
+void HttpServer::on_engine_failure(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(fatal_mutex_);
+    if (fatal_.load()) return;
+    fatal_reason_ = why;
+    fatal_ = true;
+  }
+  spdlog::error("{}: shutting down (exit status 1)", why);
   request_shutdown(5);
 }
 
 bool HttpServer::healthy() {
-  if (draining_.load() || fatal_.load()) return false;
-  const engine::EngineMetrics m = engine_.metrics();
+  if (!engine_ready_.load() || draining_.load() || fatal_.load()) return false;
+  const engine::EngineMetrics m = engine_->metrics();
   std::lock_guard<std::mutex> lock(health_mutex_);
   const auto now = std::chrono::steady_clock::now();
   if (m.steps != last_steps_ || m.waiting + m.running == 0 || metrics_.in_flight.load() == 0) {
@@ -103,7 +118,23 @@ int HttpServer::bind() {
   return opt_.port;
 }
 
-bool HttpServer::run() { return http_->listen_after_bind(); }
+bool HttpServer::run() {
+  run_entered_ = true;
+  bool ok = true;
+  if (!stop_requested_) ok = http_->listen_after_bind();
+  run_returned_ = true;
+  return ok;
+}
+
+void HttpServer::stop_listening() {
+  stop_requested_ = true;
+  // run() either sees the request before it listens, or has entered: then wait for the listener to
+  // run (microseconds), since cpp-httplib's stop() is a no-op before that.
+  if (run_entered_) {
+    while (!http_->is_running() && !run_returned_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  http_->stop();
+}
 
 void HttpServer::shutdown(double grace_seconds) {
   if (draining_.exchange(true)) return;
@@ -119,7 +150,31 @@ void HttpServer::shutdown(double grace_seconds) {
     while (metrics_.in_flight.load() > 0 && std::chrono::steady_clock::now() < hard)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  http_->stop();
+  stop_listening();
+}
+
+void HttpServer::readiness(httplib::Response& res) {
+  auto not_ready = [&](const char* status, const std::string& message) {
+    res.status = 503;
+    res.set_content(dump(OJson{{"status", status}, {"message", message}}), kJson);
+  };
+  if (!engine_ready_) {
+    if (draining_) return not_ready("draining", "the server is shutting down (the model was still loading)");
+    const auto progress = load_.progress_json();
+    res.status = 503;
+    res.set_header("Retry-After", std::to_string(load_.retry_after_seconds()));
+    res.set_content(dump(OJson{{"status", "loading"}, {"progress", progress}}), kJson);
+    return;
+  }
+  if (fatal_) {
+    std::lock_guard<std::mutex> lock(fatal_mutex_);
+    return not_ready("failed", fatal_reason_);
+  }
+  if (draining_) return not_ready("draining", "the server is shutting down");
+  if (!healthy()) {
+    return not_ready("stalled", fmt::format("the engine has work but finished no step for {:g} s", opt_.stall_seconds));
+  }
+  res.set_content("{\"status\":\"ok\"}", kJson);
 }
 
 void HttpServer::setup_routes() {
@@ -151,22 +206,43 @@ void HttpServer::setup_routes() {
     send_error(res, 500, what);
   });
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opt_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    if (!same_secret(auth, "Bearer " + opt_.api_key)) {
+    if (req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (!opt_.api_key.empty() && !same_secret(req.get_header_value("Authorization"), "Bearer " + opt_.api_key)) {
       send_error(res, 401, "a valid API key is required: send 'Authorization: Bearer <key>'");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // Before the model is loaded no /v1 route can answer; clients (the OpenAI SDKs included) retry
+    // a 503 after Retry-After, here the load's remaining time as far as it can be told.
+    if (!engine_ready_) {
+      const LoadStatus::Snapshot p = load_.snapshot();
+      send_error(res, 503,
+                 draining_ ? std::string("the server is shutting down")
+                           : fmt::format("the model is loading ({:.0f}% of the weights after {:.0f} s); retry later",
+                                         p.fraction * 100, p.seconds));
+      if (!draining_) {
+        res.headers.erase("Retry-After");  // send_error's 1 s: the load's own estimate instead
+        res.set_header("Retry-After", std::to_string(load_.retry_after_seconds()));
+      }
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
 
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (healthy()) res.set_content("{\"status\":\"ok\"}", kJson);
-    else send_error(res, 503, fatal_ ? "the engine failed" : draining_ ? "the server is shutting down"
-                                                                     : "the engine has made no progress");
+  // Readiness: can this server answer generation requests now (load balancers, Kubernetes
+  // readinessProbe, systemd health checks). /health is the name vLLM, TGI and llama.cpp use.
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) { readiness(res); });
+  s.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) { readiness(res); });
+  // Liveness: the process is up and answers HTTP, whatever its state (a livenessProbe that restarts
+  // the process must not fire during a long load). The process exits by itself when it fails.
+  s.Get("/livez", [this](const httplib::Request&, httplib::Response& res) {
+    const char* state = fatal_ ? "failed" : draining_ ? "draining" : engine_ready_ ? "ready" : "loading";
+    res.set_content(dump(OJson{{"status", "alive"}, {"state", state}}), kJson);
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.render(engine_.metrics(), healthy()), "text/plain; version=0.0.4");
+    const bool ready = engine_ready_;
+    res.set_content(metrics_.render(ready ? engine_->metrics() : engine::EngineMetrics{}, healthy(),
+                                    ready ? 1.0 : load_.snapshot().fraction),
+                    "text/plain; version=0.0.4");
   });
   auto model_card = [this] {
     return OJson{{"id", model_.id},
@@ -205,7 +281,7 @@ void HttpServer::setup_routes() {
       live->meta.id = next_id(ep == Endpoint::kChat ? "chatcmpl" : "cmpl");
       live->meta.model = model_.id;
       live->meta.created = now_unix();
-      live->gen = std::make_unique<Generation>(engine_, model_, live->job, live->meta.id, &metrics_);
+      live->gen = std::make_unique<Generation>(*engine_, model_, live->job, live->meta.id, &metrics_);
       live->accum.resize(static_cast<size_t>(live->gen->num_choices()));
     } catch (const ApiError& e) {
       return send_error(res, e.status(), e.what(), e.param());
@@ -214,51 +290,25 @@ void HttpServer::setup_routes() {
     }
     const bool chat = ep == Endpoint::kChat;
     if (!live->job.stream) {
-      // Most requests finish within the first second and get an ordinary response. Longer ones
-      // switch to a chunked body that sends a space (leading JSON whitespace) every second: the
-      // HTTP library reports a vanished client only when a write fails, and a non-streamed
-      // request whose client gave up must be aborted too (shared/reference/pain_points.md, A16:
-      // request cancellation and client disconnect).
-      const auto inline_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      if (!run_non_stream(*live, inline_deadline)) {
-        if (abort_all_) return send_error(res, 503, "the server shut down before the request finished");
-        if (live->gen->engine_failed()) {
-          on_engine_failure();
-          return send_error(res, 500, "the engine failed while generating this request");
-        }
-        res.set_content(non_stream_body(*live, chat), kJson);
-        return;
-      }
-      res.set_chunked_content_provider(kJson, [this, live, chat](size_t, httplib::DataSink& sink) {
-        try {
-          if (live->finished) return false;
-          if (run_non_stream(*live, std::chrono::steady_clock::now() + std::chrono::seconds(1))) {
-            if (!sink.write(" ", 1)) {
-              metrics_.count_error(499);
-              live->gen->abort();
-              return false;
-            }
-            return true;
-          }
-          std::string body;
-          if (abort_all_) {
-            body = dump(error_json(503, "the server shut down before the request finished"));
-          } else if (live->gen->engine_failed()) {
-            on_engine_failure();
-            body = dump(error_json(500, "the engine failed while generating this request"));
-          } else {
-            body = non_stream_body(*live, chat);
-          }
-          sink.write(body.data(), body.size());
-        } catch (const std::exception& e) {
+      // The status line waits for the outcome: 200 only with the completion, 503 or 500 with an
+      // OpenAI error when shutdown or an engine failure cut the request. (Writing anything earlier,
+      // e.g. whitespace to find out whether the client is still there, would commit a 200 that an
+      // error body then follows, which SDKs read as a completion.) A client that gave up is noticed
+      // on its socket instead, and its request aborted (pain_points.md A16).
+      ClientConnection client(req);
+      while (run_non_stream(*live, std::chrono::steady_clock::now() + std::chrono::milliseconds(250))) {
+        if (client.closed()) {
           live->gen->abort();
-          const std::string body = dump(error_json(500, e.what()));
-          sink.write(body.data(), body.size());
+          // Never delivered; the status is what the error counter and the access log see.
+          return send_error(res, 499, "the client closed the connection before the answer");
         }
-        live->finished = true;
-        sink.done();
-        return true;
-      });
+      }
+      if (abort_all_) return send_error(res, 503, "the server shut down before the request finished");
+      if (live->gen->engine_failed()) {
+        on_engine_failure("the engine failed a step");
+        return send_error(res, 500, "the engine failed while generating this request");
+      }
+      res.set_content(non_stream_body(*live, chat), kJson);
       return;
     }
     res.set_header("Cache-Control", "no-cache");

@@ -1,17 +1,24 @@
 // The HTTP front: routes, API-key check, admission control, SSE streaming and graceful shutdown.
 // Every handler converts whatever goes wrong into an OpenAI error object; nothing a client sends
 // reaches the engine without validation.
+//
+// Life of a server: it answers as soon as it is bound, before the model is loaded (the loading is
+// not its business: cli/ loads and hands over the engine with set_engine()). Liveness (/livez) is
+// 200 whenever it answers HTTP; readiness (/health, /readyz) is 503 "loading" with the load's
+// progress, then 200 "ok", then 503 again while draining at shutdown or after the engine failed.
+// Until it is ready every /v1 route answers 503 with an OpenAI error and Retry-After.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
-#include <chrono>
 
 #include "engine/engine.h"
+#include "server/load_status.h"
 #include "server/metrics.h"
 #include "server/request_parse.h"
 #include "server/served_model.h"
@@ -19,6 +26,7 @@
 namespace httplib {
 class Server;
 class DataSink;
+struct Response;
 }
 
 namespace tessera::server {
@@ -38,22 +46,34 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  HttpServer(engine::Engine& engine, const ServedModel& model, ServerOptions options);
+  // A server that is not ready yet: it has `model`'s name, tokenizer and templates but no engine.
+  HttpServer(const ServedModel& model, ServerOptions options);
   ~HttpServer();
 
   // Binds the listening socket; returns the port (useful with port 0).
   int bind();
-  // Serves until shutdown(); returns false when the listener failed.
+  // Serves until shutdown() or stop_listening(); returns false when the listener failed.
   bool run();
+  // The model is loaded: requests go to `engine` (started, and outliving this server) from now on
+  // and readiness turns 200 (unless shutdown began meanwhile). Watches the engine thread: if it
+  // dies, the server fails as on a failed step. Safe from any thread; once.
+  void set_engine(engine::Engine& engine);
+  // Where the loading thread reports its progress while the server is not ready.
+  LoadStatus& load_status() { return load_; }
+  bool ready() const { return engine_ready_.load(); }
+  // Stops the listener now, without draining (nothing to drain before set_engine: the load failed);
+  // run() returns. Safe from any thread, before or during run().
+  void stop_listening();
   // Stops admitting requests (new ones get 503), waits up to `grace_seconds` for in-flight ones,
   // aborts the rest, then stops the listener. Blocks; safe to call from any thread.
   void shutdown(double grace_seconds);
   // shutdown() on a thread of the server's own (joined by the destructor); returns at once.
   void request_shutdown(double grace_seconds);
-  // Accepting requests, no fatal engine error, and the engine made progress within the last
-  // `stall_seconds` whenever it had work.
+  // Ready (the engine is set), accepting requests, no fatal engine error, and the engine made
+  // progress within the last `stall_seconds` whenever it had work.
   bool healthy();
-  // An engine step failed (its requests were aborted): the server shuts down and exits non-zero.
+  // The engine failed (a step's forward pass, or its thread died): the server shuts down and the
+  // process exits non-zero.
   bool fatal() const { return fatal_.load(); }
   ServerMetrics& metrics() { return metrics_; }
 
@@ -66,14 +86,23 @@ class HttpServer {
   bool run_non_stream(Live& l, std::chrono::steady_clock::time_point until);
   std::string non_stream_body(Live& l, bool chat);
   std::string next_id(const char* prefix);
-  void on_engine_failure();
+  void on_engine_failure(const std::string& why);
+  // /health and /readyz: 200 {"status":"ok"} or 503 {"status":"loading"|"draining"|"failed"|...}.
+  void readiness(httplib::Response& res);
 
-  engine::Engine& engine_;
+  engine::Engine* engine_ = nullptr;  // set once by set_engine, before engine_ready_
+  std::atomic<bool> engine_ready_{false};
   const ServedModel& model_;
   ServerOptions opt_;
   std::unique_ptr<httplib::Server> http_;
   ServerMetrics metrics_;
+  LoadStatus load_;
   std::atomic<bool> draining_{false}, abort_all_{false}, fatal_{false};
+  // stop_listening() before or while run() starts the listener (cpp-httplib's stop() does nothing
+  // until the listener runs): run() checks the request, stop_listening() waits for the listener.
+  std::atomic<bool> stop_requested_{false}, run_entered_{false}, run_returned_{false};
+  std::mutex fatal_mutex_;
+  std::string fatal_reason_;
   std::mutex shutdown_mutex_;
   std::thread shutdown_thread_;
   std::mutex health_mutex_;

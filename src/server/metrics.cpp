@@ -37,7 +37,7 @@ void ServerMetrics::count_error(int status) {
   ++errors_[status];
 }
 
-std::string ServerMetrics::render(const engine::EngineMetrics& e, bool healthy) const {
+std::string ServerMetrics::render(const engine::EngineMetrics& e, bool healthy, double load_fraction) const {
   std::string out;
   auto gauge = [&](const char* name, const char* help, double v) {
     out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
@@ -46,6 +46,8 @@ std::string ServerMetrics::render(const engine::EngineMetrics& e, bool healthy) 
     out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, v);
   };
   gauge("tessera_healthy", "1 while the engine loop is alive and the server accepts requests", healthy ? 1 : 0);
+  gauge("tessera_model_load_fraction", "fraction of the checkpoint bytes loaded (1 once the server is ready)",
+        load_fraction);
   gauge("tessera_requests_waiting", "requests queued in the engine (queue depth)", static_cast<double>(e.waiting));
   gauge("tessera_requests_running", "sequences running in the engine", static_cast<double>(e.running));
   gauge("tessera_requests_in_flight", "HTTP generation requests admitted and not yet answered",

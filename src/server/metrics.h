@@ -36,7 +36,8 @@ class ServerMetrics {
   std::atomic<int64_t> requests_finished{0}, requests_aborted{0}, in_flight{0};
 
   void count_error(int status);
-  std::string render(const engine::EngineMetrics& engine, bool healthy) const;
+  // `load_fraction`: of the checkpoint bytes loaded (1 once the server is ready).
+  std::string render(const engine::EngineMetrics& engine, bool healthy, double load_fraction) const;
 
  private:
   mutable std::mutex mutex_;

@@ -1,15 +1,17 @@
 // The engine on the CPU backend with a fixture model: batching, chunked prefill, prefix cache,
 // n > 1, preemption, refusal, aborts and the stop / budget rules. The reference for "the right
 // tokens" is always the same request run alone on a fresh engine with room to spare.
+#include "engine/engine.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <mutex>
 #include <random>
 
-#include <fmt/format.h>
-
 #include "core/error.h"
-#include "engine/engine.h"
 #include "model/model.h"
 #include "support/model_fixture.h"
 #include "support/test_support.h"
@@ -296,6 +298,64 @@ TEST_F(EngineTest, ThirtyTwoConcurrentSeededRequestsEqualEachAlone) {
   EXPECT_GT(e->metrics().prefix_hit_tokens, 0);
   EXPECT_EQ(e->leak_report(), "");
 }
+
+#if TESSERA_TEST_HOOKS
+// An exception escaping a step on the engine thread (here injected where the loop takes requests
+// in, outside the forward pass whose failures abort only their step) used to end the process in
+// std::terminate. Now the thread ends every request, reports why, and refuses nothing silently.
+TEST_F(EngineTest, EngineThreadThatDiesEndsEveryRequestAndTellsTheListener) {
+  constexpr int32_t kFault = 777;
+  auto e = make_engine(64);
+  e->set_test_loop_fault_token(kFault);
+  std::mutex m;
+  std::vector<std::string> told;
+  e->on_loop_failure([&](const std::string& why) {
+    std::lock_guard<std::mutex> lock(m);
+    told.push_back(why);
+  });
+  e->start();
+  // Running when the thread dies: 4000 tokens are far more than the steps until then.
+  Request a = sampled_request("a", random_ids(8, 11), 4000, 1);
+  a.params.ignore_eos = true;
+  auto sa = e->submit(a);
+  auto first = sa->pop_for(std::chrono::seconds(60));
+  ASSERT_TRUE(first && first->token) << "no token from a running request";
+  ASSERT_FALSE(e->loop_failure().has_value());
+
+  std::vector<int32_t> prompt = random_ids(8, 12);
+  prompt[3] = kFault;
+  auto sb = e->submit(sampled_request("b", prompt, 4, 2));
+  // Both streams end: `a` with kAbort, `b` (taken in when the thread died) likewise or closed.
+  auto finish_of = [](OutputStream& s) {
+    FinishReason f = FinishReason::kNone;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!s.closed() && std::chrono::steady_clock::now() < deadline)
+      if (auto o = s.pop_for(std::chrono::milliseconds(100)); o && o->finish != FinishReason::kNone) f = o->finish;
+    EXPECT_TRUE(s.closed()) << "the stream of a request of the dead engine is still open";
+    return f;
+  };
+  EXPECT_EQ(finish_of(*sa), FinishReason::kAbort);
+  EXPECT_EQ(finish_of(*sb), FinishReason::kAbort);
+
+  const auto why = e->loop_failure();
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("injected engine-thread failure"), std::string::npos) << *why;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    ASSERT_EQ(told.size(), 1u);
+    EXPECT_EQ(told[0], *why);
+  }
+  // A request after the death ends at once instead of waiting for a loop that no longer runs.
+  auto sc = e->submit(sampled_request("c", random_ids(8, 13), 4, 3));
+  EXPECT_EQ(finish_of(*sc), FinishReason::kAbort);
+  // A listener that comes late is told at once, once.
+  int late = 0;
+  e->on_loop_failure([&](const std::string&) { ++late; });
+  EXPECT_EQ(late, 1);
+  e->on_loop_failure(nullptr);
+  e->stop();
+}
+#endif
 
 }  // namespace
 }  // namespace tessera::engine

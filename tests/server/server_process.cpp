@@ -20,7 +20,7 @@ std::filesystem::path server_test_demo_dir() {
          "demo-cache";
 }
 
-ServerProcess::ServerProcess(const std::vector<std::string>& extra) {
+ServerProcess::ServerProcess(const std::vector<std::string>& extra, bool wait_ready_too) {
   log_path_ = make_temp_dir("tessera-serve") / "serve.log";
   std::vector<std::string> args = {tessera_binary().string(),
                                    "serve",
@@ -55,6 +55,8 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra) {
     const std::string text = log();
     if (std::regex_search(text, m, re)) {
       port_ = std::stoi(m[1]);
+      if (wait_ready_too)
+        wait_ready(std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
       return;
     }
     int status = 0;
@@ -65,6 +67,35 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   throw std::runtime_error("tessera serve did not start within 120 s:\n" + log());
+}
+
+void ServerProcess::wait_ready(double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string text = log();
+    if (text.find("tessera serve: ready\n") != std::string::npos) return;
+    int status = 0;
+    if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("tessera serve exited while loading the model:\n" + text);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  throw std::runtime_error("tessera serve was not ready within the time:\n" + log());
+}
+
+int ServerProcess::wait_exit(double timeout_s) {
+  if (pid_ <= 0) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -2;
 }
 
 ServerProcess::~ServerProcess() {

@@ -12,9 +12,16 @@ namespace tessera::test {
 class ServerProcess {
  public:
   // Starts the server with the demo model (tokenizer from the fixtures, model cached in the build
-  // tree) plus `extra` flags, and waits until it listens. Throws on failure, with the log.
-  explicit ServerProcess(const std::vector<std::string>& extra = {});
+  // tree) plus `extra` flags, and waits until it listens and, with `wait_ready`, until the model is
+  // loaded and it serves (its "tessera serve: ready" line). Throws on failure, with the log.
+  explicit ServerProcess(const std::vector<std::string>& extra = {}, bool wait_ready = true);
   ~ServerProcess();  // SIGKILL if still running
+
+  // Waits for the "ready" line; throws with the log when the process exits or `timeout_s` passes.
+  void wait_ready(double timeout_s = 120);
+  // Waits for the process to exit on its own: its exit status, -1 when a signal ended it, -2 when
+  // it still runs after `timeout_s`.
+  int wait_exit(double timeout_s);
 
   int port() const { return port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }

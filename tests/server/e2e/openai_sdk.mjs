@@ -269,7 +269,7 @@ test('cached prompt tokens are reported', async () => {
   assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0, JSON.stringify(again.usage));
 });
 
-test('a non-streamed request longer than a second (whitespace heartbeat) parses normally', async () => {
+test('a non-streamed request longer than a second is an ordinary response', async () => {
   const t0 = Date.now();
   const r = await client.completions.create({ model, prompt: 'long', max_tokens: 1500, ignore_eos: true, temperature: 0 });
   assert.equal(r.usage.completion_tokens, 1500);
