@@ -99,10 +99,16 @@ SelfCheckReport self_check(LoadedModel& m, const SelfCheckOptions& options) {
   ops::cpu::CpuOps reference;
   ops::CheckingOps checker(model->ops(), reference, weights);
 
-  // A fixed prompt (ids spread over the vocabulary), then one decode token, in a cache of its own.
+  // A fixed prompt, then one decode token, in a cache of its own. The prompt's first half are ids
+  // spread over the vocabulary, its second half one id repeated: tokens that route alike, so that
+  // some routed experts get several tokens (the grouped kernels run, not only the one-pair
+  // matrix-vector ones) and fewer distinct experts need dequantizing on the CPU.
   const int64_t P = options.prompt_tokens;
   std::vector<int32_t> ids;
-  for (int64_t i = 0; i <= P; ++i) ids.push_back(static_cast<int32_t>((i * 7919 + 17) % cfg.vocab_size));
+  for (int64_t i = 0; i <= P; ++i) {
+    const int64_t k = i < (P + 1) / 2 || i == P ? i : P + 1;
+    ids.push_back(static_cast<int32_t>((k * 7919 + 17) % cfg.vocab_size));
+  }
   const int64_t pages = pages_for_tokens(P + 1);
   KvCache cache = m.make_kv_cache(pages);
   std::vector<int32_t> table(static_cast<size_t>(pages));
