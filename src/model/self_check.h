@@ -8,8 +8,8 @@
 // of one token (matrix-vector paths, decode attention), both through the checked layers only: by
 // default layer 0 and the first MoE layer, which between them run every op of the model (the dense
 // MLP and the MoE block). Layers in between run on the backend unchecked; the layers after them
-// and lm_head do not run. On the CPU side that is a few layers of a few tokens, so it stays within
-// seconds on a real-size model.
+// and lm_head do not run. The CPU side is then two layers of 17 tokens, whatever the model's depth
+// (docs/PERFORMANCE.md has its times).
 #pragma once
 
 #include <cstdint>
