@@ -12,6 +12,7 @@
 #include "cli/load_progress.h"
 #include "cli/engine_options.h"
 #include "cli/model_options.h"
+#include "cli/self_check_flags.h"
 #include "core/error.h"
 
 namespace tessera::cli {
@@ -20,6 +21,7 @@ namespace {
 struct BenchArgs {
   ModelOptions model;
   EngineOptions engine;
+  SelfCheckFlags self_check;
   int64_t num_requests = 64;
   int64_t input_len = 128;
   int64_t output_len = 128;
@@ -47,9 +49,10 @@ struct Live {
 int run(const BenchArgs& a) {
   TESSERA_CHECK(a.num_requests > 0 && a.input_len > 0 && a.output_len > 0,
                 "bench offline: --num-requests, --input-len and --output-len must be positive");
-  std::unique_ptr<ops::Ops> backend = a.model.make_backend();
+  std::unique_ptr<ops::Ops> backend = a.self_check.wrap(a.model.make_backend());
   const engine::RuntimePlan plan = plan_or_fail(a.model.model_dir, a.model, a.engine, *backend);
   model::LoadedModel m = model::load_model(plan.model, std::move(backend), stderr_load_progress());
+  a.self_check.run_or_fail(m, a.model.device);  // before the clock starts: not part of the measurement
   const std::unique_ptr<engine::Engine> built = engine::build_engine(m, plan);
   engine::Engine& eng = *built;
 
@@ -146,6 +149,7 @@ CommandRegistration reg{{"offline", "throughput and latency of the engine on ran
                            CLI::App* off = &app;
                            a->model.add_to(*off);
                            a->engine.add_to(*off);
+                           a->self_check.add_to(*off);
                            off->add_option("--num-requests", a->num_requests, "requests to run")->capture_default_str();
                            off->add_option("--input-len", a->input_len, "prompt tokens per request")->capture_default_str();
                            off->add_option("--output-len", a->output_len, "generated tokens per request")->capture_default_str();

@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "cli/load_progress.h"
 #include "cli/model_options.h"
+#include "cli/self_check_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
 
@@ -18,6 +19,7 @@ namespace {
 
 struct GenerateArgs {
   ModelOptions model;
+  SelfCheckFlags self_check;
   std::string prompt_ids;
   int64_t max_tokens = 16;
   float temperature = 0.0f;
@@ -86,7 +88,10 @@ Generated run_engine(model::LoadedModel& m, const std::vector<int32_t>& prompt, 
 
 int run(const GenerateArgs& a) {
   auto prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
-  model::LoadedModel m = model::load_model(a.model.model_dir, a.model.load_options(), stderr_load_progress());
+  std::unique_ptr<ops::Ops> backend = a.self_check.wrap(a.model.make_backend());
+  const model::ModelPlan plan = model::resolve_model(a.model.model_dir, a.model.load_options(), *backend);
+  model::LoadedModel m = model::load_model(plan, std::move(backend), stderr_load_progress());
+  a.self_check.run_or_fail(m, a.model.device);
   for (int32_t id : prompt)
     if (id >= m.config.vocab_size)
       core::fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", id, m.config.vocab_size);
@@ -122,6 +127,7 @@ CommandRegistration reg{{"generate", "generate token ids from a prompt of token 
                          [](CLI::App& app) {
                            auto a = std::make_shared<GenerateArgs>();
                            a->model.add_to(app);
+                           a->self_check.add_to(app);
                            app.add_option("--prompt-ids", a->prompt_ids, "comma-separated prompt token ids")->required();
                            app.add_option("--max-tokens", a->max_tokens, "tokens to generate")->capture_default_str()
                                ->check(CLI::NonNegativeNumber);

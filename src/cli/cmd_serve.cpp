@@ -21,6 +21,7 @@
 #include "cli/load_progress.h"
 #include "cli/engine_options.h"
 #include "cli/model_options.h"
+#include "cli/self_check_flags.h"
 #include "cli/serve_loader.h"
 #include "core/error.h"
 #include "core/file.h"
@@ -36,6 +37,7 @@ struct ServeArgs {
   std::string config;
   ModelOptions model;  // --model optional: the built-in demo model
   EngineOptions engine;
+  SelfCheckFlags self_check;
   server::ServerOptions server;
   std::string served_model_name, chat_template;
   std::string demo_dir, demo_tokenizer;
@@ -95,7 +97,7 @@ int run(CLI::App& sub, ServeArgs& a) {
     spdlog::warn("serving the built-in DEMO model with RANDOM WEIGHTS ({}): its output is meaningless", dir.string());
   }
   // The plan `tessera plan` prints for the same flags, resolved before any weight is read.
-  std::unique_ptr<ops::Ops> backend = a.model.make_backend();
+  std::unique_ptr<ops::Ops> backend = a.self_check.wrap(a.model.make_backend());
   const engine::RuntimePlan plan = plan_or_fail(dir, a.model, a.engine, *backend);
   const io::ModelConfig& config = plan.model.config;
 
@@ -135,6 +137,7 @@ int run(CLI::App& sub, ServeArgs& a) {
                   show(p);
                   http.load_status().update(p);
                 },
+                .loaded = [&a](model::LoadedModel& m) { a.self_check.run_or_fail(m, a.model.device); },
                 .ready =
                     [&http](engine::Engine& eng) {
                       http.set_engine(eng);
@@ -168,6 +171,7 @@ CommandRegistration reg{
        sub.add_option("--config", a->config, "TOML file of flag values (`port = 8080`); flags given here override it");
        a->model.add_to(sub, /*model_required=*/false);
        a->engine.add_to(sub);
+       a->self_check.add_to(sub);
        sub.add_option("--host", a->server.host, "address to listen on")->capture_default_str();
        sub.add_option("--port", a->server.port, "port (0: any free port, printed at start)")->capture_default_str();
        sub.add_option("--api-key", a->server.api_key, "require 'Authorization: Bearer KEY' on /v1/* (or $TESSERA_API_KEY)")

@@ -36,6 +36,7 @@ void ServeLoader::load() {
 #endif
     };
     model_ = model::load_model(plan_.model, std::move(backend_), progress);
+    if (callbacks_.loaded) callbacks_.loaded(model_);
 #if TESSERA_TEST_HOOKS
     if (hooks_.fail_load) core::fail("injected load failure (--test-fail-load)");
     if (hooks_.fail_token >= 0) model_.model = server::make_failing_model(std::move(model_.model), hooks_.fail_token);

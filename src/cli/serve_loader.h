@@ -32,6 +32,7 @@ class ServeLoader {
  public:
   struct Callbacks {
     model::LoadProgressFn progress;              // on the loading thread
+    std::function<void(model::LoadedModel&)> loaded;  // the weights are loaded (the start-up self-check); may throw
     std::function<void(engine::Engine&)> ready;  // the engine is started
     std::function<void()> failed;                // the load threw (engine() rethrows it)
   };

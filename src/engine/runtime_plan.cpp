@@ -113,7 +113,9 @@ std::vector<std::string> RuntimePlan::lines() const {
   }
   out.emplace_back("kernels");
   for (const auto& k : backend.kernels)
-    out.push_back(fmt::format("  {:<12} {:<3} {} — {}", k.op, k.available ? "ok" : "NO", k.kernel, k.reason));
+    out.push_back(fmt::format(
+        "  {:<12} {:<3} {} — {}{}", k.op, k.available ? "ok" : "NO", k.kernel, k.reason,
+        k.alternatives.empty() ? "" : fmt::format(" (other choices: --kernels {})", fmt::join(k.alternatives, ", "))));
   add("decode steps", backend.decode_steps);
   if (memory.num_pages > 0) {
     add("kv pool",

@@ -41,7 +41,7 @@ void DeepseekV3Model::upload_weights(WeightStaging* staging) {
       });
 }
 
-ops::RopeTables DeepseekV3Model::rope_tables(const StepBatch& batch) {
+ops::RopeTables DeepseekV3Model::rope_tables(ops::Ops& o, const StepBatch& batch) {
   // As transformers: angle = position · inv_freq in fp32, then cos/sin times the YaRN factor.
   const int64_t T = static_cast<int64_t>(batch.token_ids.size()), half = cfg_.qk_rope_head_dim / 2;
   std::vector<float> c(static_cast<size_t>(T * half)), s(static_cast<size_t>(T * half));
@@ -55,15 +55,14 @@ ops::RopeTables DeepseekV3Model::rope_tables(const StepBatch& batch) {
         s[row * half + k] = std::sin(angle) * rope_factor_;
       }
     }
-  return {ops_->from_host_f32({T, half}, c.data()), ops_->from_host_f32({T, half}, s.data())};
+  return {o.from_host_f32({T, half}, c.data()), o.from_host_f32({T, half}, s.data())};
 }
 
-void DeepseekV3Model::attention(int64_t layer, const Tensor& h, const ops::RopeTables& rope,
+void DeepseekV3Model::attention(ops::Ops& o, int64_t layer, const Tensor& h, const ops::RopeTables& rope,
                                 std::span<const ops::AttentionSeq> seqs, KvCache& cache, Tensor& out) {
   const auto& A = w_.layers[static_cast<size_t>(layer)].attn;
   const int64_t T = h.dim(0), N = cfg_.num_attention_heads, dq = cfg_.qk_head_dim();
   const int64_t Lkv = cfg_.kv_lora_rank, dr = cfg_.qk_rope_head_dim;
-  auto& o = *ops_;
   // Query: q = (RMSNorm(h · Wq_aᵀ) · Wq_bᵀ) or h · Wqᵀ, per head [nope | rope].
   // Latent: [c_kv | k_pe] = h · Wkv_aᵀ; c_kv normalised, k_pe rotated; this is what is cached.
   Tensor q = o.empty({T, N * dq});
@@ -83,9 +82,8 @@ void DeepseekV3Model::attention(int64_t layer, const Tensor& h, const ops::RopeT
   o.linear(attn, A.o, out);
 }
 
-void DeepseekV3Model::feed_forward(int64_t layer, const Tensor& h, Tensor& out) {
+void DeepseekV3Model::feed_forward(ops::Ops& o, int64_t layer, const Tensor& h, Tensor& out) {
   const auto& L = w_.layers[static_cast<size_t>(layer)];
-  auto& o = *ops_;
   if (!L.is_moe) {
     o.mlp(h, L.dense_mlp, out);
     return;
@@ -96,13 +94,12 @@ void DeepseekV3Model::feed_forward(int64_t layer, const Tensor& h, Tensor& out) 
   o.moe(h, M.router, M.correction_bias, rc, M.experts, M.shared ? &*M.shared : nullptr, out);
 }
 
-Tensor DeepseekV3Model::forward(const StepBatch& batch, KvCache& cache) {
+void DeepseekV3Model::step_sequences(const StepBatch& batch, const KvCache& cache, std::vector<ops::AttentionSeq>& seqs,
+                                     std::vector<int64_t>& logit_rows) const {
   const int64_t T = static_cast<int64_t>(batch.token_ids.size());
   TESSERA_CHECK(T > 0, "forward: empty step");
   TESSERA_CHECK(cache.num_layers() == cfg_.num_hidden_layers && cache.entry_dim() == cfg_.kv_cache_entry_dim(),
                 "forward: KV cache shape does not match the model");
-  std::vector<ops::AttentionSeq> seqs;
-  std::vector<int64_t> logit_rows;
   int64_t begin = 0;
   for (const auto& s : batch.seqs) {
     TESSERA_CHECK(s.num_tokens >= 1, "forward: a sequence with no new tokens");
@@ -121,17 +118,34 @@ Tensor DeepseekV3Model::forward(const StepBatch& batch, KvCache& cache) {
     begin += s.num_tokens;
   }
   TESSERA_CHECK(begin == T, "forward: sequences cover {} tokens but the step has {}", begin, T);
+}
+
+Tensor DeepseekV3Model::forward(const StepBatch& batch, KvCache& cache) {
+  std::vector<ops::AttentionSeq> seqs;
+  std::vector<int64_t> logit_rows;
+  step_sequences(batch, cache, seqs, logit_rows);
+  const int64_t T = static_cast<int64_t>(batch.token_ids.size());
   // A decode-only step issues the same ops for every step of its size: the backend may replay it
   // (CUDA graphs). Steps with prefill chunks vary in their ops and run as they are (key -1).
   const bool decode_only = static_cast<int64_t>(batch.seqs.size()) == T;
   return ops_->graphed_step(decode_only ? T : -1, [&] { return run_step(batch, seqs, logit_rows, cache); });
 }
 
-Tensor DeepseekV3Model::run_step(const StepBatch& batch, std::span<const ops::AttentionSeq> seqs,
-                                 std::span<const int64_t> logit_rows, KvCache& cache) {
+Tensor DeepseekV3Model::forward_layers(ops::Ops& o, const StepBatch& batch, KvCache& cache, int64_t layers,
+                                       const LayerHook& before_layer) {
+  TESSERA_CHECK(layers >= 0 && layers <= cfg_.num_hidden_layers, "forward_layers: {} of {} layers", layers,
+                cfg_.num_hidden_layers);
+  std::vector<ops::AttentionSeq> seqs;
+  std::vector<int64_t> logit_rows;
+  step_sequences(batch, cache, seqs, logit_rows);
+  return run_layers(o, batch, seqs, cache, layers, before_layer);
+}
+
+Tensor DeepseekV3Model::run_layers(ops::Ops& o, const StepBatch& batch, std::span<const ops::AttentionSeq> seqs,
+                                   KvCache& cache, int64_t layers, const LayerHook& before_layer) {
   const int64_t T = static_cast<int64_t>(batch.token_ids.size()), H = cfg_.hidden_size;
-  auto& o = *ops_;
-  ops::RopeTables rope = rope_tables(batch);
+  if (before_layer) before_layer(0);
+  ops::RopeTables rope = rope_tables(o, batch);
   Tensor x = o.empty({T, H});
   o.embedding(w_.embed, batch.token_ids, x);
   Tensor h = o.empty({T, H}), y = o.empty({T, H});
@@ -141,12 +155,13 @@ Tensor DeepseekV3Model::run_step(const StepBatch& batch, std::span<const ops::At
   // Step boundaries (Ops::step_boundary) after each attention and each MLP: where a backend
   // replaying a recorded step may start what it has checked so far. (Not after the embedding: its
   // few µs of GPU work would not cover the next part's check, and each boundary costs launches.)
-  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+  for (int64_t l = 0; l < layers; ++l) {
     const auto& L = w_.layers[static_cast<size_t>(l)];
-    attention(l, h, rope, seqs, cache, y);
+    if (before_layer && l > 0) before_layer(l);
+    attention(o, l, h, rope, seqs, cache, y);
     o.step_boundary();
     o.add_rms_norm(x, y, L.post_attention_norm, eps, h);
-    feed_forward(l, h, y);
+    feed_forward(o, l, h, y);
     if (l + 1 < cfg_.num_hidden_layers) {
       o.add_rms_norm(x, y, w_.layers[static_cast<size_t>(l + 1)].input_norm, eps, h);
     } else {
@@ -154,6 +169,15 @@ Tensor DeepseekV3Model::run_step(const StepBatch& batch, std::span<const ops::At
     }
     o.step_boundary();
   }
+  return x;
+}
+
+Tensor DeepseekV3Model::run_step(const StepBatch& batch, std::span<const ops::AttentionSeq> seqs,
+                                 std::span<const int64_t> logit_rows, KvCache& cache) {
+  const int64_t H = cfg_.hidden_size;
+  auto& o = *ops_;
+  Tensor x = run_layers(o, batch, seqs, cache, cfg_.num_hidden_layers, {});
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
   Tensor last = o.empty({static_cast<int64_t>(logit_rows.size()), H});
   o.gather_rows(x, logit_rows, last);
   Tensor normed = o.empty(last.shape());

@@ -3,7 +3,9 @@
 // and shared experts, dense MLP layers, YaRN RoPE. Spec: shared/reference/deepseek_v3_spec.md.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "model/deepseek_v3_weights.h"
 #include "model/model.h"
@@ -25,14 +27,29 @@ class DeepseekV3Model final : public Model {
   uint64_t weight_bytes() const override { return weight_bytes_; }
   const ModelWeights& weights() const { return w_; }
 
+  // The start-up self-check's step (model/self_check.h): `batch` through the embedding and layers
+  // [0, layers) only, every op issued on `ops` (a decorator over this model's backend that checks
+  // each op against the CPU reference) and run eagerly (no graphed step). `before_layer(l)` is
+  // called before layer l's ops; the embedding and the first input norm count as layer 0's.
+  // Returns the residual stream [T, hidden] after those layers.
+  using LayerHook = std::function<void(int64_t layer)>;
+  core::Tensor forward_layers(ops::Ops& ops, const StepBatch& batch, KvCache& cache, int64_t layers,
+                              const LayerHook& before_layer);
+
  private:
-  void attention(int64_t layer, const core::Tensor& h, const ops::RopeTables& rope,
+  void attention(ops::Ops& o, int64_t layer, const core::Tensor& h, const ops::RopeTables& rope,
                  std::span<const ops::AttentionSeq> seqs, KvCache& cache, core::Tensor& out);
-  void feed_forward(int64_t layer, const core::Tensor& h, core::Tensor& out);
+  void feed_forward(ops::Ops& o, int64_t layer, const core::Tensor& h, core::Tensor& out);
+  // The attention sequences of `batch` (checked against the cache) and the rows whose logits it wants.
+  void step_sequences(const StepBatch& batch, const KvCache& cache, std::vector<ops::AttentionSeq>& seqs,
+                      std::vector<int64_t>& logit_rows) const;
+  // The embedding and layers [0, layers) on `o`: the residual stream after them.
+  core::Tensor run_layers(ops::Ops& o, const StepBatch& batch, std::span<const ops::AttentionSeq> seqs, KvCache& cache,
+                          int64_t layers, const LayerHook& before_layer);
   // The ops of a checked step: embedding, the layers, the final norm and lm_head.
   core::Tensor run_step(const StepBatch& batch, std::span<const ops::AttentionSeq> seqs,
                         std::span<const int64_t> logit_rows, KvCache& cache);
-  ops::RopeTables rope_tables(const StepBatch& batch);
+  ops::RopeTables rope_tables(ops::Ops& o, const StepBatch& batch);
   // Hands every weight to the backend once (it may move or convert them).
   void upload_weights(WeightStaging* staging);
   uint64_t count_parameters() const;

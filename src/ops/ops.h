@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -76,10 +77,25 @@ struct ExpertWeights {
 
 // One line of the plan: the kernel an op runs, why, and whether it can run at all.
 struct KernelChoice {
+  // A constructor rather than an aggregate, so that the many {op, kernel, reason, available} lines
+  // need not spell out `alternatives` (-Wmissing-field-initializers).
+  KernelChoice() = default;
+  KernelChoice(std::string op_, std::string kernel_, std::string reason_, bool available_ = true,
+               std::vector<std::string> alternatives_ = {})
+      : op(std::move(op_)),
+        kernel(std::move(kernel_)),
+        reason(std::move(reason_)),
+        available(available_),
+        alternatives(std::move(alternatives_)) {}
+
   std::string op;
   std::string kernel;
   std::string reason;
   bool available = true;  // false: nothing can run this op here (the plan fails before loading)
+  // The --kernels entries that make this op run another kernel that can run here (e.g.
+  // "mla=kv-major"): what the start-up self-check suggests when this kernel disagrees with the CPU
+  // reference. Empty: no choice (the op has one kernel).
+  std::vector<std::string> alternatives;
 };
 
 // The model's linears of one group and checkpoint format, counted on the checkpoint's headers (no
@@ -297,6 +313,8 @@ class Ops {
   // Copies a device tensor to host fp32 / int32.
   virtual std::vector<float> to_host_f32(const core::Tensor& x) = 0;
   virtual std::vector<int32_t> to_host_i32(const core::Tensor& x) = 0;
+  // The bytes of a tensor of any dtype (KV pages: bf16 or fp8 on a GPU), copied to the host.
+  virtual std::vector<uint8_t> to_host_bytes(const core::Tensor& x) = 0;
   virtual core::Tensor from_host_i32(core::Shape shape, const int32_t* data) = 0;
 };
 

@@ -8,11 +8,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "model/self_check.h"
 
 namespace tessera {
 namespace {
@@ -230,6 +232,65 @@ TEST(KernelOverrides, ParsesAndRefusesByName) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   }
+}
+
+// The other choices a plan line lists are exactly the kernels that can run in its place: forcing
+// each gives a runnable line, and a runnable kernel is never left out. The start-up self-check
+// suggests them when the chosen kernel disagrees with the CPU reference.
+TEST(KernelRegistry, AlternativesAreTheOtherKernelsThatCanRun) {
+  for (const auto& [caps, shape] : std::vector<std::pair<DeviceCaps, MlaShape>>{{kH200, mla(64)},
+                                                                                {kH200, mla(64, true)},
+                                                                                {kA100, mla(16)},
+                                                                                {kRtxPro6000, mla(16, true)},
+                                                                                {kSmallSmem, mla(64)},
+                                                                                {kH200, tiny_mla(false)}}) {
+    SCOPED_TRACE(caps.name + " " + std::to_string(shape.heads) + " heads" + (shape.fp8_cache ? " fp8" : ""));
+    const auto plan = ops::cuda::plan_mla(caps, shape, {});
+    for (MlaKernel k : {MlaKernel::kWgmma, MlaKernel::kKvMajor, MlaKernel::kTensorCore, MlaKernel::kCudaCore}) {
+      const std::string entry = "mla=" + std::string(ops::cuda::kernel_flag_name(k));
+      const bool listed = std::find(plan.decode_row.alternatives.begin(), plan.decode_row.alternatives.end(), entry) !=
+                          plan.decode_row.alternatives.end();
+      const bool runs = ops::cuda::plan_mla(caps, shape, forced(entry)).decode_row.available;
+      EXPECT_EQ(listed, runs && k != plan.decode) << entry;
+    }
+  }
+  // Hopper at 64 heads: wgmma, with every other kernel as a choice; fp8 leaves out the bf16-only ones.
+  EXPECT_EQ(ops::cuda::plan_mla(kH200, mla(64), {}).decode_row.alternatives,
+            (std::vector<std::string>{"mla=kv-major", "mla=mma", "mla=cuda-core"}));
+  EXPECT_EQ(ops::cuda::plan_mla(kH200, mla(64, true), {}).decode_row.alternatives,
+            (std::vector<std::string>{"mla=cuda-core"}));
+  // A forced kernel lists the others, the registry's choice among them.
+  EXPECT_EQ(ops::cuda::plan_mla(kH200, mla(64), forced("mla=cuda-core")).decode_row.alternatives,
+            (std::vector<std::string>{"mla=wgmma", "mla=kv-major", "mla=mma"}));
+  // Prefill: the decompressed kernel, avoided by mla=cuda-core (the absorbed fp32 path).
+  EXPECT_EQ(ops::cuda::plan_mla(kH200, mla(64), {}).prefill_row.alternatives,
+            (std::vector<std::string>{"mla=cuda-core"}));
+  EXPECT_TRUE(ops::cuda::plan_mla(kH200, mla(64), forced("mla=cuda-core")).prefill_row.alternatives.empty());
+  EXPECT_EQ(ops::cuda::plan_moe(kH200, kKimiMoe, {}).row.alternatives, (std::vector<std::string>{"moe=per-expert"}));
+  EXPECT_EQ(ops::cuda::plan_moe(kH200, kKimiMoe, forced("moe=per-expert")).row.alternatives,
+            (std::vector<std::string>{"moe=grouped"}));
+}
+
+// Every plan line the self-check names for a failing op (model::plan_row_of) is a line of the CUDA
+// plan, so its message always carries the kernel.
+TEST(KernelRegistry, TheSelfCheckNamesLinesOfThePlan) {
+  const auto plan = ops::cuda::plan_kernels(kH200, mla(64), kKimiMoe, {});
+  auto has = [&](const std::string& op) {
+    return std::any_of(plan.rows.begin(), plan.rows.end(), [&](const auto& r) { return r.op == op; });
+  };
+  for (const char* op :
+       {"embedding", "rms_norm", "add_rms_norm", "linear", "linear_pair", "rms_norm_linear", "mla_prepare",
+        "kv_cache_write", "rope_inplace", "mla_attention", "moe_route", "moe_experts", "moe"})
+    for (const char* output : {"out", "routing", "experts"})
+      for (bool decode : {false, true}) {
+        ops::OpCheck c;
+        c.op = op;
+        c.output = output;
+        c.decode_only = decode;
+        const std::string row = model::plan_row_of(c);
+        EXPECT_FALSE(row.empty()) << op;
+        EXPECT_TRUE(has(row)) << op << " -> '" << row << "' is not a line of the plan";
+      }
 }
 
 }  // namespace

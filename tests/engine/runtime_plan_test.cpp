@@ -82,5 +82,20 @@ TEST(RuntimePlan, NamesTheEnvironmentSwitchesInForce) {
   EXPECT_FALSE(has_line(clean, "TESSERA_GEMV_LOOP"));
 }
 
+// A kernel with other runnable choices says which --kernels entries select them (what the start-up
+// self-check also suggests when that kernel disagrees with the CPU reference).
+TEST(RuntimePlan, KernelLinesListTheOtherChoices) {
+  ops::cpu::CpuOps backend;
+  engine::EngineSettings es;
+  es.kv_cache_bytes = "1MiB";
+  engine::RuntimePlan plan =
+      engine::resolve_plan(test::fixtures_dir() / "models" / "dsv3-tiny", model::LoadOptions{}, es, backend);
+  EXPECT_FALSE(has_line(plan, "other choices")) << "the cpu backend has one kernel per op";
+  plan.backend.kernels.push_back({"mla decode", "attend_wgmma_kernel", "sm_90", true, {"mla=kv-major", "mla=mma"}});
+  EXPECT_TRUE(has_line(plan,
+                       "  mla decode   ok  attend_wgmma_kernel — sm_90 (other choices: --kernels mla=kv-major, "
+                       "mla=mma)"));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -474,7 +474,42 @@ void add_backend_queries(Table& tb) {
                          return std::vector{CaseOutput{"values", std::vector<float>(h->begin(), h->end()), 0.0}};
                        }};
     });
+    // The bytes of an fp32 tensor are its values; those of fp8 KV pages are the bytes the target's
+    // own reader sees.
+    tb.add("to_host_bytes", family, sn, 0, [shape, host_f32](Ctx& c) {
+      auto h = std::make_shared<std::vector<uint8_t>>();
+      const Tensor t = c.f32(shape, host_f32(c.rng));
+      Ops* o = &c.o();
+      return BoundCase{[h, t, o] { *h = o->to_host_bytes(t); },
+                       [h, t] {
+                         std::vector<float> v(h->size() / 4);
+                         std::memcpy(v.data(), h->data(), v.size() * 4);
+                         return std::vector{flag("size", h->size() == t.nbytes()), CaseOutput{"values", v, 0.0}};
+                       }};
+    });
   }
+  tb.add("to_host_bytes", kTiny, "fp8 KV pages [2, 16, 48] after a write", 0, [](Ctx& c) {
+    struct S {
+      ops::KvLayerView kv;
+      std::vector<uint8_t> bytes;
+    };
+    auto s = std::make_shared<S>();
+    Ops* o = &c.o();
+    s->kv.pages = o->empty_kv_pages({2, 16, 48}, core::KvCacheDtype::kFp8E4M3);
+    s->kv.page_size = 16;
+    s->kv.scale = 0.5f;
+    const Tensor latent = c.rand({3, 48});
+    static const int32_t table[] = {1};
+    const ops::AttentionSeq seq{0, 3, 5, std::span<const int32_t>(table)};
+    o->kv_cache_write(s->kv, latent, std::span<const ops::AttentionSeq>(&seq, 1));
+    const Target* t = &c.target;
+    return BoundCase{[s, o] { s->bytes = o->to_host_bytes(s->kv.pages); },
+                     [s, t] {
+                       return std::vector{
+                           flag("the target's bytes", s->bytes == t->raw_bytes(s->kv.pages)),
+                           CaseOutput{"bytes", std::vector<float>(s->bytes.begin(), s->bytes.end()), 0.0}};
+                     }};
+  });
 
   tb.add("supported_kv_dtypes", kTiny, "list", 0, [](Ctx& c) {
     auto v = std::make_shared<std::vector<core::KvCacheDtype>>();
@@ -1379,6 +1414,7 @@ const std::vector<std::string>& ops_virtuals() {
                                              "sample",
                                              "to_host_f32",
                                              "to_host_i32",
+                                             "to_host_bytes",
                                              "from_host_i32"};
   return v;
 }

@@ -51,6 +51,8 @@ TEST(ServerCuda, ChatAndStreamedCompletionsOnTheGpu) {
   EXPECT_EQ(srv.terminate(60), 0) << srv.log();
   srv.forget();
   EXPECT_NE(srv.log().find("backend: cuda"), std::string::npos) << srv.log();
+  // The start-up self-check ran on the GPU and passed before the server listened.
+  EXPECT_NE(srv.log().find("agree with the CPU reference"), std::string::npos) << srv.log();
 #endif
 }
 

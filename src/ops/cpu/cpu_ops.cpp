@@ -196,6 +196,11 @@ std::vector<int32_t> CpuOps::to_host_i32(const Tensor& x) {
   return std::vector<int32_t>(x.data<int32_t>(), x.data<int32_t>() + x.numel());
 }
 
+std::vector<uint8_t> CpuOps::to_host_bytes(const Tensor& x) {
+  const auto* p = static_cast<const uint8_t*>(x.raw());
+  return std::vector<uint8_t>(p, p + x.nbytes());
+}
+
 Tensor CpuOps::from_host_i32(core::Shape shape, const int32_t* data) {
   Tensor t = empty_i32(std::move(shape));
   std::memcpy(t.raw(), data, t.nbytes());

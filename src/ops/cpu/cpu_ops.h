@@ -43,6 +43,7 @@ class CpuOps : public Ops {
               core::Tensor* logprob_out) override;
   std::vector<float> to_host_f32(const core::Tensor& x) override;
   std::vector<int32_t> to_host_i32(const core::Tensor& x) override;
+  std::vector<uint8_t> to_host_bytes(const core::Tensor& x) override;
   core::Tensor from_host_i32(core::Shape shape, const int32_t* data) override;
 };
 

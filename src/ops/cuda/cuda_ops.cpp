@@ -157,6 +157,13 @@ class CudaOps final : public Ops {
   }
   std::vector<float> to_host_f32(const Tensor& x) override { return to_host<float>(x); }
   std::vector<int32_t> to_host_i32(const Tensor& x) override { return to_host<int32_t>(x); }
+  std::vector<uint8_t> to_host_bytes(const Tensor& x) override {
+    std::vector<uint8_t> v(x.nbytes());
+    if (!v.empty())
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(v.data(), x.raw(), v.size(), cudaMemcpyDeviceToHost, ctx_.stream()));
+    ctx_.sync();
+    return v;
+  }
 
   void embedding(const Tensor& table, std::span<const int32_t> ids, Tensor& out) override {
     cuda::embedding(ctx_, table, ids, out);

@@ -134,9 +134,18 @@ std::pair<Kernel, KernelChoice> choose(const char* op, const char* flag,
                                        const std::array<Candidate<Kernel, Shape>, N>& prefs, const DeviceCaps& caps,
                                        const Shape& shape, std::optional<Kernel> forced) {
   const std::string arch = architecture_problem(caps.sm);
+  // The other candidates that can run here, as --kernels entries (what the self-check suggests when
+  // the chosen kernel disagrees with the CPU reference).
+  auto alternatives = [&](Kernel chosen) {
+    std::vector<std::string> alt;
+    for (const auto& c : prefs)
+      if (arch.empty() && c.kernel != chosen && c.why_not(caps, shape).empty())
+        alt.push_back(fmt::format("{}={}", flag, kernel_flag_name(c.kernel)));
+    return alt;
+  };
   auto row = [&](const Candidate<Kernel, Shape>& c, std::string reason, bool ok) {
     return std::pair{c.kernel, KernelChoice{op, c.describe(caps, shape), arch.empty() ? std::move(reason) : arch,
-                                            ok && arch.empty()}};
+                                            ok && arch.empty(), alternatives(c.kernel)}};
   };
   if (forced) {
     for (const auto& c : prefs) {
@@ -341,6 +350,9 @@ MlaPlan plan_mla(const DeviceCaps& caps, const MlaShape& shape, const KernelOver
                      fmt::format("qk {} + {}, v {}: {}", shape.nope, shape.rope, shape.v,
                                  smem_of(mla_prefill_attend_smem_bytes(shape.nope, shape.rope, shape.v, true), caps)),
                      true};
+    // mla=cuda-core sends prefill chunks to the absorbed path on the fp32 kernel (and decode too).
+    if (arch.empty() && kMlaDecodePrefs.back().why_not(caps, shape).empty())
+      p.prefill_row.alternatives = {"mla=cuda-core"};
   } else {
     p.prefill = MlaPrefillKernel::kAbsorbed;
     const std::string core = kMlaDecodePrefs.back().why_not(caps, shape);
