@@ -1,7 +1,8 @@
 // `tessera serve` and the start-up self-check, on the demo model and the CPU backend made wrong by
-// the test hook --test-perturb-op: the server refuses to start (it never listens) and says which op
-// disagreed; unperturbed, the check runs and passes and the server answers; --skip-self-check
-// starts a wrong backend anyway.
+// the test hook --test-perturb-op: the server refuses to start (it answers /health "loading" while
+// the weights load and check, then exits 1 without ever being ready) and says which op disagreed;
+// unperturbed, the check runs and passes before the server is ready; --skip-self-check starts a
+// wrong backend anyway.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -21,7 +22,7 @@ TEST(ServeSelfCheck, RefusesToStartWhenAnOpDisagrees) {
   } catch (const std::runtime_error& e) {
     log = e.what();
   }
-  EXPECT_NE(log.find("exited during start-up"), std::string::npos) << log;
+  EXPECT_NE(log.find("exited while loading the model"), std::string::npos) << log;
   EXPECT_NE(log.find("error: self-check failed: op rms_norm_linear (kernel: cpu reference ops"), std::string::npos)
       << log;
   EXPECT_NE(log.find("on layer 0, prefill of 16 tokens, weight model.layers.0.self_attn.q_b_proj: differs from the "
@@ -29,7 +30,7 @@ TEST(ServeSelfCheck, RefusesToStartWhenAnOpDisagrees) {
             std::string::npos)
       << log;
   EXPECT_NE(log.find("--skip-self-check to start anyway"), std::string::npos) << log;
-  EXPECT_EQ(log.find("listening on"), std::string::npos) << log;
+  EXPECT_EQ(log.find("tessera serve: ready"), std::string::npos) << log;
 }
 
 TEST(ServeSelfCheck, StartsWhenEveryOpAgrees) {
@@ -37,8 +38,8 @@ TEST(ServeSelfCheck, StartsWhenEveryOpAgrees) {
   const std::string log = srv.log();
   EXPECT_NE(log.find("self-check: "), std::string::npos) << log;
   EXPECT_NE(log.find("agree with the CPU reference"), std::string::npos) << log;
-  // Checked before the server listens.
-  EXPECT_LT(log.find("agree with the CPU reference"), log.find("listening on")) << log;
+  // Checked before the server is ready.
+  EXPECT_LT(log.find("agree with the CPU reference"), log.find("tessera serve: ready")) << log;
   httplib::Client c("127.0.0.1", srv.port());
   auto health = c.Get("/health");
   ASSERT_TRUE(health);
