@@ -379,6 +379,29 @@ void add_backend_queries(Table& tb) {
         [s, o] { s->m = o->device_memory(); },
         [s] { return std::vector{flag("contract", !s->m || (s->m->free_bytes > 0 && s->m->held_bytes >= 1u << 20))}; }};
   });
+  tb.add("uploads_copy_weights", kTiny, "a copying backend is a device backend", 0, [](Ctx& c) {
+    auto copies = std::make_shared<bool>();
+    Ops* o = &c.o();
+    // The staged loader hands uploads views valid only during the call: only a backend that keeps
+    // its own copy (on a device) may say it copies; the CPU reference keeps the mapped views.
+    return BoundCase{[copies, o] { *copies = o->uploads_copy_weights(); },
+                     [copies, o] { return std::vector{flag("contract", *copies == o->device_memory().has_value())}; }};
+  });
+  tb.add("staging_host_buffer", kTiny, "4 MiB, written and read back", 0, [](Ctx& c) {
+    auto buf = std::make_shared<std::shared_ptr<void>>();
+    Ops* o = &c.o();
+    constexpr size_t kBytes = size_t{4} << 20;
+    return BoundCase{[buf, o] { *buf = o->staging_host_buffer(kBytes); },
+                     [buf] {
+                       bool ok = *buf != nullptr;
+                       if (ok) {
+                         auto* p = static_cast<uint8_t*>(buf->get());
+                         for (size_t i = 0; i < kBytes; i += 4093) p[i] = static_cast<uint8_t>(i * 7);
+                         for (size_t i = 0; i < kBytes; i += 4093) ok &= p[i] == static_cast<uint8_t>(i * 7);
+                       }
+                       return std::vector{flag("writable host memory", ok)};
+                     }};
+  });
   auto plan_case = [&](const char* family, io::ModelConfig cfg, const std::string& shape) {
     tb.add("plan", family, shape, 0, [cfg](Ctx& c) {
       struct S {
@@ -1389,6 +1412,8 @@ const std::vector<std::string>& ops_virtuals() {
                                              "upload_linear",
                                              "upload_vector",
                                              "upload_table",
+                                             "uploads_copy_weights",
+                                             "staging_host_buffer",
                                              "supported_kv_dtypes",
                                              "default_kv_dtype",
                                              "empty_kv_pages",
