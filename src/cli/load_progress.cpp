@@ -1,10 +1,13 @@
 #include "cli/load_progress.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <memory>
+
+#include "core/log.h"
 
 namespace tessera::cli {
 
@@ -17,6 +20,17 @@ constexpr double kLogEverySeconds = 5.0;
 }  // namespace
 
 model::LoadProgressFn stderr_load_progress() {
+  if (core::log_format() == core::LogFormat::kJson) {
+    // A log collector reads every stderr line as a JSON record: the progress goes through the log.
+    auto last_logged = std::make_shared<double>(-kLogEverySeconds);
+    return [last_logged](const model::LoadProgress& p) {
+      if (!p.finished && p.seconds - *last_logged < kLogEverySeconds) return;
+      *last_logged = p.seconds;
+      const double done = static_cast<double>(p.bytes_done) / kGB, total = static_cast<double>(p.bytes_total) / kGB;
+      spdlog::info("{} {:.1f} / {:.1f} GB of weights in {:.1f} s ({:.2f} GB/s)", p.finished ? "loaded" : "loading",
+                   done, total, p.seconds, p.seconds > 0 ? done / p.seconds : 0.0);
+    };
+  }
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   auto last_logged = std::make_shared<double>(-kLogEverySeconds);
   return [tty, last_logged](const model::LoadProgress& p) {
