@@ -32,7 +32,7 @@ struct MakeCheckpointOptions {
   std::string like, out, tokenizer;
   int64_t layers = 0, experts = 0;
   uint64_t seed = 0;
-  std::optional<int64_t> hidden, vocab, moe_intermediate, intermediate, heads;
+  std::optional<int64_t> hidden, vocab, moe_intermediate, intermediate, heads, first_dense;
   double shard_gb = model::kDefaultMaxShardBytes / 1e9;
   bool force = false;
 };
@@ -99,6 +99,10 @@ int run(const MakeCheckpointOptions& o) {
   if (o.moe_intermediate) dims.moe_intermediate = *o.moe_intermediate;
   if (o.intermediate) dims.intermediate = *o.intermediate;
   if (o.heads) dims.heads = *o.heads;
+  if (o.first_dense) {
+    if (*o.first_dense < 0) core::fail("--first-dense {}: must be 0 or more", *o.first_dense);
+    dims.first_dense_override = *o.first_dense;
+  }
   model::finalize_dims(*kind, dims);
   if (!(o.shard_gb > 0)) core::fail("--shard-size-gb {}: must be positive", o.shard_gb);
   const fs::path tokenizer = find_tokenizer(o);
@@ -148,6 +152,9 @@ CommandRegistration reg{
        sub.add_option("--intermediate", o->intermediate,
                       "override intermediate_size of the dense layers (default 18432)");
        sub.add_option("--heads", o->heads, "override num_attention_heads (default: 64 Kimi, 128 DeepSeek)");
+       sub.add_option("--first-dense", o->first_dense,
+                      "override first_k_dense_replace, the leading dense layers (default: the real model's 3, "
+                      "or 1 when --layers is 3 or fewer; Kimi-K2.5 has 1)");
        sub.add_option("--tokenizer", o->tokenizer,
                       "directory with the tokenizer.json and tokenizer_config.json to copy (default: the demo "
                       "model's DeepSeek-V3 tokenizer, $TESSERA_DEMO_TOKENIZER)");

@@ -263,6 +263,11 @@ void finalize_dims(CheckpointKind kind, CheckpointDims& d) {
   d.topk_group = std::min(real.topk_group, d.n_group);
   while (d.topk_group < d.n_group && d.top_k > d.experts / d.n_group * d.topk_group) ++d.topk_group;
   d.first_k_dense = d.layers > real.first_k_dense ? real.first_k_dense : std::min<int64_t>(1, d.layers - 1);
+  if (d.first_dense_override >= 0) {
+    if (d.first_dense_override > d.layers)
+      core::fail("--first-dense {}: more dense layers than --layers {}", d.first_dense_override, d.layers);
+    d.first_k_dense = d.first_dense_override;
+  }
 }
 
 CheckpointLayout checkpoint_layout(CheckpointKind kind, const CheckpointDims& d) {

@@ -43,6 +43,8 @@ struct CheckpointDims {
   int64_t qk_rope_head_dim = 64;
   int64_t v_head_dim = 128;
   int64_t shared_experts = 1;
+  // --first-dense: the number of leading dense layers, or -1 for finalize_dims's choice.
+  int64_t first_dense_override = -1;
   // Derived by finalize_dims from the real model's values and the sizes above.
   int64_t top_k = 8;
   int64_t n_group = 8;
@@ -59,7 +61,7 @@ CheckpointDims real_dims(CheckpointKind kind);
 // the real one that divides the experts with >= 2 experts per group (the grouped router takes each
 // group's top two); topk_group raised until the selected groups hold top-k experts; the real number
 // of dense layers when the model has more layers than that, else 1 dense layer then MoE (0 for a
-// single layer, so that it is a MoE layer).
+// single layer, so that it is a MoE layer), or first_dense_override where it is set (0..layers).
 void finalize_dims(CheckpointKind kind, CheckpointDims& dims);
 
 // How a tensor's values are drawn (the generator is in random_checkpoint.h).

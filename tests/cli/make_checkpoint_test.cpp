@@ -36,6 +36,8 @@ TEST(MakeCheckpointCli, BadFlagsFailNamingTheFlag) {
   expect_fails_naming("--like deepseek-v3-bf16" + kTiny + " --out " + (dir / "new").string() + " --tokenizer " +
                           (dir / "no-such-tokenizer").string(),
                       "no-such-tokenizer");
+  expect_fails_naming("--like deepseek-v3-bf16" + kTiny + " --first-dense 3" + out, "--first-dense");
+  expect_fails_naming("--like deepseek-v3-bf16" + kTiny + " --first-dense -1" + out, "--first-dense");
   EXPECT_FALSE(fs::exists(dir / "new")) << "a refused run must not create --out";
 
   fs::create_directories(dir / "full");
@@ -50,6 +52,26 @@ TEST(MakeCheckpointCli, BadFlagsFailNamingTheFlag) {
   EXPECT_EQ(rc, 0) << forced;
   EXPECT_TRUE(fs::exists(dir / "full" / "notes.txt"));
   EXPECT_TRUE(fs::exists(dir / "full" / "model.safetensors.index.json"));
+  fs::remove_all(dir);
+}
+
+// --first-dense sets first_k_dense_replace: a DeepSeek-V3 layout with Kimi-K2.5's single dense layer.
+TEST(MakeCheckpointCli, FirstDenseSetsTheLeadingDenseLayers) {
+  const fs::path dir = test::make_temp_dir("tessera-mkckpt-cli");
+  int rc = 0;
+  const std::string out = test::tessera(
+      "make-checkpoint --like deepseek-v3-bf16 --layers 3 --experts 8 --hidden 256 "
+      "--vocab 1024 --moe-intermediate 128 --intermediate 512 --heads 4 "
+      "--first-dense 0 --out " +
+          dir.string() + tokenizer_flag(),
+      &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string config = test::read_file(dir / "config.json");
+  EXPECT_NE(config.find("\"first_k_dense_replace\": 0"), std::string::npos) << config;
+  const std::string index = test::read_file(dir / "model.safetensors.index.json");
+  // With no dense layer, layer 0 has routed experts and no dense MLP.
+  EXPECT_NE(index.find("model.layers.0.mlp.experts.0.gate_proj.weight"), std::string::npos);
+  EXPECT_EQ(index.find("model.layers.0.mlp.gate_proj.weight"), std::string::npos);
   fs::remove_all(dir);
 }
 
