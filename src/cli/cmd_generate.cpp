@@ -2,17 +2,18 @@
 // gives the tokens the server gives for the same prompt and sampling settings.
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/engine_options.h"
 #include "cli/load_progress.h"
 #include "cli/model_options.h"
 #include "cli/self_check_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/runtime_plan.h"
 
 namespace tessera::cli {
 namespace {
@@ -27,6 +28,8 @@ struct GenerateArgs {
   bool json = false;
   bool ignore_eos = false;
   int64_t prefill_chunk = 0;
+  std::string kv_cache_bytes;           // as for serve; empty: the GPU budget or the CPU default
+  double gpu_memory_utilization = 0.9;  // as for serve
 };
 
 using Clock = std::chrono::steady_clock;
@@ -38,18 +41,23 @@ struct Generated {
   double decode_seconds = 0;   // first token to last: one decode step per further token
 };
 
-Generated run_engine(model::LoadedModel& m, const std::vector<int32_t>& prompt, const GenerateArgs& a) {
-  const int64_t total = static_cast<int64_t>(prompt.size()) + a.max_tokens;
-  engine::EngineConfig cfg;
-  // With one sequence the step budget is its prefill chunk (a decode needs one token of it), so
-  // --prefill-chunk is max_num_batched_tokens; 0 lets the whole prompt go in one step.
-  cfg.max_num_batched_tokens = a.prefill_chunk > 0 ? a.prefill_chunk : static_cast<int64_t>(prompt.size());
-  cfg.max_num_seqs = 1;
-  cfg.enable_prefix_caching = false;  // nothing to share with a single request
-  // A pool of just the pages this sequence fills: the server's pool is larger, but a seeded request
-  // draws the same tokens whatever the pool and batch.
-  engine::Engine eng(*m.model, m.make_kv_cache(model::pages_for_tokens(total)), cfg);
+// The engine settings of one request: one sequence a step whose budget is its prefill chunk (a
+// decode needs one token of it), so --prefill-chunk is max_num_batched_tokens and 0 lets the whole
+// prompt go in one step; no prefix caching (nothing to share); the KV pool and memory flags as for
+// serve, resolved by the same plan (a seeded request draws the same tokens whatever the pool).
+engine::EngineSettings settings_for(const GenerateArgs& a, int64_t prompt_tokens, int64_t total_tokens) {
+  engine::EngineSettings s;
+  s.kv_cache_bytes = a.kv_cache_bytes;
+  s.max_model_len = std::to_string(total_tokens);
+  s.max_num_batched_tokens = a.prefill_chunk > 0 ? a.prefill_chunk : std::max<int64_t>(prompt_tokens, 1);
+  s.max_num_seqs = 1;
+  s.prefix_caching = false;
+  s.gpu_memory_utilization = a.gpu_memory_utilization;
+  return s;
+}
 
+Generated run_engine(engine::Engine& eng, const model::LoadedModel& m, const std::vector<int32_t>& prompt,
+                     const GenerateArgs& a) {
   engine::Request r;
   r.id = "generate";
   r.prompt = prompt;
@@ -88,20 +96,32 @@ Generated run_engine(model::LoadedModel& m, const std::vector<int32_t>& prompt, 
 
 int run(const GenerateArgs& a) {
   auto prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
-  std::unique_ptr<ops::Ops> backend = a.self_check.wrap(a.model.make_backend());
-  const model::ModelPlan plan = model::resolve_model(a.model.model_dir, a.model.load_options(), *backend);
-  model::LoadedModel m = model::load_model(plan, std::move(backend), stderr_load_progress());
-  a.self_check.run_or_fail(m, a.model.device);
-  for (int32_t id : prompt)
-    if (id >= m.config.vocab_size)
-      core::fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", id, m.config.vocab_size);
   const int64_t total = static_cast<int64_t>(prompt.size()) + a.max_tokens;
-  if (total > m.config.max_position_embeddings)
-    core::fail("--max-tokens: the prompt ({} tokens) + --max-tokens {} = {} exceeds the model's "
-               "max_position_embeddings {}",
-               prompt.size(), a.max_tokens, total, m.config.max_position_embeddings);
+  std::unique_ptr<ops::Ops> backend = a.self_check.wrap(a.model.make_backend());
+  // The plan `tessera plan` prints for these settings (max context = prompt + --max-tokens): refused
+  // before any weight is read when it cannot run, e.g. a sequence longer than the model allows or a
+  // KV pool too small for it (--kv-cache-bytes).
+  const engine::RuntimePlan plan = [&] {
+    try {
+      return plan_or_fail(a.model.model_dir, a.model, settings_for(a, static_cast<int64_t>(prompt.size()), total),
+                          *backend);
+    } catch (const core::Error& e) {
+      // Its --max-model-len is the prompt + --max-tokens: say so.
+      core::fail("generate: the prompt ({} tokens) + --max-tokens {} = {} tokens (the plan's --max-model-len): {}",
+                 prompt.size(), a.max_tokens, total, e.what());
+    }
+  }();
+  for (int32_t id : prompt)
+    if (id < 0 || id >= plan.model.config.vocab_size)
+      core::fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", id, plan.model.config.vocab_size);
+  model::LoadedModel m = model::load_model(plan.model, std::move(backend), stderr_load_progress());
+  a.self_check.run_or_fail(m, a.model.device);
   // The engine refuses max_tokens 0; the command has always answered it with no tokens.
-  const Generated r = a.max_tokens > 0 ? run_engine(m, prompt, a) : Generated{};
+  Generated r;
+  if (a.max_tokens > 0) {
+    std::unique_ptr<engine::Engine> eng = engine::build_engine(m, plan);
+    r = run_engine(*eng, m, prompt, a);
+  }
   const char* finish = engine::finish_reason_name(r.finish);
   const double decode_tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / std::max(r.decode_seconds, 1e-9) : 0.0;
   if (a.json) {
@@ -139,6 +159,14 @@ CommandRegistration reg{{"generate", "generate token ids from a prompt of token 
                                           "prefill in chunks of this many tokens: the engine's tokens per step "
                                           "(0 = the whole prompt in one step)")
                                ->check(CLI::NonNegativeNumber);
+                           app.add_option("--kv-cache-bytes", a->kv_cache_bytes,
+                                          "KV cache pool size, as for serve (default: the GPU budget, or 256MiB on "
+                                          "CPU); it must hold the prompt + --max-tokens");
+                           app.add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
+                                          "GPU backends: fraction of the device's memory the whole process may use, "
+                                          "as for serve")
+                               ->capture_default_str()
+                               ->check(CLI::Range(0.01, 1.0));
                            app.add_flag("--json", a->json, "print a JSON object");
                            app.add_flag("--ignore-eos", a->ignore_eos, "do not stop at the config's eos_token_id");
                            return [a] { return run(*a); };

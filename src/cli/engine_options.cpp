@@ -38,7 +38,12 @@ engine::EngineSettings EngineOptions::settings() const {
 
 engine::RuntimePlan plan_or_fail(const std::filesystem::path& dir, const ModelOptions& model,
                                  const EngineOptions& engine, const ops::Ops& backend) {
-  engine::RuntimePlan plan = engine::resolve_plan(dir, model.load_options(), engine.settings(), backend);
+  return plan_or_fail(dir, model, engine.settings(), backend);
+}
+
+engine::RuntimePlan plan_or_fail(const std::filesystem::path& dir, const ModelOptions& model,
+                                 const engine::EngineSettings& settings, const ops::Ops& backend) {
+  engine::RuntimePlan plan = engine::resolve_plan(dir, model.load_options(), settings, backend);
   for (const std::string& line : plan.lines()) spdlog::info("plan: {}", line);
   if (!plan.ok()) {
     std::string all;

@@ -27,5 +27,8 @@ struct EngineOptions {
 // problems when it cannot run (nothing has been loaded yet).
 engine::RuntimePlan plan_or_fail(const std::filesystem::path& dir, const ModelOptions& model,
                                  const EngineOptions& engine, const ops::Ops& backend);
+// The same for settings a command derives itself (generate: one sequence of a known length).
+engine::RuntimePlan plan_or_fail(const std::filesystem::path& dir, const ModelOptions& model,
+                                 const engine::EngineSettings& settings, const ops::Ops& backend);
 
 }  // namespace tessera::cli

@@ -119,5 +119,25 @@ TEST(Generate, PlainOutputPrintsTheSameTokens) {
   EXPECT_EQ(out, id_list(want) + "\n");
 }
 
+// generate runs the plan `tessera plan` resolves for one sequence of prompt + --max-tokens tokens:
+// one that cannot run is refused before loading, naming --max-tokens and what does not fit.
+TEST(Generate, ASequenceThePlanCannotHoldIsRefusedNamingTheFlags) {
+  const auto dir = (test::fixtures_dir() / "models" / "dsv3-tiny").string();
+  std::string out;
+  // dsv3-tiny allows 4096 positions (max_position_embeddings).
+  int rc = test::run_command(
+      test::tessera_binary().string() + " generate --model " + dir + " --prompt-ids 1,2,3 --max-tokens 5000", &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--max-tokens 5000"), std::string::npos) << out;
+  EXPECT_NE(out.find("max_position_embeddings"), std::string::npos) << out;
+  // A KV pool of 50 KiB holds at most one page of 64 tokens (fp32 or bf16 entries of 4 x 80): not 103.
+  rc = test::run_command(test::tessera_binary().string() + " generate --model " + dir +
+                             " --prompt-ids 1,2,3 --max-tokens 100 --kv-cache-bytes 50KiB",
+                         &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--kv-cache-bytes"), std::string::npos) << out;
+  EXPECT_NE(out.find("--max-tokens 100"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace tessera
