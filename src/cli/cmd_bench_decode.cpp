@@ -12,7 +12,9 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "engine/runtime_plan.h"
 #include "model/deepseek_v3.h"
+#include "model/deepseek_v3_weights.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/synthetic.h"
@@ -180,6 +182,10 @@ int run(const DecodeArgs& a) {
   fmt::print("ceiling      copy bandwidth {:.0f} GB/s (read + write, measured now)\n", bandwidth / 1e9);
 
   model::ModelWeights weights = model::synthetic_weights(cfg, *backend, random, format);
+  // The kernel registry's choices for these shapes and weights, as `tessera plan` prints them for a
+  // checkpoint: what the timed steps run.
+  for (const std::string& line : engine::kernel_lines(backend->plan(cfg, kv_dtype, model::linear_groups(weights))))
+    fmt::print("{}\n", line);
   model::DeepseekV3Model m(cfg, std::move(weights), std::move(backend));
   ops::Ops& o = m.ops();
   const int64_t max_tokens = a.context + 2 + a.steps + 1;

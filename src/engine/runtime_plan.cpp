@@ -92,6 +92,16 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
   return p;
 }
 
+std::vector<std::string> kernel_lines(const ops::BackendPlan& backend) {
+  std::vector<std::string> out{"kernels"};
+  for (const auto& k : backend.kernels)
+    out.push_back(fmt::format(
+        "  {:<12} {:<3} {} — {}{}", k.op, k.available ? "ok" : "NO", k.kernel, k.reason,
+        k.alternatives.empty() ? "" : fmt::format(" (other choices: --kernels {})", fmt::join(k.alternatives, ", "))));
+  out.push_back(fmt::format("{:<12} {}", "decode steps", backend.decode_steps));
+  return out;
+}
+
 std::vector<std::string> RuntimePlan::lines() const {
   const io::ModelConfig& cfg = model.config;
   std::vector<std::string> out;
@@ -111,12 +121,7 @@ std::vector<std::string> RuntimePlan::lines() const {
                                  engine.max_num_batched_tokens));
     if (!memory_budget.empty()) add("memory", memory_budget);
   }
-  out.emplace_back("kernels");
-  for (const auto& k : backend.kernels)
-    out.push_back(fmt::format(
-        "  {:<12} {:<3} {} — {}{}", k.op, k.available ? "ok" : "NO", k.kernel, k.reason,
-        k.alternatives.empty() ? "" : fmt::format(" (other choices: --kernels {})", fmt::join(k.alternatives, ", "))));
-  add("decode steps", backend.decode_steps);
+  for (auto& line : kernel_lines(backend)) out.push_back(std::move(line));
   if (memory.num_pages > 0) {
     add("kv pool",
         fmt::format(

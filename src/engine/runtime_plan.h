@@ -45,6 +45,10 @@ struct RuntimePlan {
   std::vector<std::string> lines() const;
 };
 
+// The backend plan's kernel choices and how decode steps launch, as `tessera plan` prints them (also
+// printed by `bench decode`, whose synthetic model has no checkpoint to resolve a whole plan from).
+std::vector<std::string> kernel_lines(const ops::BackendPlan& backend);
+
 // Device memory the runtime takes after planning outside the backend's allocations: cuBLAS(Lt)
 // handles and workspaces, kernel modules loaded on first use. Measured on an H200 (docs/PERFORMANCE.md,
 // "Memory plan"); part of the plan's prediction and budget.

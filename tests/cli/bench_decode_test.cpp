@@ -21,6 +21,9 @@ TEST(BenchDecode, TinyPresetOnTheCpuReportsEveryBatch) {
   for (const char* col : {"layer us", "floor us", "of floor", "tokens/s", "slope us"})
     EXPECT_NE(out.find(col), std::string::npos) << col << " missing in:\n" << out;
   EXPECT_NE(out.find("against a 1-layer twin"), std::string::npos) << out;
+  // The kernel registry's plan for what it runs, in `tessera plan`'s words.
+  EXPECT_NE(out.find("kernels\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("decode steps"), std::string::npos) << out;
   // One row per batch size: batch 1 touches exactly top-k = 4 experts.
   EXPECT_NE(out.find("     1 "), std::string::npos) << out;
   EXPECT_NE(out.find("     3 "), std::string::npos) << out;
