@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 #include "cli/command.h"
 #include "cli/load_progress.h"
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "io/staged_reader.h"
+#include "model/weight_staging.h"
 
 namespace tessera::cli {
 namespace {
@@ -38,8 +38,7 @@ bool drop_all(const std::vector<std::filesystem::path>& files) {
 }
 
 int run(const BenchLoadArgs& a) {
-  const unsigned hw = std::thread::hardware_concurrency();
-  const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::clamp<unsigned>(hw == 0 ? 4 : hw, 2, 16));
+  const int threads = a.threads > 0 ? a.threads : model::WeightStaging::default_threads();
   const auto files = io::Checkpoint::open(a.model.model_dir)->files();
 
   // Warm: both from the page cache (one read first puts the files there, where memory allows);

@@ -15,12 +15,12 @@ constexpr size_t kArenaBytes = size_t{1} << 30;
 // How often progress is reported while loading.
 constexpr auto kReportEvery = std::chrono::milliseconds(250);
 
-int default_threads() {
+}  // namespace
+
+int WeightStaging::default_threads() {
   const unsigned hw = std::thread::hardware_concurrency();
   return static_cast<int>(std::clamp<unsigned>(hw == 0 ? 4 : hw, 2, 16));
 }
-
-}  // namespace
 
 WeightStaging::WeightStaging(const io::Checkpoint& ckpt, const ModelWeights& w, ops::Ops& backend,
                              LoadProgressFn progress, int threads)

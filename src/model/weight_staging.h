@@ -22,6 +22,9 @@ class WeightStaging {
   // and starts reading. `threads` <= 0: as many as the machine has cores, at most 16.
   WeightStaging(const io::Checkpoint& ckpt, const ModelWeights& w, ops::Ops& backend, LoadProgressFn progress,
                 int threads = 0);
+  // The reader threads when none are asked for: one per core, at least 2, at most 16 (`bench load`
+  // reads with as many).
+  static int default_threads();
 
   // A staged tensor: `view` holds the bytes of the tensor asked for until this is destroyed.
   class Held {
