@@ -117,6 +117,18 @@ void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t 
 __host__ __device__ inline int mla_split_chunk(int visible, int splits, int tile) {
   return ((visible + splits - 1) / splits + tile - 1) / tile * tile;
 }
+// The positions [begin, end) that context split `split` of `splits` attends over for a token at
+// `pos` (it sees pos + 1 positions), in `ntiles` tiles of `tile` (empty when the split is past the
+// token's context): the prologue every decode kernel starts with.
+struct MlaSplitRange {
+  int begin, end, ntiles;
+};
+__host__ __device__ inline MlaSplitRange mla_split_range(int pos, int split, int splits, int tile) {
+  const int visible = pos + 1;
+  const int chunk = mla_split_chunk(visible, splits, tile);
+  const int begin = split * chunk, end = visible < begin + chunk ? visible : begin + chunk;
+  return {begin, end, end > begin ? (end - begin + tile - 1) / tile : 0};
+}
 bool mla_attend_mma_supported(int64_t latent, int64_t rope);
 // Context splits for a step: the fewest whose blocks fill whole waves of the GPU. The wgmma kernel
 // runs 64 heads a block and one block an SM, the mma.sync kernels 16 heads and two. Chosen for

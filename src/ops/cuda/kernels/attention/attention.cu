@@ -109,9 +109,8 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
   const int tokens = gridDim.y;
   const bool active = warp < heads_per_block && h < heads;
   const TokenInfo ti = info[t];
-  const int visible = ti.pos + 1;
-  const int chunk = mla_split_chunk(visible, gridDim.x, kTile);
-  const int begin = split * chunk, end = min(visible, begin + chunk);
+  const MlaSplitRange range = mla_split_range(ti.pos, split, gridDim.x, kTile);
+  const int begin = range.begin, end = range.end;
   if (active)
     for (int i = lane; i < entry; i += 32) qs[warp * entry + i] = q_full[(static_cast<int64_t>(t) * heads + h) * entry + i];
   float acc[kMaxLatentPerLane];

@@ -79,10 +79,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int split = blockIdx.x, t = blockIdx.y, h0 = blockIdx.z * NH;
   const int tokens = gridDim.y;
   const TokenInfo ti = info[t];
-  const int visible = ti.pos + 1;
-  const int chunk = mla_split_chunk(visible, gridDim.x, kTp);
-  const int begin = split * chunk, end = min(visible, begin + chunk);
-  const int ntiles = end > begin ? (end - begin + kTp - 1) / kTp : 0;
+  const MlaSplitRange range = mla_split_range(ti.pos, split, gridDim.x, kTp);
+  const int begin = range.begin, end = range.end, ntiles = range.ntiles;
 
   // Each thread copies one cache row of every tile (4 threads a row), so the page-table lookup is
   // one load per thread per tile, done a tile ahead: a lookup per 16-byte piece would put a

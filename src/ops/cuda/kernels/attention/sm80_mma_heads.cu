@@ -45,9 +45,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int split = blockIdx.x, t = blockIdx.y, h0 = blockIdx.z * kRows;
   const int tokens = gridDim.y;
   const TokenInfo ti = info[t];
-  const int visible = ti.pos + 1;
-  const int chunk = mla_split_chunk(visible, gridDim.x, kTile);
-  const int begin = split * chunk, end = min(visible, begin + chunk);
+  const MlaSplitRange range = mla_split_range(ti.pos, split, gridDim.x, kTile);
+  const int begin = range.begin, end = range.end;
 
   // Q rows (pre-scaled), zero for padding heads.
   for (int idx = threadIdx.x; idx < kRows * entry; idx += blockDim.x) {

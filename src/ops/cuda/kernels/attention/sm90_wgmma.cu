@@ -96,10 +96,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int split = blockIdx.x, t = blockIdx.y, h0 = blockIdx.z * kHeads;
   const int tokens = gridDim.y;
   const TokenInfo ti = info[t];
-  const int visible = ti.pos + 1;
-  const int chunk = mla_split_chunk(visible, gridDim.x, kTp);
-  const int begin = split * chunk, end = min(visible, begin + chunk);
-  const int ntiles = end > begin ? (end - begin + kTp - 1) / kTp : 0;
+  const MlaSplitRange range = mla_split_range(ti.pos, split, gridDim.x, kTp);
+  const int begin = range.begin, end = range.end, ntiles = range.ntiles;
 
   // Cache tile loads, split by who reads what last: warpgroup 0 copies column blocks 0-3 (its V)
   // and 8 (rope, read only by S), warpgroup 1 blocks 4-7 (its V), so each refills its own blocks
