@@ -6,6 +6,8 @@
 // tensor's global scale multiplies the fp32 sums. About 2 instructions a weight where the CUDA-core
 // kernel (gemv.cu) needs 6, and 16 tokens for the price of one.
 //
+// (The bias multiply is folded into the group scale: decode_nvfp4.)
+//
 // K is walked in blocks of 128: lane (g, c) loads 16 bytes of weight row n0 + g, values
 // [128 kb + 32 c, + 32), and their two e4m3 scales. Each 32-bit word (8 values, first in the low
 // nibble) is decoded into the pairs (3, 7), (2, 6), (1, 5), (0, 4), which become the B fragments of
@@ -43,15 +45,27 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
-// The 8 codes of `q` as bf16 pairs (3, 7), (2, 6), (1, 5), (0, 4), times `scale` (bf16x2 of the
-// group's e4m3 scale).
+// The codes' bits under a bf16 exponent are the values times 2^-126; the exponent bias is folded
+// into the group scale: scale · 2^117 (at most 448 · 2^117 < 2^126, the largest bf16 exponent; exact,
+// an e4m3 scale has 4 significant bits), so one multiply gives value · scale · 2^-9 (exact: at most
+// 6 significant bits, and at least 2^-19, a normal number) and the fp32 sums are scaled back by 2^9
+// with the global scale.
+constexpr float kScaleBias = 0x1p117f;
+constexpr float kSumUnbias = 0x1p9f;
+
+// The bf16x2 of a group's e4m3 scale byte times kScaleBias.
+__device__ __forceinline__ __nv_bfloat162 biased_scale(uint32_t e4m3) {
+  const float v = quant::e4m3_to_f32(e4m3) * kScaleBias;
+  return __floats2bfloat162_rn(v, v);
+}
+
+// The 8 codes of `q` as bf16 pairs (3, 7), (2, 6), (1, 5), (0, 4), times `scale` (biased_scale of the
+// group's scale) and 2^-126.
 __device__ __forceinline__ void decode_nvfp4(uint32_t q, __nv_bfloat162 scale, uint32_t (&b)[4]) {
-  const __nv_bfloat162 bias = __floats2bfloat162_rn(0x1p126f, 0x1p126f);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const uint32_t bits = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
-    const __nv_bfloat162 v = __hmul2(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), bias), scale);
-    b[i] = bf16x2_bits(v);
+    b[i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), scale));
     q <<= 4;
   }
 }
@@ -70,7 +84,10 @@ __device__ __forceinline__ uint4 load_or_zero(const __nv_bfloat16* p) {
 }
 
 // acc[s] += A · W_s over all K for the 16 pairs of the tile (lo/hi: this lane's two pairs' rows,
-// null past the expert's end), S weight streams of the same row index.
+// null past the expert's end), S weight streams of the same row index. (A cp.async ring in shared
+// memory kStages = 4 blocks deep instead of the kAhead registers measured slower at batch 16 and 128
+// and the same at batch 1: the kernel is bound by its instructions, not by exposed load latency;
+// docs/PERFORMANCE.md.)
 template <int S>
 __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_dim, const __nv_bfloat16* lo,
                                          const __nv_bfloat16* hi, uint64_t policy, float (&acc)[S][4]) {
@@ -94,6 +111,13 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
     for (int u = 0; u < kAhead; ++u) {
       if (kb0 + u >= blocks) break;
       const int k = (kb0 + u) * kBlockK + 32 * c;
+      // The lane's two groups of 16 values: words 0-1 and 2-3.
+      __nv_bfloat162 scale[S][2];
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        scale[s][0] = biased_scale(sc[s][u] & 0xffu);
+        scale[s][1] = biased_scale((sc[s][u] >> 8) & 0xffu);
+      }
 #pragma unroll
       for (int w = 0; w < 4; ++w) {  // 8 values each: [k + 8w, + 8)
         uint32_t alo[4], ahi[4];
@@ -102,9 +126,8 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
 #pragma unroll
         for (int s = 0; s < S; ++s) {
           const uint32_t q = w == 0 ? raw[s][u].x : w == 1 ? raw[s][u].y : w == 2 ? raw[s][u].z : raw[s][u].w;
-          const float scale = quant::e4m3_to_f32(w < 2 ? sc[s][u] & 0xffu : (sc[s][u] >> 8) & 0xffu);
           uint32_t b[4];
-          decode_nvfp4(q, __floats2bfloat162_rn(scale, scale), b);
+          decode_nvfp4(q, scale[s][w / 2], b);
           mma_bf16(acc[s], alo[0], ahi[0], alo[1], ahi[1], b[0], b[1]);
           mma_bf16(acc[s], alo[2], ahi[2], alo[3], ahi[3], b[2], b[3]);
         }
@@ -148,10 +171,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int i = 0; i < 4; ++i) acc[s][i] = 0.0f;
     tile_dot<S>(ref, k_dim, lo, hi, policy, acc);
     // C fragment: pairs m_lo (acc 0, 1) and m_hi (acc 2, 3), weight rows n0 + 2c, n0 + 2c + 1. The
-    // group scales' kUnscale is 1 here: the codes were made exact before the MMA.
-    const float g0 = m0.global_scale;
+    // group scales' kUnscale is 1 here: the codes were made exact before the MMA, times 2^-9.
+    const float g0 = m0.global_scale * kSumUnbias;
     if constexpr (kGateUp) {
-      const float g1 = w1[e].global_scale;
+      const float g1 = w1[e].global_scale * kSumUnbias;
       auto act = [&](float gate, float up) {
         gate *= g0;
         up *= g1;
