@@ -18,19 +18,19 @@
 #include <set>
 #include <sstream>
 
+#include "ops/conformance/op_cases.h"
 #include "ops/cpu/cpu_ops.h"
-#include "ops/op_cases.h"
 #include "support/require_gpu.h"
 
 #ifdef TESSERA_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
-#include "ops/cuda/kernel_registry.h"
+#include "ops/cuda/tools/case_variants.h"
 #endif
 
 namespace tessera {
 namespace {
 
-namespace oc = test::op_cases;
+namespace oc = ops::conformance;
 
 const std::vector<oc::OpCase>& cases() {
   static const std::vector<oc::OpCase> v = oc::op_cases();
@@ -182,52 +182,6 @@ TEST_P(BackendOpsCase, CpuAgainstItself) {
   expect_matches(c, "cpu", "reference", got, want, /*bit_exact=*/true);
 }
 
-#ifdef TESSERA_HAVE_CUDA
-// The CUDA backends to run a case on: one per kernel of the case's op family that the plan can run
-// for its shapes on this device (forced with --kernels syntax), and the plan's own choice.
-struct Variant {
-  std::string spec, label;
-};
-std::vector<Variant> cuda_variants(const oc::OpCase& c, const ops::cuda::DeviceCaps& caps,
-                                   std::vector<std::string>& skipped) {
-  using namespace ops::cuda;
-  std::vector<Variant> v;
-  if (c.kernels == oc::KernelFamily::kMla) {
-    const MlaShape shape{c.mla.heads, c.mla.latent, c.mla.rope, c.mla.nope, c.mla.v, c.mla.fp8_cache};
-    auto runs = [](const MlaPlan& p) { return p.decode_row.available && p.prefill_row.available; };
-    for (MlaKernel k : {MlaKernel::kWgmma, MlaKernel::kKvMajor, MlaKernel::kTensorCore, MlaKernel::kCudaCore}) {
-      KernelOverrides forced;
-      forced.mla = k;
-      const MlaPlan p = plan_mla(caps, shape, forced);
-      const std::string name{kernel_flag_name(k)};
-      if (runs(p))
-        v.push_back({"mla=" + name, name});
-      else
-        skipped.push_back(name + ": " + (p.decode_row.available ? p.prefill_row.reason : p.decode_row.reason));
-    }
-    const MlaPlan p = plan_mla(caps, shape, {});
-    if (runs(p)) v.push_back({"mla=auto", fmt::format("auto ({})", kernel_flag_name(p.decode))});
-  } else if (c.kernels == oc::KernelFamily::kMoe) {
-    const MoeShape shape{c.moe.experts, c.moe.hidden, c.moe.inter};
-    for (MoeKernel k : {MoeKernel::kGrouped, MoeKernel::kPerExpert}) {
-      KernelOverrides forced;
-      forced.moe = k;
-      const MoePlan p = plan_moe(caps, shape, forced);
-      const std::string name{kernel_flag_name(k)};
-      if (p.row.available)
-        v.push_back({"moe=" + name, name});
-      else
-        skipped.push_back(name + ": " + p.row.reason);
-    }
-    const MoePlan p = plan_moe(caps, shape, {});
-    if (p.row.available) v.push_back({"moe=auto", fmt::format("auto ({})", kernel_flag_name(p.kernel))});
-  } else {
-    v.push_back({"", "default"});
-  }
-  return v;
-}
-#endif
-
 TEST_P(BackendOpsCase, CudaAgainstCpu) {
 #ifndef TESSERA_HAVE_CUDA
   TESSERA_SKIP_UNLESS_REQUIRED("CPU-only build: no CUDA backend to compare");
@@ -236,17 +190,16 @@ TEST_P(BackendOpsCase, CudaAgainstCpu) {
   const oc::OpCase& c = cases()[GetParam()];
   const auto caps = ops::cuda::query_device_caps();
   std::vector<std::string> skipped;
-  const std::vector<Variant> variants = cuda_variants(c, caps, skipped);
+  const std::vector<ops::cuda::CaseVariant> variants = ops::cuda::case_variants(c, caps, skipped);
   for (const auto& s : skipped)
     fmt::print("[ conf ] {} [{}] {}: kernel {} skipped (plan row unavailable)\n", c.op, c.family, c.shape_name, s);
   ASSERT_FALSE(variants.empty()) << c.id() << ": no kernel of the plan can run it on " << caps.name;
   ops::cpu::CpuOps cpu;
   const auto want = run_case(c, oc::host_target(cpu));
-  for (const Variant& v : variants) {
+  for (const ops::cuda::CaseVariant& v : variants) {
     try {
       auto gpu = ops::cuda::make_cuda_ops(v.spec);
-      const oc::Target target{gpu.get(), [](const core::Tensor& t) { return ops::cuda::device_bytes(t); }};
-      expect_matches(c, "cuda", v.label, run_case(c, target), want);
+      expect_matches(c, "cuda", v.label, run_case(c, ops::cuda::cuda_target(*gpu)), want);
     } catch (const std::exception& e) {
       // A device error is sticky: the later variants fail too, each naming itself.
       ADD_FAILURE() << c.op << " [" << c.family << "] " << c.shape_name << " / cuda kernel " << v.label

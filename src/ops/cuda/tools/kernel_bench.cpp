@@ -125,6 +125,8 @@ double measure_copy_bandwidth(size_t bytes, int iterations) {
   return 2.0 * static_cast<double>(bytes) / t;
 }
 
+double measure_gemm_tflops(int iterations) { return gemm_tflops(8192, 8192, 8192, iterations); }
+
 void synchronize_device() { TESSERA_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
@@ -132,7 +134,7 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
   fmt::print("device: {}\n", device_description());
   // Ceilings, measured now on this GPU.
   const double bw = measure_copy_bandwidth(size_t{2} << 30, o.iterations);
-  const double gemm = gemm_tflops(8192, 8192, 8192, o.iterations);
+  const double gemm = measure_gemm_tflops(o.iterations);
   fmt::print("ceiling: device copy {:.0f} GB/s (read + write), bf16 GEMM 8192^3 {:.0f} TFLOP/s\n", bw / 1e9, gemm);
   {
     // Not a ceiling the rows are measured against, but what a read-only stream (a decode step's

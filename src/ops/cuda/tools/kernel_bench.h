@@ -27,6 +27,8 @@ struct KernelBenchRow {
 // Device-to-device copy bandwidth (bytes read + written per second), median of `iterations`
 // copies of `bytes`: the memory ceiling every bandwidth number is compared with.
 double measure_copy_bandwidth(size_t bytes, int iterations);
+// cuBLASLt's bf16 GEMM rate at 8192^3 in TFLOP/s, median of `iterations`: the arithmetic ceiling.
+double measure_gemm_tflops(int iterations);
 // Waits for all work on the device (benchmarks time whole steps with the host clock).
 void synchronize_device();
 

@@ -4,9 +4,9 @@
 // is set up on gets the same values; the CPU backend's outputs are the expected ones, and another
 // backend's must be within the case's relative-RMS tolerance of them.
 //
-// tests/ops/backend_ops_test.cpp runs the table for correctness; the table is a library of its own
-// (no gtest, no CUDA headers) so that a benchmark can time the same cases (BoundCase::run is the op
-// alone, with its inputs already on the backend).
+// tests/ops/backend_ops_test.cpp runs the table for correctness; `tessera bench kernels --cases`
+// times the same cases (perf.h: BoundCase::run is the op alone, with its inputs already on the
+// backend). No gtest, no CUDA headers.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@
 #include "core/tensor.h"
 #include "ops/ops.h"
 
-namespace tessera::test::op_cases {
+namespace tessera::ops::conformance {
 
 // The backend a case is set up on. Ops::to_host_f32 reads fp32 tensors only, so KV pages (bf16 or
 // fp8 bytes on a GPU) are read through `raw_bytes`: the tensor's bytes on the host, whatever its
@@ -42,6 +42,10 @@ struct CaseOutput {
 struct BoundCase {
   std::function<void()> run;                      // the op under test, nothing else (what perf mode times)
   std::function<std::vector<CaseOutput>()> read;  // its outputs, after run
+  // For perf mode (perf.h), where the case declares them: the fewest bytes the op must move through
+  // device memory (weights as stored, inputs read once, outputs written once) and its FLOPs; 0 = not
+  // declared.
+  double bytes = 0, flops = 0;
 };
 
 // Which kernel choice of the plan (ops/cuda/kernel_registry.h) a case's op goes through, so that a
@@ -93,4 +97,4 @@ struct Comparison {
 };
 Comparison compare(const std::vector<float>& got, const std::vector<float>& want);
 
-}  // namespace tessera::test::op_cases
+}  // namespace tessera::ops::conformance

@@ -1,4 +1,4 @@
-#include "ops/op_cases.h"
+#include "ops/conformance/op_cases.h"
 
 #include <fmt/format.h>
 
@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "io/model_config.h"
 
-namespace tessera::test::op_cases {
+namespace tessera::ops::conformance {
 
 namespace {
 
@@ -128,6 +128,15 @@ HostLinearPtr nvfp4_linear(Rng& rng, int64_t out, int64_t in) {
   return h;
 }
 
+// The fewest device bytes a linear of T tokens moves: the weight as the host holds it (a device
+// backend keeps checkpoint formats as stored), fp32 x read once (`in` = 0: already counted) and fp32
+// out written once.
+double linear_bytes(const HostLinear& h, int64_t T, int64_t in, int64_t out) {
+  const double weight = 2.0 * static_cast<double>(h.bf16.size()) + static_cast<double>(h.bytes.size()) +
+                        static_cast<double>(h.scale_bytes.size()) + 4.0 * static_cast<double>(h.scale_f32.size());
+  return weight + 4.0 * static_cast<double>(T) * static_cast<double>(in + out);
+}
+
 // A routed expert (or the shared one) in host memory.
 struct HostExpert {
   HostLinearPtr gate, up, down;
@@ -135,7 +144,7 @@ struct HostExpert {
 // `format`: "bf16", "fp8-block" or "nvfp4" (the checkpoint formats of routed experts).
 HostExpert host_expert(Rng& rng, int64_t hidden, int64_t inter, const std::string& format = "bf16") {
   auto make = [&](int64_t out, int64_t in) {
-    return format == "nvfp4" ? nvfp4_linear(rng, out, in)
+    return format == "nvfp4"       ? nvfp4_linear(rng, out, in)
            : format == "fp8-block" ? fp8_block_linear(rng, out, in)
                                    : bf16_linear(rng, out, in);
   };
@@ -856,8 +865,11 @@ void add_linears(Table& tb) {
              s->x = c.rand({l.T, l.in});
              s->out = c.o().empty({l.T, l.out});
              Ops* o = &c.o();
-             return BoundCase{[s, o] { o->linear(s->x, s->w, s->out); },
-                              [s, o] { return std::vector{f32_out(*o, "out", s->out)}; }};
+             BoundCase b{[s, o] { o->linear(s->x, s->w, s->out); },
+                         [s, o] { return std::vector{f32_out(*o, "out", s->out)}; }};
+             b.bytes = linear_bytes(*s->host, l.T, l.in, l.out);
+             b.flops = 2.0 * l.T * l.out * l.in;
+             return b;
            });
   }
   // Weights in their checkpoint formats: DeepSeek-V3's FP8 projections and Kimi-K2.5's NVFP4 expert
@@ -871,19 +883,24 @@ void add_linears(Table& tb) {
     int64_t out, in;
     std::string what;
   };
-  const std::vector<Q> quantized = {{kDsv3.family, "fp8-block", kDsv3.q_lora, kDsv3.hidden, "q_a"},
-                                    {kDsv3.family, "fp8-block", kDsv3.heads * (kDsv3.nope + kDsv3.rope),
-                                     kDsv3.q_lora, "q_b"},
-                                    {kDsv3.family, "fp8-block", kDsv3.hidden, kDsv3.heads * kDsv3.v, "o_proj"},
-                                    {kDsv3.family, "fp8-block", kDsv3.kv_lora + kDsv3.rope, kDsv3.hidden, "kv_a"},
-                                    {kKimi.family, "nvfp4", kKimi.inter, kKimi.hidden, "expert gate"},
-                                    {kKimi.family, "nvfp4", kKimi.hidden, kKimi.inter, "expert down"},
-                                    {kRagged, "fp8-block", 200, 304, ""},
-                                    {kRagged, "nvfp4", 36, 96, ""},
-                                    {kRagged, "fp8-block", 44, 1000, ""}};
+  const std::vector<Q> quantized = {
+      {kDsv3.family, "fp8-block", kDsv3.q_lora, kDsv3.hidden, "q_a"},
+      {kDsv3.family, "fp8-block", kDsv3.heads * (kDsv3.nope + kDsv3.rope), kDsv3.q_lora, "q_b"},
+      {kDsv3.family, "fp8-block", kDsv3.hidden, kDsv3.heads * kDsv3.v, "o_proj"},
+      {kDsv3.family, "fp8-block", kDsv3.kv_lora + kDsv3.rope, kDsv3.hidden, "kv_a"},
+      {kKimi.family, "nvfp4", kKimi.inter, kKimi.hidden, "expert gate"},
+      {kKimi.family, "nvfp4", kKimi.hidden, kKimi.inter, "expert down"},
+      {kRagged, "fp8-block", 200, 304, ""},
+      {kRagged, "nvfp4", 36, 96, ""},
+      {kRagged, "fp8-block", 44, 1000, ""}};
   for (const Q& q : quantized)
-    for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{8}, int64_t{9}, int64_t{40}}) {
+    for (int64_t T :
+         {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{40}}) {
+      // The real shapes at every row count of the matrix-vector instances and either side of their
+      // limit (perf mode shows where the dequantize-and-GEMM path overtakes them); ragged ones at 3
+      // and 40 too.
       if (q.family != kRagged && (T == 3 || T == 40)) continue;
+      if (q.family == kRagged && (T == 4 || T == 5)) continue;
       tb.add("linear", q.family,
              fmt::format("{} {}{}{}x{}x{}", q.format, q.what, q.what.empty() ? "" : " ", T, q.out, q.in), 4e-3,
              [q, T](Ctx& c) {
@@ -899,8 +916,11 @@ void add_linears(Table& tb) {
                s->x = c.rand({T, q.in});
                s->out = c.o().empty({T, q.out});
                Ops* o = &c.o();
-               return BoundCase{[s, o] { o->linear(s->x, s->w, s->out); },
-                                [s, o] { return std::vector{f32_out(*o, "out", s->out)}; }};
+               BoundCase b{[s, o] { o->linear(s->x, s->w, s->out); },
+                           [s, o] { return std::vector{f32_out(*o, "out", s->out)}; }};
+               b.bytes = linear_bytes(*s->host, T, q.in, q.out);
+               b.flops = 2.0 * T * q.out * q.in;
+               return b;
              });
     }
   struct P {
@@ -924,10 +944,14 @@ void add_linears(Table& tb) {
              s->x = c.rand({p.T, p.in});
              s->o1 = c.o().empty({p.T, p.out1}), s->o2 = c.o().empty({p.T, p.out2});
              Ops* o = &c.o();
-             return BoundCase{[s, o] { o->linear_pair(s->x, s->w1, s->o1, s->w2, s->o2); },
-                              [s, o] {
-                                return std::vector{f32_out(*o, "first", s->o1), f32_out(*o, "second", s->o2)};
-                              }};
+             BoundCase b{[s, o] { o->linear_pair(s->x, s->w1, s->o1, s->w2, s->o2); },
+                         [s, o] {
+                           return std::vector{f32_out(*o, "first", s->o1), f32_out(*o, "second", s->o2)};
+                         }};
+             // x is read once for both.
+             b.bytes = linear_bytes(*s->h1, p.T, p.in, p.out1) + linear_bytes(*s->h2, p.T, 0, p.out2);
+             b.flops = 2.0 * p.T * (p.out1 + p.out2) * p.in;
+             return b;
            });
   }
   // The matrix-vector path (1-2 tokens, K a multiple of 256) keeps the normalised row in fp32; the
@@ -951,8 +975,11 @@ void add_linears(Table& tb) {
              s->norm = c.vector(p.in, 0.5f, 1.0f);
              s->out = c.o().empty({p.T, p.out1});
              Ops* o = &c.o();
-             return BoundCase{[s, o] { o->rms_norm_linear(s->x, s->norm, 1e-6f, s->w, s->out); },
-                              [s, o] { return std::vector{f32_out(*o, "out", s->out)}; }};
+             BoundCase b{[s, o] { o->rms_norm_linear(s->x, s->norm, 1e-6f, s->w, s->out); },
+                         [s, o] { return std::vector{f32_out(*o, "out", s->out)}; }};
+             b.bytes = linear_bytes(*s->h, p.T, p.in, p.out1) + 4.0 * p.in;  // + the norm weight
+             b.flops = 2.0 * p.T * p.out1 * p.in;
+             return b;
            });
   }
 }
@@ -1230,12 +1257,11 @@ void add_moe(Table& tb) {
   // Experts in their checkpoint formats: Kimi-K2.5's NVFP4 routed experts beside a bf16 shared one,
   // DeepSeek-V3's FP8 everywhere; decode sizes (the quantized matrix-vector kernels), a step past
   // the grouped limit (dequantized GEMMs per expert), ragged widths, empty experts.
-  const std::vector<Ex> quantized = {
-      {kTiny, 5, 6, 2, 128, 64, 0, 6, true, "nvfp4"},
-      {kTiny, 3, 8, 2, 256, 128, 128, 8, true, "fp8-block", "fp8-block"},
-      {kRagged, 7, 40, 8, 320, 96, 96, 40, false, "nvfp4"},
-      {kRagged, 300, 12, 4, 256, 64, 128, 12, false, "fp8-block", "fp8-block"},
-      {kRagged, 260, 16, 4, 256, 64, 0, 16, false, "nvfp4"}};
+  const std::vector<Ex> quantized = {{kTiny, 5, 6, 2, 128, 64, 0, 6, true, "nvfp4"},
+                                     {kTiny, 3, 8, 2, 256, 128, 128, 8, true, "fp8-block", "fp8-block"},
+                                     {kRagged, 7, 40, 8, 320, 96, 96, 40, false, "nvfp4"},
+                                     {kRagged, 300, 12, 4, 256, 64, 128, 12, false, "fp8-block", "fp8-block"},
+                                     {kRagged, 260, 16, 4, 256, 64, 0, 16, false, "nvfp4"}};
   experts.insert(experts.end(), quantized.begin(), quantized.end());
   for (int64_t T : {int64_t{1}, int64_t{5}, int64_t{16}})
     experts.push_back({kKimi.family, T, kKimi.experts, kKimi.top_k, kKimi.hidden, kKimi.inter,
@@ -1247,8 +1273,7 @@ void add_moe(Table& tb) {
     return fmt::format("{} tokens, {} experts{}, top-{}, hidden {}, inter {}, {}{}{}", e.T, e.E,
                        e.distinct < e.E ? fmt::format(" ({} distinct weight sets)", e.distinct) : "", e.K, e.H, e.I,
                        e.shared ? fmt::format("shared {}", e.shared) : "no shared", e.uneven ? ", uneven routing" : "",
-                       e.format == "bf16" ? ""
-                                          : fmt::format(", experts {}, shared {}", e.format, e.shared_format));
+                       e.format == "bf16" ? "" : fmt::format(", experts {}, shared {}", e.format, e.shared_format));
   };
   struct Weights {
     std::vector<HostExpert> host;
@@ -1489,4 +1514,4 @@ Comparison compare(const std::vector<float>& got, const std::vector<float>& want
   return c;
 }
 
-}  // namespace tessera::test::op_cases
+}  // namespace tessera::ops::conformance
