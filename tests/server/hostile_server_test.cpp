@@ -253,6 +253,23 @@ TEST_F(HostileServer, CurlFormEncodedBodiesAndPipelinedRequestsAreServed) {
       "application/x-www-form-urlencoded\r\nContent-Length: " +
       std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
   EXPECT_EQ(r.status, 200) << r.body;
+  // curl sends a body over 1 MB only after "100 Continue": it must come, then the answer.
+  {
+    const std::string big =
+        R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})" + std::string(2 << 20, ' ');
+    const int fd = connect_to(port());
+    ASSERT_GE(fd, 0);
+    send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: " + std::to_string(big.size()) +
+                     "\r\nExpect: 100-continue\r\n\r\n");
+    char buf[64] = {};
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_GT(::poll(&p, 1, 5000), 0) << "no 100 Continue";
+    const ssize_t n = ::recv(fd, buf, sizeof(buf) - 1, 0);
+    EXPECT_EQ(std::string(buf, static_cast<size_t>(std::max<ssize_t>(n, 0))), "HTTP/1.1 100 Continue\r\n\r\n");
+    send_all(fd, big);
+    EXPECT_EQ(read_response(fd, 60).status, 200);
+    ::close(fd);
+  }
   // Two requests in one write, and a chunked one: answered in order on one connection.
   const int fd = connect_to(port());
   ASSERT_GE(fd, 0);
