@@ -216,7 +216,7 @@ std::thread long_request(int port) {
   return std::thread([port] {
     httplib::Client c("127.0.0.1", port);
     c.set_read_timeout(120, 0);
-    post_json(c, "/v1/completions", R"({"prompt":"hi","max_tokens":3000,"ignore_eos":true})");
+    post_json(c, "/v1/completions", R"({"prompt":"hi","max_tokens":4000,"n":4,"ignore_eos":true})");
   });
 }
 
