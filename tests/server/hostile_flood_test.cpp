@@ -2,6 +2,8 @@
 // real `tessera serve` (demo model):
 // * 1000 clients sending their headers a byte at a time, and 1000 idle keep-alive connections:
 //   /health p99 stays under 100 ms, a chat request is served, the server's RSS stays bounded;
+// * at --max-connections the longest waiting connection is closed for a new one; bodies being
+//   received at once beyond --max-buffered-body-bytes get 503;
 // * a client trickling bytes gets 408 at the header (or body) deadline, which progress does not
 //   extend; an idle keep-alive connection is closed at the idle timeout;
 // * a second SIGINT exits at once; SIGTERM with slow clients and a client that never reads its
@@ -145,9 +147,28 @@ TEST(HostileFlood, SlowAndIdleConnectionsDoNotStarveOthers) {
   close_all(idle);
 }
 
-TEST(HostileFlood, AtTheConnectionCapTheLongestWaitingIsClosed) {
+TEST(HostileFlood, ConnectionAndBufferedBodyCapsHold) {
   if (!fd_budget(512)) return;
-  ServerProcess srv({"--max-connections", "100", "--http-header-timeout", "120", "--http-idle-timeout", "120"});
+  ServerProcess srv({"--max-connections", "100", "--http-header-timeout", "120", "--http-idle-timeout", "120",
+                     "--http-body-timeout", "120", "--max-buffered-body-bytes", "1048576"});
+  // Bodies being received at once are capped (1 MiB here): a second client pushing the total past
+  // it gets 503 + Retry-After at once; the first one, within the cap, is served when it finishes.
+  {
+    const int a = connect_to(srv.port()), b = connect_to(srv.port());
+    const std::string head = "POST /v1/completions HTTP/1.1\r\nContent-Length: 800000\r\n\r\n";
+    ASSERT_TRUE(send_all(a, head + std::string(700000, ' ')));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_TRUE(send_all(b, head + std::string(400000, ' ')));
+    const RawResponse rb = read_response(b, 10, true);
+    EXPECT_EQ(rb.status, 503) << rb.head << rb.body;
+    EXPECT_EQ(rb.header("Retry-After"), "1") << rb.head;
+    EXPECT_NE(rb.body.find("1048576 bytes of request bodies"), std::string::npos) << rb.body;
+    ASSERT_TRUE(send_all(a, std::string(100000, ' ')));
+    const RawResponse ra = read_response(a, 10);
+    EXPECT_EQ(ra.status, 400) << "the body within the cap was not processed: " << ra.head << ra.body;
+    ::close(a);
+    ::close(b);
+  }
   std::vector<int> slow = open_connections(srv.port(), 150);
   for (int fd : slow) send_all(fd, "GET /health HTTP/1.1\r\n", 1);
   // Well-behaved clients still get through: each new connection evicts the oldest waiting one.
