@@ -6,10 +6,13 @@
 // the server answers at once (liveness 200, readiness 503 "loading" with the progress) while the
 // weights load on another thread (cli/serve_loader.h), and turns ready when the engine runs.
 // SIGTERM/SIGINT drain: new requests get 503, in-flight ones finish within --shutdown-grace seconds
-// or are aborted, then the process exits 0; during the load it exits 0 at once. A load failure, or
-// an engine that fails (a step, or its thread dying), exits 1.
+// or are aborted, then the process exits 0; during the load it exits 0 at once. A second signal
+// exits at once (status 128 + signal), and whatever clients or the engine do, the process is gone
+// --shutdown-grace + 10 s after the first (status 1). A load failure, or an engine that fails (a
+// step, or its thread dying), exits 1.
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -18,8 +21,8 @@
 #include <thread>
 
 #include "cli/command.h"
-#include "cli/load_progress.h"
 #include "cli/engine_options.h"
+#include "cli/load_progress.h"
 #include "cli/model_options.h"
 #include "cli/self_check_flags.h"
 #include "cli/serve_loader.h"
@@ -32,6 +35,26 @@
 
 namespace tessera::cli {
 namespace {
+
+// Seconds after --shutdown-grace by which a draining server has exited, whatever happens.
+constexpr double kHardDeadlineAfterGrace = 10;
+
+// Each connection is a descriptor: take the hard limit (systemd's LimitNOFILE, `ulimit -Hn`), and
+// say so when --max-connections cannot fit under it.
+void raise_fd_limit(size_t max_connections) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < max_connections + 128)
+    spdlog::warn(
+        "serve: the open-file limit is {} descriptors, below --max-connections {} + 128; connections "
+        "beyond it are refused (raise `ulimit -n` / LimitNOFILE)",
+        static_cast<unsigned long long>(rl.rlim_cur), max_connections);
+}
 
 struct ServeArgs {
   std::string config;
@@ -117,6 +140,7 @@ int run(CLI::App& sub, ServeArgs& a) {
   // Declared before the server: destroyed after it, so the engine outlives the server's use of it.
   ServeLoader loader(plan, std::move(backend), a.test);
   a.server.max_body_bytes = static_cast<size_t>(a.max_body_bytes);
+  raise_fd_limit(a.server.max_connections);
   server::HttpServer http(served, a.server);
   const int port = http.bind();
   std::printf(
@@ -126,11 +150,26 @@ int run(CLI::App& sub, ServeArgs& a) {
       static_cast<long long>(served.max_model_len));
   std::fflush(stdout);
 
-  std::thread signals([&http, &set, grace = a.shutdown_grace] {
+  std::thread signals([&http, set, grace = a.shutdown_grace] {
     int sig = 0;
     sigwait(&set, &sig);
-    spdlog::info("received signal {}", sig);
+    spdlog::info("received signal {}: draining (a second signal exits at once)", sig);
     http.request_shutdown(grace);
+    // The hard deadline: the drain's own bounds are the grace, 5 s for aborted requests to end and
+    // the listener's write timeouts; nothing (a client that does not read, a stuck engine step)
+    // may keep the process beyond this.
+    std::thread([grace] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(grace + kHardDeadlineAfterGrace));
+      spdlog::error("shutdown did not finish within --shutdown-grace {:g} s + {:g} s: exiting now (status 1)", grace,
+                    kHardDeadlineAfterGrace);
+      spdlog::default_logger()->flush();
+      std::_Exit(1);
+    }).detach();
+    sigwait(&set, &sig);
+    spdlog::warn("received signal {} again: exiting now without draining (status {})", sig, 128 + sig);
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    std::_Exit(128 + sig);
   });
   signals.detach();
   loader.start({.progress = [&http, show = stderr_load_progress()](const model::LoadProgress& p) {
@@ -183,8 +222,49 @@ CommandRegistration reg{
        sub.add_option("--max-body-bytes", a->max_body_bytes, "largest request body; larger ones get 413")
            ->capture_default_str()->check(CLI::PositiveNumber);
        sub.add_option("--http-threads", a->server.threads,
-                      "HTTP worker threads, each open request holds one (0: --max-in-flight + 32)")
-           ->capture_default_str()->check(CLI::NonNegativeNumber);
+                      "HTTP worker threads, each request being answered holds one (0: --max-in-flight + 32)")
+           ->capture_default_str()
+           ->check(CLI::NonNegativeNumber);
+       sub.add_option("--max-header-bytes", a->server.max_header_bytes,
+                      "largest request line + headers; larger ones get 431")
+           ->capture_default_str()
+           ->check(CLI::Range(size_t{256}, size_t{1} << 30));
+       sub.add_option("--max-connections", a->server.max_connections,
+                      "open connections; at the limit the one waiting longest without a complete request is closed")
+           ->capture_default_str()
+           ->check(CLI::Range(size_t{1}, size_t{1} << 24));
+       sub.add_option("--max-buffered-body-bytes", a->server.max_buffered_body_bytes,
+                      "request-body bytes being received by all connections together; beyond it 503 + Retry-After")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--http-idle-timeout", a->server.idle_timeout_s,
+                      "seconds a keep-alive connection may wait for its next request before it is closed")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--http-header-timeout", a->server.header_timeout_s,
+                      "seconds from a request's first byte (a new connection's accept) to the end of its headers; "
+                      "later: 408")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--http-body-timeout", a->server.body_timeout_s,
+                      "seconds from the end of the headers to the end of the body; later: 408")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--http-write-timeout", a->server.write_timeout_s,
+                      "seconds a client may accept no byte of its response before the connection is dropped")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--max-json-depth", a->server.json.max_depth, "deepest nesting of a request body's JSON")
+           ->capture_default_str()
+           ->check(CLI::Range(2, 10000));
+       sub.add_option("--max-json-object-members", a->server.json.max_object_members,
+                      "most members of one JSON object in a request body")
+           ->capture_default_str()
+           ->check(CLI::Range(int64_t{16}, int64_t{1} << 30));
+       sub.add_option("--max-logprob-entries", a->server.limits.max_logprob_entries,
+                      "non-streamed responses with logprobs: most choices x max_tokens x (1 + top_logprobs)")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
        sub.add_option("--max-n", a->server.limits.max_n, "largest n (choices per request)")->capture_default_str()
            ->check(CLI::PositiveNumber);
        sub.add_option(

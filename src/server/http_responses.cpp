@@ -1,7 +1,5 @@
 // Writing responses of admitted requests: the non-streamed body and SSE streams, both built from
 // the same generation events (see response_json.h).
-#include <httplib.h>
-
 #include "server/http_live.h"
 #include "server/http_server.h"
 
@@ -28,10 +26,10 @@ std::string HttpServer::non_stream_body(Live& l, bool chat) {
                    : completion_response(l.meta, l.accum, u, l.job, *model_.tokenizer));
 }
 
-bool HttpServer::stream_step(Live& l, bool chat, httplib::DataSink& sink) {
+bool HttpServer::stream_step(Live& l, bool chat, ResponseSink& sink) {
   auto write = [&](const std::string& s) {
     l.last_write = std::chrono::steady_clock::now();
-    return sink.write(s.data(), s.size());
+    return sink.write(s);
   };
   if (l.finished) return false;
   if (!l.started) {

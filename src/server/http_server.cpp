@@ -1,10 +1,9 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 
 #include <chrono>
+#include <regex>
 #include <thread>
 
 #include "core/error.h"
@@ -12,6 +11,7 @@
 #include "server/client_connection.h"
 #include "server/generation.h"
 #include "server/http_live.h"
+#include "server/json_guard.h"
 #include "server/response_json.h"
 
 namespace tessera::server {
@@ -19,9 +19,14 @@ namespace {
 
 constexpr const char* kJson = "application/json";
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = {}) {
+// Error bodies are bounded: a message or param built from client input (a model name, a template's
+// raise_exception text) is cut to an excerpt, so an error never echoes a large request back.
+void send_error(HttpResponse& res, int status, const std::string& message, const std::string& param = {}) {
+  constexpr size_t kMaxMessage = 1024, kMaxParam = 128;
   res.status = status;
-  res.set_content(dump(error_json(status, message, param)), kJson);
+  res.set_content(dump(error_json(status, message.size() > kMaxMessage ? excerpt(message, kMaxMessage) : message,
+                                  param.size() > kMaxParam ? excerpt(param, kMaxParam) : param)),
+                  kJson);
   if (status == 429 || status == 503) res.set_header("Retry-After", "1");
 }
 
@@ -39,13 +44,25 @@ int64_t now_unix() {
 }  // namespace
 
 HttpServer::HttpServer(const ServedModel& model, ServerOptions options)
-    : model_(model), opt_(std::move(options)), http_(std::make_unique<httplib::Server>()), created_(now_unix()) {
-  const int threads = opt_.threads > 0 ? opt_.threads : static_cast<int>(opt_.max_in_flight) + 32;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http_->set_payload_max_length(opt_.max_body_bytes);
-  http_->set_read_timeout(30, 0);
-  http_->set_write_timeout(30, 0);
-  setup_routes();
+    : model_(model), opt_(std::move(options)), created_(now_unix()) {
+  ListenerOptions lo;
+  lo.host = opt_.host;
+  lo.port = opt_.port;
+  lo.limits.max_body_bytes = opt_.max_body_bytes;
+  lo.limits.max_header_bytes = opt_.max_header_bytes;
+  lo.workers = opt_.threads > 0 ? opt_.threads : static_cast<int>(opt_.max_in_flight) + 32;
+  lo.max_connections = opt_.max_connections;
+  lo.max_buffered_body_bytes = opt_.max_buffered_body_bytes;
+  lo.idle_timeout_s = opt_.idle_timeout_s;
+  lo.header_timeout_s = opt_.header_timeout_s;
+  lo.body_timeout_s = opt_.body_timeout_s;
+  lo.write_timeout_s = opt_.write_timeout_s;
+  http_ = std::make_unique<HttpListener>(
+      lo, [this](const HttpRequest& req, HttpResponse& res) { handle(req, res); },
+      [this](int status, const std::string& message) {
+        metrics_.count_error(status);
+        return dump(error_json(status, message));
+      });
 }
 
 HttpServer::~HttpServer() {
@@ -98,43 +115,13 @@ std::string HttpServer::next_id(const char* prefix) {
 }
 
 int HttpServer::bind() {
-  // cpp-httplib listens with a backlog of 5 (compiled into the Debian library): a burst of
-  // clients connecting at once would overflow it and see resets. Remember the socket and listen
-  // again with the system's maximum, which Linux applies to a listening socket.
-  int fd = -1;
-  http_->set_socket_options([&fd](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    fd = sock;
-  });
-  if (opt_.port == 0) {
-    const int p = http_->bind_to_any_port(opt_.host);
-    if (p <= 0) core::fail("serve: cannot bind {} on any port", opt_.host);
-    opt_.port = p;
-  } else if (!http_->bind_to_port(opt_.host, opt_.port)) {
-    core::fail("serve: cannot bind {}:{} (in use?)", opt_.host, opt_.port);
-  }
-  if (fd >= 0 && ::listen(fd, SOMAXCONN) != 0) spdlog::warn("serve: could not raise the listen backlog");
+  opt_.port = http_->bind();
   return opt_.port;
 }
 
-bool HttpServer::run() {
-  run_entered_ = true;
-  bool ok = true;
-  if (!stop_requested_) ok = http_->listen_after_bind();
-  run_returned_ = true;
-  return ok;
-}
+bool HttpServer::run() { return http_->run(); }
 
-void HttpServer::stop_listening() {
-  stop_requested_ = true;
-  // run() either sees the request before it listens, or has entered: then wait for the listener to
-  // run (microseconds), since cpp-httplib's stop() is a no-op before that.
-  if (run_entered_) {
-    while (!http_->is_running() && !run_returned_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  http_->stop();
-}
+void HttpServer::stop_listening() { http_->stop(); }
 
 void HttpServer::shutdown(double grace_seconds) {
   if (draining_.exchange(true)) return;
@@ -153,7 +140,7 @@ void HttpServer::shutdown(double grace_seconds) {
   stop_listening();
 }
 
-void HttpServer::readiness(httplib::Response& res) {
+void HttpServer::readiness(HttpResponse& res) {
   auto not_ready = [&](const char* status, const std::string& message) {
     res.status = 503;
     res.set_content(dump(OJson{{"status", status}, {"message", message}}), kJson);
@@ -177,162 +164,136 @@ void HttpServer::readiness(httplib::Response& res) {
   res.set_content("{\"status\":\"ok\"}", kJson);
 }
 
-void HttpServer::setup_routes() {
-  auto& s = *http_;
-
-  // Fills the OpenAI error body for errors httplib produces itself (404 route, 413 body too large)
-  // and counts every error response by status.
-  s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
-    metrics_.count_error(res.status);
-    if (res.body.empty()) {
-      if (res.status == 413)
-        send_error(res, 413, fmt::format("the request body exceeds {} bytes", opt_.max_body_bytes));
-      else if (res.status == 404)
-        send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path));
-      else
-        send_error(res, res.status, fmt::format("HTTP error {}", res.status));
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    spdlog::error("request failed: {}", what);
-    send_error(res, 500, what);
-  });
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (!opt_.api_key.empty() && !same_secret(req.get_header_value("Authorization"), "Bearer " + opt_.api_key)) {
-      send_error(res, 401, "a valid API key is required: send 'Authorization: Bearer <key>'");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    // Before the model is loaded no /v1 route can answer; clients (the OpenAI SDKs included) retry
-    // a 503 after Retry-After, here the load's remaining time as far as it can be told.
-    if (!engine_ready_) {
-      const LoadStatus::Snapshot p = load_.snapshot();
-      send_error(res, 503,
-                 draining_ ? std::string("the server is shutting down")
-                           : fmt::format("the model is loading ({:.0f}% of the weights after {:.0f} s); retry later",
-                                         p.fraction * 100, p.seconds));
-      if (!draining_) {
-        res.headers.erase("Retry-After");  // send_error's 1 s: the load's own estimate instead
-        res.set_header("Retry-After", std::to_string(load_.retry_after_seconds()));
+void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
+  const WireRequest& w = req.wire;
+  const std::string& path = w.path;
+  const bool get = w.method == "GET" || w.method == "HEAD";
+  auto route = [&] {
+    if (path.rfind("/v1/", 0) == 0) {
+      if (!opt_.api_key.empty() && !same_secret(w.header("Authorization"), "Bearer " + opt_.api_key))
+        return send_error(res, 401, "a valid API key is required: send 'Authorization: Bearer <key>'");
+      // Before the model is loaded no /v1 route can answer; clients (the OpenAI SDKs included)
+      // retry a 503 after Retry-After, here the load's remaining time as far as it can be told.
+      if (!engine_ready_) {
+        const LoadStatus::Snapshot p = load_.snapshot();
+        send_error(res, 503,
+                   draining_ ? std::string("the server is shutting down")
+                             : fmt::format("the model is loading ({:.0f}% of the weights after {:.0f} s); retry later",
+                                           p.fraction * 100, p.seconds));
+        if (!draining_) res.set_header("Retry-After", std::to_string(load_.retry_after_seconds()));
+        return;
       }
-      return httplib::Server::HandlerResponse::Handled;
     }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-
-  // Readiness: can this server answer generation requests now (load balancers, Kubernetes
-  // readinessProbe, systemd health checks). /health is the name vLLM, TGI and llama.cpp use.
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) { readiness(res); });
-  s.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) { readiness(res); });
-  // Liveness: the process is up and answers HTTP, whatever its state (a livenessProbe that restarts
-  // the process must not fire during a long load). The process exits by itself when it fails.
-  s.Get("/livez", [this](const httplib::Request&, httplib::Response& res) {
-    const char* state = fatal_ ? "failed" : draining_ ? "draining" : engine_ready_ ? "ready" : "loading";
-    res.set_content(dump(OJson{{"status", "alive"}, {"state", state}}), kJson);
-  });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    const bool ready = engine_ready_;
-    res.set_content(metrics_.render(ready ? engine_->metrics() : engine::EngineMetrics{}, healthy(),
-                                    ready ? 1.0 : load_.snapshot().fraction),
-                    "text/plain; version=0.0.4");
-  });
-  auto model_card = [this] {
-    return OJson{{"id", model_.id},
-                 {"object", "model"},
-                 {"created", created_},
-                 {"owned_by", model_.random_weights ? "tessera (demo, random weights)" : model_.owned_by},
-                 {"root", model_.id},
-                 {"max_model_len", model_.max_model_len},
-                 {"random_weights", model_.random_weights}};
+    // Readiness: can this server answer generation requests now (load balancers, Kubernetes
+    // readinessProbe, systemd health checks). /health is the name vLLM, TGI and llama.cpp use.
+    if (get && (path == "/health" || path == "/readyz")) return readiness(res);
+    // Liveness: the process is up and answers HTTP, whatever its state (a livenessProbe that
+    // restarts the process must not fire during a long load). It exits by itself when it fails.
+    if (get && path == "/livez") {
+      const char* state = fatal_ ? "failed" : draining_ ? "draining" : engine_ready_ ? "ready" : "loading";
+      return res.set_content(dump(OJson{{"status", "alive"}, {"state", state}}), kJson);
+    }
+    if (get && path == "/metrics") {
+      const bool ready = engine_ready_;
+      return res.set_content(metrics_.render(ready ? engine_->metrics() : engine::EngineMetrics{}, healthy(),
+                                             ready ? 1.0 : load_.snapshot().fraction),
+                             "text/plain; version=0.0.4");
+    }
+    auto model_card = [this] {
+      return OJson{{"id", model_.id},
+                   {"object", "model"},
+                   {"created", created_},
+                   {"owned_by", model_.random_weights ? "tessera (demo, random weights)" : model_.owned_by},
+                   {"root", model_.id},
+                   {"max_model_len", model_.max_model_len},
+                   {"random_weights", model_.random_weights}};
+    };
+    if (get && path == "/v1/models")
+      return res.set_content(dump(OJson{{"object", "list"}, {"data", OJson::array({model_card()})}}), kJson);
+    if (get && path.rfind("/v1/models/", 0) == 0 && path.size() > 11) {
+      const std::string id = path.substr(11);
+      if (id != model_.id)
+        return send_error(res, 404, fmt::format("The model '{}' does not exist", excerpt(id, 80)), "model");
+      return res.set_content(dump(model_card()), kJson);
+    }
+    const bool post = w.method == "POST";
+    if (post && path == "/v1/chat/completions") return generate(req, res, Endpoint::kChat);
+    if (post && path == "/v1/completions") return generate(req, res, Endpoint::kCompletion);
+    send_error(res, 404, fmt::format("no route for {} {}", excerpt(w.method, 16), excerpt(path, 80)));
   };
-  s.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
-    res.set_content(dump(OJson{{"object", "list"}, {"data", OJson::array({model_card()})}}), kJson);
-  });
-  s.Get(R"(/v1/models/(.+))", [this, model_card](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] != model_.id) return send_error(res, 404, fmt::format("The model '{}' does not exist", std::string(req.matches[1])), "model");
-    res.set_content(dump(model_card()), kJson);
-  });
+  try {
+    route();
+  } catch (const std::exception& e) {
+    spdlog::error("request failed: {}", e.what());
+    res = HttpResponse{};
+    send_error(res, 500, excerpt(e.what(), 400));
+  }
+  if (res.status >= 400) metrics_.count_error(res.status);
+}
 
-  auto generate = [this](const httplib::Request& req, httplib::Response& res, Endpoint ep) {
-    if (draining_) return send_error(res, 503, "the server is shutting down");
-    auto live = std::make_shared<Live>();
-    try {
-      OJson body;
-      try {
-        body = OJson::parse(req.body);
-      } catch (const nlohmann::json::exception& e) {
-        return send_error(res, 400, fmt::format("the body is not valid JSON: {}", e.what()));
-      }
-      live->job = ep == Endpoint::kChat ? parse_chat_request(body, model_, opt_.limits)
-                                        : parse_completion_request(body, model_, opt_.limits);
-      if (metrics_.in_flight.fetch_add(1) >= opt_.max_in_flight) {
-        metrics_.in_flight--;
-        return send_error(res, 429, fmt::format("the server is at its limit of {} requests in flight; retry later", opt_.max_in_flight));
-      }
-      live->metrics = &metrics_;
-      live->meta.id = next_id(ep == Endpoint::kChat ? "chatcmpl" : "cmpl");
-      live->meta.model = model_.id;
-      live->meta.created = now_unix();
-      live->gen = std::make_unique<Generation>(*engine_, model_, live->job, live->meta.id, &metrics_);
-      live->accum.resize(static_cast<size_t>(live->gen->num_choices()));
-    } catch (const ApiError& e) {
-      return send_error(res, e.status(), e.what(), e.param());
-    } catch (const core::Error& e) {
-      return send_error(res, 400, e.what());
+void HttpServer::generate(const HttpRequest& req, HttpResponse& res, Endpoint ep) {
+  if (draining_) return send_error(res, 503, "the server is shutting down");
+  auto live = std::make_shared<Live>();
+  try {
+    const OJson body = parse_request_json(req.wire.body, opt_.json_limits());
+    live->job = ep == Endpoint::kChat ? parse_chat_request(body, model_, opt_.limits)
+                                      : parse_completion_request(body, model_, opt_.limits);
+    if (metrics_.in_flight.fetch_add(1) >= opt_.max_in_flight) {
+      metrics_.in_flight--;
+      return send_error(
+          res, 429,
+          fmt::format("the server is at its limit of {} requests in flight; retry later", opt_.max_in_flight));
     }
-    const bool chat = ep == Endpoint::kChat;
-    if (!live->job.stream) {
-      // The status line waits for the outcome: 200 only with the completion, 503 or 500 with an
-      // OpenAI error when shutdown or an engine failure cut the request. (Writing anything earlier,
-      // e.g. whitespace to find out whether the client is still there, would commit a 200 that an
-      // error body then follows, which SDKs read as a completion.) A client that gave up is noticed
-      // on its socket instead, and its request aborted (pain_points.md A16).
-      ClientConnection client(req);
-      while (run_non_stream(*live, std::chrono::steady_clock::now() + std::chrono::milliseconds(250))) {
-        if (client.closed()) {
-          live->gen->abort();
-          // Never delivered; the status is what the error counter and the access log see.
-          return send_error(res, 499, "the client closed the connection before the answer");
-        }
-      }
-      if (abort_all_) return send_error(res, 503, "the server shut down before the request finished");
-      if (live->gen->engine_failed()) {
-        on_engine_failure("the engine failed a step");
-        return send_error(res, 500, "the engine failed while generating this request");
-      }
-      res.set_content(non_stream_body(*live, chat), kJson);
-      return;
-    }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, live, chat](size_t, httplib::DataSink& sink) {
-      try {
-        return stream_step(*live, chat, sink);
-      } catch (const std::exception& e) {
-        // Never leave a stream without its end: an error event, then [DONE].
-        spdlog::error("stream failed: {}", e.what());
+    live->metrics = &metrics_;
+    live->meta.id = next_id(ep == Endpoint::kChat ? "chatcmpl" : "cmpl");
+    live->meta.model = model_.id;
+    live->meta.created = now_unix();
+    live->gen = std::make_unique<Generation>(*engine_, model_, live->job, live->meta.id, &metrics_);
+    live->accum.resize(static_cast<size_t>(live->gen->num_choices()));
+  } catch (const ApiError& e) {
+    return send_error(res, e.status(), e.what(), e.param());
+  } catch (const core::Error& e) {
+    return send_error(res, 400, excerpt(e.what(), 2000));
+  }
+  const bool chat = ep == Endpoint::kChat;
+  if (!live->job.stream) {
+    // The status line waits for the outcome: 200 only with the completion, 503 or 500 with an
+    // OpenAI error when shutdown or an engine failure cut the request. (Writing anything earlier,
+    // e.g. whitespace to find out whether the client is still there, would commit a 200 that an
+    // error body then follows, which SDKs read as a completion.) A client that gave up is noticed
+    // on its socket instead, and its request aborted (pain_points.md A16).
+    ClientConnection client(req.fd);
+    while (run_non_stream(*live, std::chrono::steady_clock::now() + std::chrono::milliseconds(250))) {
+      if (client.closed()) {
         live->gen->abort();
-        const std::string ev = sse(error_json(500, e.what())) + "data: [DONE]\n\n";
-        sink.write(ev.data(), ev.size());
-        live->finished = true;
-        sink.done();
-        return true;
+        // Never delivered; the status is what the error counter and the access log see.
+        return send_error(res, 499, "the client closed the connection before the answer");
       }
-    });
+    }
+    if (abort_all_) return send_error(res, 503, "the server shut down before the request finished");
+    if (live->gen->engine_failed()) {
+      on_engine_failure("the engine failed a step");
+      return send_error(res, 500, "the engine failed while generating this request");
+    }
+    res.set_content(non_stream_body(*live, chat), kJson);
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.content_type = "text/event-stream";
+  res.stream = [this, live, chat](ResponseSink& sink) {
+    try {
+      return stream_step(*live, chat, sink);
+    } catch (const std::exception& e) {
+      // Never leave a stream without its end: an error event, then [DONE].
+      spdlog::error("stream failed: {}", e.what());
+      live->gen->abort();
+      const std::string ev = sse(error_json(500, e.what())) + "data: [DONE]\n\n";
+      sink.write(ev);
+      live->finished = true;
+      sink.done();
+      return true;
+    }
   };
-  s.Post("/v1/chat/completions", [generate](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, Endpoint::kChat);
-  });
-  s.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, Endpoint::kCompletion);
-  });
 }
 
 }  // namespace tessera::server

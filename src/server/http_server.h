@@ -18,16 +18,12 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "server/http_listener.h"
+#include "server/json_guard.h"
 #include "server/load_status.h"
 #include "server/metrics.h"
 #include "server/request_parse.h"
 #include "server/served_model.h"
-
-namespace httplib {
-class Server;
-class DataSink;
-struct Response;
-}
 
 namespace tessera::server {
 
@@ -37,10 +33,19 @@ struct ServerOptions {
   std::string api_key;
   size_t max_body_bytes = 8u << 20;
   int64_t max_in_flight = 256;  // admitted generation requests; more get 429 + Retry-After
-  // HTTP worker threads; each open request holds one. 0: max_in_flight + 32, so /health and
-  // /metrics are answered even when every admission slot is taken.
+  // HTTP worker threads; each request being answered holds one (connections that are idle or
+  // still sending their request hold none: see http_listener.h). 0: max_in_flight + 32, so
+  // /health and /metrics are answered even when every admission slot is taken.
   int threads = 0;
+  // The listener's limits (docs/SERVER.md "Limits"): request headers, connections, bodies being
+  // received at once, and the per-phase deadlines.
+  size_t max_header_bytes = 16u << 10;
+  size_t max_connections = 4096;
+  size_t max_buffered_body_bytes = 256u << 20;
+  double idle_timeout_s = 30, header_timeout_s = 10, body_timeout_s = 60, write_timeout_s = 30;
+  JsonLimits json;  // nesting and object size of a request body's JSON (json_guard.h)
   ParseLimits limits;
+  const JsonLimits& json_limits() const { return json; }
   double stall_seconds = 60;  // engine with work but no finished step for this long: unhealthy
 };
 
@@ -79,28 +84,27 @@ class HttpServer {
 
  private:
   struct Live;
-  void setup_routes();
+  // Every request the listener hands over: routing, API key, the loading state.
+  void handle(const HttpRequest& req, HttpResponse& res);
+  void generate(const HttpRequest& req, HttpResponse& res, Endpoint ep);
   // One call of an SSE response's content provider: writes what the generation produced since.
-  bool stream_step(Live& l, bool chat, httplib::DataSink& sink);
+  bool stream_step(Live& l, bool chat, ResponseSink& sink);
   // Polls a non-streamed request until it is done (false) or `until` passed (true).
   bool run_non_stream(Live& l, std::chrono::steady_clock::time_point until);
   std::string non_stream_body(Live& l, bool chat);
   std::string next_id(const char* prefix);
   void on_engine_failure(const std::string& why);
   // /health and /readyz: 200 {"status":"ok"} or 503 {"status":"loading"|"draining"|"failed"|...}.
-  void readiness(httplib::Response& res);
+  void readiness(HttpResponse& res);
 
   engine::Engine* engine_ = nullptr;  // set once by set_engine, before engine_ready_
   std::atomic<bool> engine_ready_{false};
   const ServedModel& model_;
   ServerOptions opt_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<HttpListener> http_;
   ServerMetrics metrics_;
   LoadStatus load_;
   std::atomic<bool> draining_{false}, abort_all_{false}, fatal_{false};
-  // stop_listening() before or while run() starts the listener (cpp-httplib's stop() does nothing
-  // until the listener runs): run() checks the request, stop_listening() waits for the listener.
-  std::atomic<bool> stop_requested_{false}, run_entered_{false}, run_returned_{false};
   std::mutex fatal_mutex_;
   std::string fatal_reason_;
   std::mutex shutdown_mutex_;

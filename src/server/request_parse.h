@@ -23,6 +23,9 @@ struct ParseLimits {
   int64_t max_n = 16;
   int64_t max_stop_strings = 16;
   int64_t max_stop_string_bytes = 1024;
+  // Non-streamed responses with logprobs: choices x max_tokens x (1 + top_logprobs) at most this
+  // (about 90 bytes of JSON each); more is a 400 naming max_tokens (--max-logprob-entries).
+  int64_t max_logprob_entries = 400000;
   bool allow_test_script = false;  // --enable-test-script (TESSERA_TEST_HOOKS builds): accept "tessera_script"
 };
 

@@ -94,8 +94,10 @@ TEST_F(SystemdUnit, StopTimeoutExceedsTheShutdownDrain) {
   for (size_t i = 0; i + 1 < exec_.size(); ++i)
     if (exec_[i] == "--shutdown-grace") grace = std::stod(exec_[i + 1]);
   ASSERT_TRUE(keys_.contains("TimeoutStopSec"));
-  // The drain: the grace, then at most 5 s for aborted requests to end (HttpServer::shutdown).
-  EXPECT_GT(systemd_seconds(keys_["TimeoutStopSec"]), grace + 5) << keys_["TimeoutStopSec"];
+  // The drain: the grace, then at most 5 s for aborted requests to end (HttpServer::shutdown); the
+  // process is gone 10 s after the grace whatever happens (cmd_serve's hard deadline), and systemd
+  // must not SIGKILL before that.
+  EXPECT_GE(systemd_seconds(keys_["TimeoutStopSec"]), grace + 10) << keys_["TimeoutStopSec"];
 }
 
 }  // namespace
