@@ -16,7 +16,7 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
   const std::string text = core::read_file(path);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range: 1e999 overflows
     fail("{}: not valid JSON: {}", path.string(), e.what());
   }
 }

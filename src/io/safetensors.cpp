@@ -77,7 +77,7 @@ SafetensorsHeader parse_safetensors_header(std::string_view json_text, uint64_t 
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 4E6116...
     fail("{}: header is not valid JSON: {}", file, e.what());
   }
   if (!j.is_object()) fail("{}: header must be a JSON object, got {}", file, j.type_name());
