@@ -1,5 +1,8 @@
 // Parses and renders arbitrary template source against a fixed small conversation. Any input
 // must end in output or a TemplateError: no crash, hang, sanitizer report or unbounded memory.
+// The limits are small (a 32 MiB memory budget, nesting 100 deep) so that an input that grows
+// memory (range, split, doubling lists) or nests deeply reaches them within the per-input timeout,
+// and libFuzzer's -rss_limit_mb (scripts/fuzz.sh: 2048) catches any allocation they do not count.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -40,6 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_string_bytes = 1 << 20;
   limits.max_objects = 100'000;
   limits.max_depth = 100;
+  limits.max_memory_bytes = 32u << 20;
   try {
     auto tpl = tessera::text::Template::parse(std::string_view(reinterpret_cast<const char*>(data), size), limits);
     (void)tpl.render(context());

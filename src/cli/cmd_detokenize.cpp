@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/model_options.h"
 #include "core/error.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -20,21 +21,15 @@ struct DetokenizeOptions {
 // "1,2, 3" or "1 2 3" -> ids.
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
-  size_t i = 0;
-  while (i < s.size()) {
-    if (s[i] == ',' || s[i] == ' ' || s[i] == '[' || s[i] == ']' || s[i] == '\n' || s[i] == '\t') {
-      ++i;
-      continue;
-    }
-    size_t end = i;
-    if (s[end] == '-') ++end;
-    while (end < s.size() && s[end] >= '0' && s[end] <= '9') ++end;
-    if (end == i || (s[i] == '-' && end == i + 1) || end - i > 11)
-      core::fail("--ids: '{}' is not a token id (expected comma-separated integers)", s.substr(i, end + 1 - i));
-    const long long v = std::stoll(s.substr(i, end - i));
+  for (const std::string& item : split_list_items(s, "--ids")) {
+    size_t end = 0;
+    if (item[0] == '-') ++end;
+    while (end < item.size() && item[end] >= '0' && item[end] <= '9') ++end;
+    if (end != item.size() || (item[0] == '-' && end == 1) || end > 11)
+      core::fail("--ids: '{}' is not a token id (expected comma-separated integers)", item);
+    const long long v = std::stoll(item);
     if (v < INT32_MIN || v > INT32_MAX) core::fail("--ids: {} is out of range", v);
     ids.push_back(static_cast<int32_t>(v));
-    i = end;
   }
   return ids;
 }
@@ -47,8 +42,9 @@ CommandRegistration reg{{"detokenize", "decode token ids with a model's tokenize
                            sub.add_option("--ids", o->ids, "token ids, comma-separated (e.g. 1,2,3)")->required();
                            sub.add_flag("--skip-special", o->skip_special, "leave out special tokens");
                            return [o] {
+                             const std::vector<int32_t> ids = parse_ids(o->ids);  // before the slow part
                              const auto tok = text::load_tokenizer(o->model);
-                             const std::string text = tok->decode(parse_ids(o->ids), o->skip_special);
+                             const std::string text = tok->decode(ids, o->skip_special);
                              std::fwrite(text.data(), 1, text.size(), stdout);
                              std::fputc('\n', stdout);
                              return 0;

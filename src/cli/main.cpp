@@ -1,6 +1,8 @@
 // The `tessera` binary: dispatches to the registered subcommands (see command.h).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <memory>
@@ -14,6 +16,105 @@ std::vector<Command>& command_registry() {
   static std::vector<Command> commands;
   return commands;
 }
+
+namespace {
+
+// Every numeric option of every command, whatever it is declared with: no empty item in a list
+// ("1,,2"), and for floating-point options a finite number (CLI11 reads "nan" and "inf", and NaN
+// passes every range check). Applied here once, so an option added later gets it too.
+void check_numeric_options(CLI::App& app) {
+  const CLI::Validator not_empty(
+      [](std::string& s) -> std::string {
+        return s.find_first_not_of(" \t") == std::string::npos ? "an empty value or list item is not a number" : "";
+      },
+      "");
+  const CLI::Validator finite(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double d = std::strtod(s.c_str(), &end);
+        if (end != s.c_str() && !std::isfinite(d)) return "'" + s + "' is not a finite number";
+        return "";
+      },
+      "");
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    const std::string base = type.substr(0, type.find(':'));
+    const bool is_float = base.find("FLOAT") != std::string::npos;
+    if (is_float || base.find("INT") != std::string::npos) opt->check(not_empty);
+    if (is_float) opt->check(finite);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) check_numeric_options(*sub);
+}
+
+// What the command line check needs to know of a numeric option, by its long name.
+struct NumericName {
+  bool is_float = false;
+  char delimiter = '\0';
+  bool consistent = true;  // the same in every command that has an option of this name
+};
+
+void numeric_names(CLI::App& app, std::map<std::string, NumericName>& out) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    const std::string base = type.substr(0, type.find(':'));
+    const bool is_float = base.find("FLOAT") != std::string::npos;
+    const bool numeric = is_float || base.find("INT") != std::string::npos;
+    for (const std::string& name : opt->get_lnames()) {
+      const NumericName here{is_float, opt->get_delimiter(), numeric};
+      auto [it, added] = out.emplace("--" + name, here);
+      if (!added && (it->second.is_float != here.is_float || it->second.delimiter != here.delimiter ||
+                     it->second.consistent != here.consistent))
+        it->second.consistent = false;
+      if (added && !numeric) it->second.consistent = false;
+    }
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) numeric_names(*sub, out);
+}
+
+// The same checks on the command line itself, before CLI11 parses it: CLI11 drops the empty items
+// of a delimited list ("1,,16" reads as 1,16) before any validator sees them, and its range checks
+// would otherwise answer `nan` or "" first with a less helpful message. Names that are numeric in
+// one command and not in another are left to the validators.
+void check_command_line(CLI::App& app, int argc, char** argv) {
+  std::map<std::string, NumericName> names;
+  numeric_names(app, names);
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) != 0) continue;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[i + 1];
+    } else {
+      continue;
+    }
+    const auto it = names.find(arg);
+    if (it == names.end() || !it->second.consistent) continue;
+    const char d = it->second.delimiter;
+    size_t item = 1, start = 0;
+    for (;;) {
+      const size_t end = d == '\0' ? std::string::npos : value.find(d, start);
+      const std::string piece = value.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      if (piece.find_first_not_of(" \t") == std::string::npos)
+        throw CLI::ValidationError(arg, d == '\0' ? std::string("an empty value is not a number")
+                                                  : "item " + std::to_string(item) + " of '" + value +
+                                                        "' is empty (a leading, trailing or doubled delimiter?)");
+      if (it->second.is_float) {
+        char* stop = nullptr;
+        const double x = std::strtod(piece.c_str(), &stop);
+        if (stop != piece.c_str() && !std::isfinite(x))
+          throw CLI::ValidationError(arg, "'" + piece + "' is not a finite number");
+      }
+      if (end == std::string::npos) break;
+      start = end + 1;
+      ++item;
+    }
+  }
+}
+
+}  // namespace
 }  // namespace tessera::cli
 
 int main(int argc, char** argv) {
@@ -52,7 +153,9 @@ int main(int argc, char** argv) {
     actions.emplace_back(sub, c.setup(*sub));
   }
   actions.insert(actions.end(), parent_actions.begin(), parent_actions.end());
+  cli::check_numeric_options(app);
   try {
+    cli::check_command_line(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

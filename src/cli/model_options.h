@@ -26,7 +26,10 @@ struct ModelOptions {
   std::unique_ptr<ops::Ops> make_backend() const;
 };
 
-// Parses "1,2,3" (spaces allowed); throws naming `flag` on anything else.
+// Splits a list of numbers: "1,2, 3", "1 2 3" or "[1, 2]". An empty item (a leading, trailing or
+// doubled comma) is an error naming `flag` and the item.
+std::vector<std::string> split_list_items(const std::string& text, const std::string& flag);
+// Parses "1,2,3" (spaces allowed) into non-negative ids; throws naming `flag` on anything else.
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
 
 }  // namespace tessera::cli

@@ -138,7 +138,13 @@ std::optional<FileRange> Checkpoint::locate(const void* data, uint64_t bytes) co
     const int64_t off = f->file_offset_of(data);
     if (off < 0) continue;
     if (static_cast<uint64_t>(off) + bytes > f->file_size()) return std::nullopt;
-    return FileRange{f->path(), static_cast<uint64_t>(off), bytes};
+    FileRange r(f->path(), static_cast<uint64_t>(off), bytes);
+    if (const TensorInfo* t = f->tensor_at(r.offset)) {
+      r.tensor = t->name;
+      r.tensor_offset = r.offset - (f->file_offset_of(f->tensor(t->name).raw()));
+      r.dtype = t->dtype;
+    }
+    return r;
   }
   return std::nullopt;
 }

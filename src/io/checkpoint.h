@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/safetensors.h"
@@ -16,9 +17,17 @@ namespace tessera::io {
 
 // Where a tensor view's bytes are in the checkpoint's files.
 struct FileRange {
+  FileRange() = default;
+  FileRange(std::filesystem::path f, uint64_t off, uint64_t n) : file(std::move(f)), offset(off), bytes(n) {}
   std::filesystem::path file;
   uint64_t offset = 0;
   uint64_t bytes = 0;
+  // The tensor the bytes belong to (Checkpoint::locate fills these in): for messages, and for the
+  // check that its values are finite as they are read (StagedReader).
+  std::string tensor;
+  uint64_t tensor_offset = 0;  // where the range begins in the tensor's bytes
+  core::DType dtype = core::DType::kU8;
+  bool check_finite = false;  // refuse NaN / inf in these bytes (dtype_can_be_non_finite(dtype))
 };
 
 class Checkpoint {
@@ -42,8 +51,8 @@ class Checkpoint {
   core::Tensor get_any(const std::string& name, const std::vector<core::DType>& dtypes,
                        const core::Shape& shape) const;
   uint64_t total_bytes() const;
-  // The file and offset of a view returned by get() (its `bytes` from there), or nullopt for memory
-  // that is not this checkpoint's mapping.
+  // The file and offset of a view returned by get() (its `bytes` from there), and the tensor it lies
+  // in, or nullopt for memory that is not this checkpoint's mapping.
   std::optional<FileRange> locate(const void* data, uint64_t bytes) const;
   size_t num_files() const { return files_.size(); }
   // The safetensors files, in the order they were opened.

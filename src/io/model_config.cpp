@@ -27,10 +27,14 @@ RopeConfig parse_rope(const JsonFields& f) {
     }
   }
   r.theta = f.get_double("rope_theta", 10000.0);
+  if (!(r.theta > 1)) fail("{}: 'rope_theta' must be greater than 1, got {}", f.where(), r.theta);
   if (!scaling) return r;
   if (!scaling->is_object()) fail("{}: field '{}' must be an object", f.where(), key);
   JsonFields s(*scaling, f.where() + ":" + key);
-  if (s.has("rope_theta")) r.theta = s.get_double("rope_theta");
+  if (s.has("rope_theta")) {
+    r.theta = s.get_double("rope_theta");
+    if (!(r.theta > 1)) fail("{}: 'rope_theta' must be greater than 1, got {}", s.where(), r.theta);
+  }
   std::string type = s.get_string("rope_type", s.get_string("type", "default"));
   if (type == "default") return r;
   if (type != "yarn")
@@ -43,9 +47,15 @@ RopeConfig parse_rope(const JsonFields& f) {
     fail("{}: 'original_max_position_embeddings' must be positive", s.where());
   r.beta_fast = s.get_double("beta_fast", 32.0);
   r.beta_slow = s.get_double("beta_slow", 1.0);
+  if (!(r.beta_fast > 0) || !(r.beta_slow > 0))
+    fail("{}: 'beta_fast' ({}) and 'beta_slow' ({}) must be positive", s.where(), r.beta_fast, r.beta_slow);
   r.mscale = s.get_double("mscale", 0.0);
   r.mscale_all_dim = s.get_double("mscale_all_dim", 0.0);
-  if (s.has("attention_factor")) r.attention_factor = s.get_double("attention_factor");
+  if (s.has("attention_factor")) {
+    r.attention_factor = s.get_double("attention_factor");
+    if (!(*r.attention_factor > 0))
+      fail("{}: 'attention_factor' must be positive, got {}", s.where(), *r.attention_factor);
+  }
   r.truncate = s.get_bool("truncate", true);
   return r;
 }
@@ -248,6 +258,50 @@ ModelConfig parse_model_config(const json& root, const std::string& where) {
     fail("{}: group-limited routing needs at least 2 experts per group", lm_where);
   if (c.first_k_dense_replace < c.num_hidden_layers) positive("moe_intermediate_size", c.moe_intermediate_size);
   if (c.first_k_dense_replace > 0) positive("intermediate_size", c.intermediate_size);
+
+  // Ranges no real checkpoint comes near but a hostile or corrupt config.json can hold: each is
+  // refused naming the field, before any size is computed from it.
+  auto at_most = [&](const char* name, int64_t v, int64_t max) {
+    if (v > max) fail("{}: '{}' is {}, beyond any model this server runs (at most {})", lm_where, name, v, max);
+  };
+  constexpr int64_t kMaxDim = int64_t{1} << 24, kMaxCount = int64_t{1} << 16;
+  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
+                                {"hidden_size", c.hidden_size},
+                                {"intermediate_size", c.intermediate_size},
+                                {"moe_intermediate_size", c.moe_intermediate_size},
+                                {"q_lora_rank", c.q_lora_rank},
+                                {"kv_lora_rank", c.kv_lora_rank},
+                                {"qk_nope_head_dim", c.qk_nope_head_dim},
+                                {"qk_rope_head_dim", c.qk_rope_head_dim},
+                                {"v_head_dim", c.v_head_dim}})
+    at_most(name, v, kMaxDim);
+  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"num_hidden_layers", c.num_hidden_layers},
+                                {"num_attention_heads", c.num_attention_heads},
+                                {"n_routed_experts", c.n_routed_experts},
+                                {"n_shared_experts", c.n_shared_experts},
+                                {"num_nextn_predict_layers", c.num_nextn_predict_layers}})
+    at_most(name, v, kMaxCount);
+  at_most("max_position_embeddings", c.max_position_embeddings, int64_t{1} << 30);
+  if (c.intermediate_size < 0)
+    fail("{}: 'intermediate_size' must not be negative, got {}", lm_where, c.intermediate_size);
+  if (c.moe_intermediate_size < 0)
+    fail("{}: 'moe_intermediate_size' must not be negative, got {}", lm_where, c.moe_intermediate_size);
+  if (c.n_shared_experts < 0) fail("{}: 'n_shared_experts' must not be negative, got {}", lm_where, c.n_shared_experts);
+  if (c.num_nextn_predict_layers < 0)
+    fail("{}: 'num_nextn_predict_layers' must not be negative, got {}", lm_where, c.num_nextn_predict_layers);
+  if (c.first_k_dense_replace < 0 || c.first_k_dense_replace > c.num_hidden_layers)
+    fail("{}: 'first_k_dense_replace' {} must be between 0 and num_hidden_layers {}", lm_where, c.first_k_dense_replace,
+         c.num_hidden_layers);
+  if (!(c.rms_norm_eps > 0) || c.rms_norm_eps >= 1)
+    fail("{}: 'rms_norm_eps' must be a positive number below 1, got {}", lm_where, c.rms_norm_eps);
+  if (!(c.routed_scaling_factor > 0))
+    fail("{}: 'routed_scaling_factor' must be positive, got {}", lm_where, c.routed_scaling_factor);
+  // Token ids the tokenizer and the sampler will use must be rows of the embedding.
+  if (c.bos_token_id && (*c.bos_token_id < 0 || *c.bos_token_id >= c.vocab_size))
+    fail("{}: 'bos_token_id' {} is outside the vocabulary [0, {})", lm_where, *c.bos_token_id, c.vocab_size);
+  for (int64_t id : c.eos_token_ids)
+    if (id < 0 || id >= c.vocab_size)
+      fail("{}: 'eos_token_id' {} is outside the vocabulary [0, {})", lm_where, id, c.vocab_size);
   return c;
 }
 

@@ -15,6 +15,13 @@ using nlohmann::json;
 
 namespace {
 
+// NVFP4 blocks are 16 elements (the e4m3 scale per 16 values of the format): a group size of 0
+// would divide by zero when shapes are checked, any other is not NVFP4.
+void check_group_size(const QuantConfig& q, const std::string& where) {
+  if (q.method == QuantConfig::Method::kNvfp4 && q.group_size != 16)
+    fail("{}: 'group_size' {} is not supported: NVFP4 scales blocks of 16 values", where, q.group_size);
+}
+
 constexpr std::string_view kVlmPrefix = "language_model.";
 
 std::string strip_vlm_prefix(const std::string& s) {
@@ -70,6 +77,7 @@ QuantConfig parse_modelopt_nested(const json& j, const std::string& where) {
     fail("{}: quant_algo '{}' is not supported (supported: NVFP4)", f.where(), algo);
   }
   q.group_size = f.get_int("group_size", 16);
+  check_group_size(q, f.where());
   if (qj.contains("exclude_modules")) q.exclude = string_list(qj["exclude_modules"], f.where() + ".exclude_modules");
   if (qj.contains("kv_cache_quant_algo")) {
     q.kv_cache_hint = parse_kv_hint(qj["kv_cache_quant_algo"], f.where() + ".kv_cache_quant_algo");
@@ -91,7 +99,8 @@ QuantConfig parse_config_json_quant(const json& qc, const std::string& where) {
       fail("{}: per-tensor FP8 (no weight_block_size) is not supported; only DeepSeek 128x128 block FP8", where);
     const json& b = f.raw("weight_block_size");
     if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
-        b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0)
+        b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0 || b[0].get<int64_t>() > 65536 ||
+        b[1].get<int64_t>() > 65536)
       fail("{}: weight_block_size must be two positive integers, got {}", where, b.dump());
     q.block_rows = b[0].get<int64_t>();
     q.block_cols = b[1].get<int64_t>();
@@ -116,6 +125,7 @@ QuantConfig parse_config_json_quant(const json& qc, const std::string& where) {
         q.quantized_activations = g.contains("input_activations") && !g["input_activations"].is_null();
       }
     }
+    check_group_size(q, where);
     if (qc.contains("ignore")) q.exclude = string_list(qc["ignore"], where + ".ignore");
     if (qc.contains("kv_cache_scheme")) {
       q.kv_cache_hint = parse_kv_hint(qc["kv_cache_scheme"], where + ".kv_cache_scheme");

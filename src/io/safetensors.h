@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
@@ -31,6 +32,7 @@ struct TensorInfo {
 class SafetensorsFile {
  public:
   // Opens, validates and maps `path`. Throws core::Error naming the file (and tensor) on:
+  // a FIFO, device or directory in place of the file (refused before it is opened for reading),
   // a Git LFS pointer in place of the data, a header length past the file or over the limit,
   // invalid JSON, unknown dtype, bad shape, a byte range that does not match shape x dtype,
   // overlapping ranges, or data past the end of the file (a truncated download).
@@ -50,17 +52,36 @@ class SafetensorsFile {
   // The file offset of `p` when it points into this file's mapping (a tensor() view), else -1:
   // how a loader that reads the file itself finds a view's bytes.
   int64_t file_offset_of(const void* p) const;
+  // The tensor whose bytes hold file offset `offset`, or nullptr.
+  const TensorInfo* tensor_at(uint64_t offset) const;
 
  private:
   SafetensorsFile() = default;
   std::filesystem::path path_;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
+  std::vector<const TensorInfo*> by_offset_;  // non-empty tensors by data offset
   uint64_t file_size_ = 0;
   uint64_t data_start_ = 0;
   void* map_ = nullptr;
   size_t map_size_ = 0;
 };
+
+// A safetensors header, validated: what SafetensorsFile::open checks before it maps the file.
+struct SafetensorsHeader {
+  std::map<std::string, TensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;  // 8 + the header's length: where the data buffer begins
+};
+
+// The header length held in a file's first 8 bytes (`first8`, fewer when the file is shorter),
+// checked against the limit and the file's size. Throws core::Error naming `file`.
+uint64_t safetensors_header_length(std::string_view first8, uint64_t file_size, const std::string& file);
+
+// Parses and validates the JSON header `json_text` of a file of `file_size` bytes: every check of
+// SafetensorsFile::open except those on the file itself. Size arithmetic cannot overflow: a shape
+// whose byte size passes 2^62 is refused. Throws core::Error naming `file` and the tensor.
+SafetensorsHeader parse_safetensors_header(std::string_view json_text, uint64_t file_size, const std::string& file);
 
 // Writes a safetensors file (used by tests, the demo-model generator and `tessera logits`).
 struct TensorToWrite {

@@ -9,6 +9,8 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/file.h"
+#include "core/finite_check.h"
 
 namespace tessera::io {
 
@@ -32,17 +34,33 @@ std::string read_all(int fd, uint8_t* dst, uint64_t n, uint64_t offset) {
 }
 
 int open_or_fail(const std::filesystem::path& file) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot open: {}", file.string(), std::strerror(errno));
+  const int fd = core::open_regular_file(file);      // never blocks on a FIFO put in a shard's place
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint for readahead; failure is harmless
   return fd;
+}
+
+// Checks `n` bytes just read for range `r` at `offset` in it: the element index in the message
+// counts from the tensor's first element. Empty when all are finite.
+std::string check_chunk(const FileRange& r, const uint8_t* data, uint64_t offset, uint64_t n) {
+  const uint64_t elem = core::dtype_size(r.dtype);
+  const int64_t k = core::first_non_finite(r.dtype, data, n / elem);
+  if (k < 0) return {};
+  const uint64_t index = (r.tensor_offset + offset) / elem + static_cast<uint64_t>(k);
+  return fmt::format(
+      "{}: tensor '{}': element {} is {}: a {} weight or scale must be a finite number (the file is "
+      "corrupt, or was converted wrongly)",
+      r.file.string(), r.tensor, index, core::describe_non_finite(r.dtype, data + static_cast<uint64_t>(k) * elem),
+      core::dtype_name(r.dtype));
 }
 
 }  // namespace
 
 StagedReader::StagedReader(std::vector<FileRange> ranges, const Alloc& alloc, size_t arena_bytes, int threads,
                            size_t chunk_bytes)
-    : ranges_(std::move(ranges)), slots_(ranges_.size()), chunk_(std::max<size_t>(chunk_bytes, 4096)) {
+    : ranges_(std::move(ranges)),
+      slots_(ranges_.size()),
+      // A multiple of 8, so that no element of a checked range straddles two chunks.
+      chunk_(std::max<size_t>(chunk_bytes, 4096) & ~size_t{7}) {
   uint64_t largest = 0;
   for (const auto& r : ranges_) {
     largest = std::max(largest, r.bytes);
@@ -119,10 +137,16 @@ void StagedReader::read_loop() {
     }
     const FileRange& r = ranges_[i];
     uint8_t* dst = static_cast<uint8_t*>(arena_.get()) + slots_[i].start + offset;
-    const std::string why = read_all(fds_.at(r.file), dst, n, r.offset + offset);
+    std::string why = read_all(fds_.at(r.file), dst, n, r.offset + offset);
+    std::string bad;
+    if (why.empty() && r.check_finite) bad = check_chunk(r, dst, offset, n);
     std::lock_guard<std::mutex> lock(mu_);
     if (!why.empty() && error_.empty())
       error_ = fmt::format("{}: reading {} bytes at offset {}: {}", r.file.string(), n, r.offset + offset, why);
+    if (!bad.empty()) {
+      if (error_.empty()) error_ = std::move(bad);
+      why = "bad value";  // wakes the consumer and the other readers, as a read error does
+    }
     slots_[i].done += n;
     if (slots_[i].done == r.bytes || !why.empty()) ready_.notify_all();
     if (!why.empty()) room_.notify_all();

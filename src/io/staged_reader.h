@@ -40,7 +40,9 @@ class StagedReader {
   const FileRange& range(size_t i) const { return ranges_[i]; }
   // Waits until range `i` is read and returns its bytes; valid until release(i). Ranges are taken
   // in order (i = 0, 1, ...) and released in any order once taken. Throws core::Error naming the
-  // file on a read error.
+  // file on a read error, and the file, tensor and element index when a range marked check_finite
+  // holds a NaN or an infinity (each reader checks the chunk it has just read, so the check runs on
+  // all the reader threads, on bytes still in cache, and costs no pass of its own).
   const void* take(size_t i);
   void release(size_t i);
 

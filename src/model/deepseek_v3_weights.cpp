@@ -1,9 +1,9 @@
 #include "model/deepseek_v3_weights.h"
 
-#include <algorithm>
-
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -19,9 +19,17 @@ namespace {
 
 const std::vector<DType> kFloatTypes = {DType::kBF16, DType::kF16, DType::kF32};
 
+// A scale read while the plan is made (NVFP4 global and input scales, KV scales): refused here when it
+// is NaN or infinite, as the weights are when they load.
 float read_scalar_f32(const io::Checkpoint& ckpt, const std::string& name) {
   core::Tensor t = ckpt.get(name, DType::kF32, {});
-  return t.data<float>()[0];
+  const float v = t.data<float>()[0];
+  if (!std::isfinite(v))
+    fail(
+        "{}: tensor '{}': element 0 is {}: a scale must be a finite number (the file is corrupt, or was converted "
+        "wrongly)",
+        ckpt.file_of(name).string(), name, v);
+  return v;
 }
 
 std::string quant_reason(const io::QuantConfig& q) { return q.source.empty() ? "the checkpoint" : q.source; }

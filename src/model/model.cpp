@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 
 #include "core/error.h"
 #include "io/json_file.h"
@@ -60,11 +61,15 @@ LoadedModel load_model(const ModelPlan& plan, std::unique_ptr<ops::Ops> backend,
     m.model = std::make_unique<DeepseekV3Model>(m.config, std::move(weights), std::move(backend), &staging);
     staging.finish();
   } else {
-    // The backend keeps views of the mapping: nothing is read until the forward touches it.
+    // The backend keeps views of the mapping: the values are read once here, in parallel, to refuse
+    // NaN and infinity before anything runs (the staged loader does it as it reads).
     const uint64_t total = m.checkpoint->total_bytes();
     if (progress) progress({0, total, 0.0, false});
+    const auto t0 = std::chrono::steady_clock::now();
+    check_weights_finite(*m.checkpoint, weights);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m.model = std::make_unique<DeepseekV3Model>(m.config, std::move(weights), std::move(backend));
-    if (progress) progress({total, total, 0.0, true});
+    if (progress) progress({total, total, seconds, true});
   }
   return m;
 }

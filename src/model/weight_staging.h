@@ -2,7 +2,10 @@
 // reference) uses the mapped checkpoint directly. A backend that copies them to a device gets them
 // through an io::StagedReader: many threads read every tensor the upload walk will ask for, in that
 // order, into pinned host memory ahead of the uploads, so reading and copying to the GPU overlap
-// and run at storage speed instead of one thread faulting in mapped pages.
+// and run at storage speed instead of one thread faulting in mapped pages. Every weight and scale
+// with a float encoding is checked for NaN and infinity by the reader that reads it (take() throws
+// naming the file, tensor and element); check_weights_finite() is the same check for a backend that
+// keeps the mapping.
 #pragma once
 
 #include <chrono>
@@ -15,6 +18,11 @@
 #include "model/model.h"
 
 namespace tessera::model {
+
+// Checks every tensor of `w` that lives in `ckpt`'s mapping for NaN and infinity, in parallel on the
+// core thread pool: what load_model runs for a backend that does not copy its weights (the staged
+// loader checks them as it reads). Throws core::Error naming the file, tensor and first bad element.
+void check_weights_finite(const io::Checkpoint& ckpt, const ModelWeights& w);
 
 class WeightStaging {
  public:

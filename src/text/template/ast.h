@@ -49,6 +49,9 @@ struct Expr {
   ExprPtr star_args, star_kwargs;                       // *args, **kwargs
   std::vector<std::string> ops;                         // Compare operators
   bool negated = false;                                 // Test: `is not`
+  // Nodes on the longest path down from this one (1 for a leaf): the parser refuses trees deeper
+  // than its limit, so evaluating or destroying one (both recursive) cannot overflow the stack.
+  int depth = 1;
 
   Expr(ExprKind k, int l) : kind(k), line(l) {}
 };

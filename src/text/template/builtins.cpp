@@ -62,6 +62,9 @@ std::string py_title(std::string_view s, bool capitalize_only) {
 std::vector<std::string> py_split(Interpreter& in, const std::string& s, const Value& sep, int64_t maxsplit) {
   std::vector<std::string> parts;
   in.heap().charge(s.size() / 16);
+  // The parts and the list they become, checked against the memory budget as they are cut: a
+  // split into single characters costs ~100 bytes a character.
+  uint64_t built = 0;
   if (sep.is_none() || sep.is_undefined()) {
     // Whitespace split: runs of whitespace separate, empty strings are dropped.
     size_t p = 0;
@@ -86,6 +89,8 @@ std::vector<std::string> py_split(Interpreter& in, const std::string& s, const V
         q = r;
       }
       parts.push_back(s.substr(p, q - p));
+      built += sizeof(Value) + sizeof(std::string) + (q - p);
+      in.heap().ensure_room(built);
       p = q;
     }
     return parts;
@@ -98,6 +103,8 @@ std::vector<std::string> py_split(Interpreter& in, const std::string& s, const V
     size_t q = s.find(d, p);
     if (q == std::string::npos) break;
     parts.push_back(s.substr(p, q - p));
+    built += sizeof(Value) + sizeof(std::string) + (q - p);
+    in.heap().ensure_room(built);
     p = q + d.size();
   }
   parts.push_back(s.substr(p));
@@ -143,6 +150,7 @@ std::string py_replace(Interpreter& in, const std::string& s, const std::string&
       out.append(s, start, p - start);
       in.heap().check_string(out.size());
     }
+    in.heap().charge_string(out.size());
     return out;
   }
   size_t p = 0;
@@ -157,7 +165,7 @@ std::string py_replace(Interpreter& in, const std::string& s, const std::string&
     ++done;
   }
   out.append(s, p, std::string::npos);
-  in.heap().check_string(out.size());
+  in.heap().charge_string(out.size());
   return out;
 }
 
@@ -197,6 +205,7 @@ std::string py_format(Interpreter& in, const std::string& fmt, Args& args) {
       out.push_back(c);
     }
   }
+  in.heap().charge_string(out.size());
   return out;
 }
 
@@ -232,6 +241,7 @@ Value repeat(Interpreter& in, const Value& seq, int64_t n) {
   if (seq.kind == Kind::String) {
     if (n > 0 && seq.s.size() > in.limits().max_string_bytes / static_cast<uint64_t>(n)) in.heap().check_string(SIZE_MAX);
     in.heap().charge(seq.s.size() * n / 16);
+    in.heap().charge_string(seq.s.size() * static_cast<uint64_t>(n));
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += seq.s;
     return Value::string(std::move(out));
@@ -239,6 +249,10 @@ Value repeat(Interpreter& in, const Value& seq, int64_t n) {
   const auto& items = seq.list()->items;
   if (n > 0 && items.size() > in.limits().max_objects / static_cast<uint64_t>(n)) Heap::fail_limit("list too large");
   in.heap().charge(items.size() * n);
+  uint64_t once = 0;
+  for (const auto& v : items) once += Heap::value_bytes(v);
+  if (n > 0 && once > in.limits().max_memory_bytes / static_cast<uint64_t>(n)) in.heap().ensure_room(UINT64_MAX);
+  in.heap().ensure_room(once * static_cast<uint64_t>(n));
   std::vector<Value> out;
   for (int64_t k = 0; k < n; ++k) out.insert(out.end(), items.begin(), items.end());
   return in.heap().new_list(std::move(out), seq.list()->tuple);
@@ -290,6 +304,7 @@ std::string percent_format(Interpreter& in, const std::string& fmt, const Value&
     in.heap().check_string(out.size());
   }
   if (next < args.size()) type_error("not all arguments converted during string formatting");
+  in.heap().charge_string(out.size());
   return out;
 }
 
@@ -443,7 +458,7 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
   if (op == "~") {
     std::string s = py_str(a, &in.heap());
     s += py_str(b, &in.heap());
-    in.heap().check_string(s.size());
+    in.heap().charge_string(s.size());
     in.heap().charge(s.size() / 64);
     return Value::string(std::move(s));
   }
@@ -458,13 +473,17 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
     }
     if (a.kind == Kind::String) {
       if (b.kind != Kind::String) type_error(std::string("can only concatenate str (not \"") + type_name(b) + "\") to str");
-      in.heap().check_string(a.s.size() + b.s.size());
+      in.heap().charge_string(a.s.size() + b.s.size());
       in.heap().charge((a.s.size() + b.s.size()) / 64);
       return Value::string(a.s + b.s);
     }
     if (a.kind == Kind::List) {
       if (b.kind != Kind::List || b.list()->tuple != a.list()->tuple)
         type_error(std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) + "\") to " + type_name(a));
+      uint64_t bytes = 0;
+      for (const auto* l : {a.list(), b.list()})
+        for (const auto& v : l->items) bytes += Heap::value_bytes(v);
+      in.heap().ensure_room(bytes);
       std::vector<Value> items = a.list()->items;
       items.insert(items.end(), b.list()->items.begin(), b.list()->items.end());
       return in.heap().new_list(std::move(items), a.list()->tuple);
@@ -536,6 +555,13 @@ Value call_global(Interpreter& in, const std::string& name, Args& args) {
       if (args.pos.size() == 3) step = int_arg(args.pos[2], "range");
     }
     if (step == 0) throw TemplateError("ValueError: range() arg 3 must not be zero");
+    // Its length first: range(10**12) is refused before a byte of it is built.
+    const __int128 span = step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
+    const __int128 mag = step > 0 ? static_cast<__int128>(step) : -static_cast<__int128>(step);
+    const __int128 count = span <= 0 ? 0 : (span + mag - 1) / mag;
+    in.heap().ensure_room(count > static_cast<__int128>(UINT64_MAX / sizeof(Value))
+                              ? UINT64_MAX
+                              : static_cast<uint64_t>(count) * sizeof(Value));
     std::vector<Value> items;
     for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
       in.heap().charge(1);
@@ -549,9 +575,15 @@ Value call_global(Interpreter& in, const std::string& name, Args& args) {
     d.kind = name == "namespace" ? Kind::Namespace : Kind::Dict;
     for (const auto& p : args.pos) {
       if (!p.is_mapping()) type_error(name + "() positional argument must be a mapping");
-      for (const auto& [k, v] : p.dict()->entries) d.dict()->set(k, v);
+      for (const auto& [k, v] : p.dict()->entries) {
+        in.heap().charge_bytes(Heap::value_bytes(k) + Heap::value_bytes(v));
+        d.dict()->set(k, v);
+      }
     }
-    for (const auto& [k, v] : args.kw) d.dict()->set(Value::string(k), v);
+    for (const auto& [k, v] : args.kw) {
+      in.heap().charge_bytes(sizeof(Value) + k.size() + Heap::value_bytes(v));
+      d.dict()->set(Value::string(k), v);
+    }
     return d;
   }
   if (name == "raise_exception") {
@@ -683,6 +715,7 @@ Value call_method(Interpreter& in, const Value& self, const std::string& name, A
         out += v.s;
         heap.check_string(out.size());
       }
+      heap.charge_string(out.size());
       return Value::string(std::move(out));
     }
     if (name.rfind("is", 0) == 0) {
@@ -750,19 +783,29 @@ Value call_method(Interpreter& in, const Value& self, const std::string& name, A
       Value key = a.get(0, "key");
       if (Value* v = d->find(key)) return *v;
       Value def = a.get(1, "default", Value::none());
+      heap.charge_bytes(Heap::value_bytes(key) + Heap::value_bytes(def));
       d->set(key, def);
       return def;
     }
     if (name == "update") {
       for (const auto& p : a.pos) {
         if (!p.is_mapping()) type_error("dict.update() argument must be a mapping");
-        for (const auto& [k, v] : p.dict()->entries) d->set(k, v);
+        for (const auto& [k, v] : p.dict()->entries) {
+          heap.charge_bytes(Heap::value_bytes(k) + Heap::value_bytes(v));
+          d->set(k, v);
+        }
       }
-      for (const auto& [k, v] : a.kw) d->set(Value::string(k), v);
+      for (const auto& [k, v] : a.kw) {
+        heap.charge_bytes(sizeof(Value) + k.size() + Heap::value_bytes(v));
+        d->set(Value::string(k), v);
+      }
       return Value::none();
     }
     if (name == "copy") {
       Value c = heap.new_dict();
+      uint64_t bytes = 0;
+      for (const auto& [k, v] : d->entries) bytes += Heap::value_bytes(k) + Heap::value_bytes(v);
+      heap.charge_bytes(bytes);
       c.dict()->entries = d->entries;
       heap.charge(d->entries.size());
       return c;
@@ -772,11 +815,16 @@ Value call_method(Interpreter& in, const Value& self, const std::string& name, A
     auto& items = self.list()->items;
     if (name == "append") {
       if (items.size() >= heap.limits().max_objects) Heap::fail_limit("list too large");
-      items.push_back(a.get(0, "object"));
+      Value v = a.get(0, "object");
+      heap.charge_bytes(Heap::value_bytes(v));
+      items.push_back(std::move(v));
       return Value::none();
     }
     if (name == "extend") {
-      for (auto& v : in.iterate(a.get(0, "iterable"))) items.push_back(std::move(v));
+      for (auto& v : in.iterate(a.get(0, "iterable"))) {
+        heap.charge_bytes(Heap::value_bytes(v));
+        items.push_back(std::move(v));
+      }
       if (items.size() >= heap.limits().max_objects) Heap::fail_limit("list too large");
       return Value::none();
     }
@@ -785,7 +833,9 @@ Value call_method(Interpreter& in, const Value& self, const std::string& name, A
       int64_t k = int_arg(a.get(0, "index"), "insert");
       if (k < 0) k = std::max<int64_t>(0, k + n);
       if (k > n) k = n;
-      items.insert(items.begin() + k, a.get(1, "object"));
+      Value v = a.get(1, "object");
+      heap.charge_bytes(Heap::value_bytes(v));
+      items.insert(items.begin() + k, std::move(v));
       return Value::none();
     }
     if (name == "pop") {

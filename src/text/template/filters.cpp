@@ -121,7 +121,9 @@ Value tojson(Interpreter& in, const Value& v, Args& args) {
     o.item_separator = seps.list()->items[0].s;
     o.key_separator = seps.list()->items[1].s;
   }
-  return Value::string(json_dumps(v, o, &in.heap()));
+  std::string out = json_dumps(v, o, &in.heap());
+  in.heap().charge_string(out.size());
+  return Value::string(std::move(out));
 }
 
 Value do_int(const Value& v, const Value& def, int64_t base) {
@@ -269,6 +271,7 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
       heap_.check_string(out.size());
     }
     heap_.charge(out.size() / 64);
+    heap_.charge_string(out.size());
     return Value::string(std::move(out));
   }
   if (name == "first") {
@@ -408,7 +411,16 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
   if (name == "indent") {
     Value width = a.get(0, "width", Value::integer(4));
     if (width.kind != Kind::String && !width.is_int()) filter_error("TypeError: indent width must be an int or a str");
-    return Value::string(do_indent(py_str(v, &heap_), width, truthy(a.get(1, "first", Value::boolean(false))),
+    const std::string text = py_str(v, &heap_);
+    // Every line gets the indent: the result's size is known before it is built.
+    const uint64_t lines = 2 + static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n')) +
+                           static_cast<uint64_t>(std::count(text.begin(), text.end(), '\r'));
+    const uint64_t pad = width.kind == Kind::String
+                             ? width.s.size()
+                             : static_cast<uint64_t>(std::clamp<int64_t>(width.as_int(), 0, 256));
+    if (pad > 0 && lines > (heap_.limits().max_string_bytes - text.size()) / pad) heap_.check_string(SIZE_MAX);
+    heap_.charge_string(text.size() + lines * pad);
+    return Value::string(do_indent(text, width, truthy(a.get(1, "first", Value::boolean(false))),
                                    truthy(a.get(2, "blank", Value::boolean(false)))));
   }
   if (name == "center") {

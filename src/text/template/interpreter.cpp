@@ -257,6 +257,7 @@ std::vector<Value> Interpreter::iterate(const Value& v) {
     case Kind::String: {
       std::vector<Value> chars;
       heap_.charge(v.s.size());
+      heap_.ensure_room(v.s.size() * sizeof(Value));  // a Value per character
       for (size_t p = 0; p < v.s.size();) {
         size_t start = p;
         utf8_next(v.s, p);
@@ -296,7 +297,12 @@ Value Interpreter::eval(const Expr& e, Scope* s) {
     case ExprKind::Tuple: {
       std::vector<Value> items;
       items.reserve(e.items.size());
-      for (const auto& x : e.items) items.push_back(eval(*x, s));
+      uint64_t bytes = 0;
+      for (const auto& x : e.items) {
+        items.push_back(eval(*x, s));
+        bytes += Heap::value_bytes(items.back());
+        heap_.ensure_room(bytes);
+      }
       return heap_.new_list(std::move(items), e.kind == ExprKind::Tuple);
     }
     case ExprKind::Dict: {
@@ -305,7 +311,9 @@ Value Interpreter::eval(const Expr& e, Scope* s) {
         Value key = eval(*e.keys[k], s);
         if (!hashable(key)) throw TemplateError(std::string("TypeError: unhashable type: '") + type_name(key) + "'");
         heap_.charge(d.dict()->entries.size() / 8);
-        d.dict()->set(key, eval(*e.items[k], s));
+        Value v = eval(*e.items[k], s);
+        heap_.charge_bytes(Heap::value_bytes(key) + Heap::value_bytes(v));
+        d.dict()->set(key, std::move(v));
       }
       return d;
     }

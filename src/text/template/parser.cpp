@@ -81,6 +81,27 @@ class Parser {
 
   ExprPtr make(ExprKind k) { return std::make_unique<Expr>(k, cur().line); }
 
+  // Sets e's depth from its children's and refuses a tree deeper than the limit. Loops build
+  // left-deep trees without recursing (`x|f|f|f...`, `a+b+c...`, `a.b.c...`), so the parser's own
+  // recursion guard does not see them: every node built with children passes through here.
+  ExprPtr sealed(ExprPtr e) {
+    int d = 0;
+    auto see = [&d](const ExprPtr& c) {
+      if (c) d = std::max(d, c->depth);
+    };
+    see(e->a);
+    see(e->star_args);
+    see(e->star_kwargs);
+    for (const auto& c : e->items) see(c);
+    for (const auto& c : e->keys) see(c);
+    for (const auto& kv : e->kwargs) see(kv.second);
+    e->depth = d + 1;
+    if (e->depth > max_depth_)
+      fail("expression is nested too deeply (more than " + std::to_string(max_depth_) +
+           " levels of operators, filters, attributes or calls)");
+    return e;
+  }
+
   // ---- statements -----------------------------------------------------------------------------
 
   Body parse_body(std::initializer_list<const char*> ends, std::string* which) {
@@ -146,6 +167,7 @@ class Parser {
   }
 
   StmtPtr parse_if(int line) {
+    DepthGuard g(*this);  // an elif chain recurses here
     auto s = std::make_unique<Stmt>(StmtKind::If, line);
     s->expr = parse_tuple(false, false, nullptr);
     expect_block_end();
@@ -345,7 +367,7 @@ class Parser {
     }
     auto e = std::make_unique<Expr>(ExprKind::Tuple, line);
     e->items = std::move(args);
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_expression(bool with_condexpr) {
@@ -364,7 +386,7 @@ class Parser {
       c->items.push_back(std::move(e));
       c->items.push_back(std::move(test));
       c->items.push_back(std::move(otherwise));
-      e = std::move(c);
+      e = sealed(std::move(c));
     }
     return e;
   }
@@ -374,7 +396,7 @@ class Parser {
     e->name = op;
     e->a = std::move(l);
     e->items.push_back(std::move(r));
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -395,7 +417,7 @@ class Parser {
       auto e = make(ExprKind::Not);
       next();
       e->a = parse_not();
-      return e;
+      return sealed(std::move(e));
     }
     return parse_compare();
   }
@@ -426,7 +448,7 @@ class Parser {
       cmp->ops.push_back(op);
       cmp->items.push_back(parse_math1());
     }
-    return cmp ? std::move(cmp) : std::move(first);
+    return cmp ? sealed(std::move(cmp)) : std::move(first);
   }
 
   ExprPtr parse_math1() {
@@ -468,6 +490,7 @@ class Parser {
       e = make(is_op("-") ? ExprKind::Neg : ExprKind::Pos);
       next();
       e->a = parse_unary(false);
+      e = sealed(std::move(e));
     } else {
       e = parse_primary();
     }
@@ -526,7 +549,7 @@ class Parser {
         e->items.push_back(parse_expression(true));
       }
       expect_op("]");
-      return e;
+      return sealed(std::move(e));
     }
     if (is_op("{")) {
       auto e = make(ExprKind::Dict);
@@ -539,7 +562,7 @@ class Parser {
         e->items.push_back(parse_expression(true));
       }
       expect_op("}");
-      return e;
+      return sealed(std::move(e));
     }
     fail("unexpected " + describe(tk));
   }
@@ -578,7 +601,7 @@ class Parser {
         e->a = std::move(obj);
         e->name = cur().text;
         next();
-        return e;
+        return sealed(std::move(e));
       }
       if (cur().type == Tok::Int) {
         auto e = make(ExprKind::GetItem);
@@ -587,7 +610,7 @@ class Parser {
         idx->value = Value::integer(cur().ival);
         next();
         e->items.push_back(std::move(idx));
-        return e;
+        return sealed(std::move(e));
       }
       fail("expected name or number after '.'");
     }
@@ -609,15 +632,16 @@ class Parser {
         if (a->kind == ExprKind::Slice) fail("slices inside a tuple subscript are not supported");
       index = make(ExprKind::Tuple);
       index->items = std::move(args);
+      index = sealed(std::move(index));
     }
     if (index->kind == ExprKind::Slice) {
       index->a = std::move(obj);
-      return index;
+      return sealed(std::move(index));
     }
     auto e = make(ExprKind::GetItem);
     e->a = std::move(obj);
     e->items.push_back(std::move(index));
-    return e;
+    return sealed(std::move(e));
   }
 
   // One subscript: an expression or a slice `a:b:c` (any part optional).
@@ -637,7 +661,7 @@ class Parser {
     s->items.push_back(std::move(start));
     s->items.push_back(std::move(stop));
     s->items.push_back(std::move(step));
-    return s;
+    return sealed(std::move(s));
   }
 
   void parse_call_args(Expr& e) {
@@ -669,7 +693,7 @@ class Parser {
     auto e = make(ExprKind::Call);
     e->a = std::move(callee);
     parse_call_args(*e);
-    return e;
+    return sealed(std::move(e));
   }
 
   // `| name(args) | name2 ...` starting at '|' (or at the name for {% filter %}).
@@ -688,7 +712,7 @@ class Parser {
       if (!is_known_filter(f->name)) fail("No filter named '" + f->name + "'.");
       f->a = std::move(e);
       if (is_op("(")) parse_call_args(*f);
-      e = std::move(f);
+      e = sealed(std::move(f));
     }
     return e;
   }
@@ -713,7 +737,7 @@ class Parser {
       ExprPtr arg = parse_primary();
       t->items.push_back(parse_postfix(std::move(arg)));
     }
-    return t;
+    return sealed(std::move(t));
   }
 };
 

@@ -51,6 +51,9 @@ bool DictObj::erase(const Value& key) {
 
 Value Heap::new_list(std::vector<Value> items, bool tuple) {
   charge(items.size());
+  uint64_t bytes = 0;
+  for (const auto& v : items) bytes += value_bytes(v);
+  charge_bytes(bytes);
   auto* l = make<ListObj>();
   l->items = std::move(items);
   l->tuple = tuple;
@@ -60,6 +63,12 @@ Value Heap::new_list(std::vector<Value> items, bool tuple) {
 Value Heap::new_dict() { return Value::object(Kind::Dict, make<DictObj>()); }
 
 void Heap::fail_limit(const std::string& what) { throw TemplateError(what); }
+
+void Heap::fail_memory(uint64_t n) const {
+  throw TemplateError("template exceeded its memory budget: " + std::to_string(bytes_) +
+                      " bytes of strings and lists built, " + std::to_string(n) + " more would pass the limit of " +
+                      std::to_string(limits_.max_memory_bytes));
+}
 
 bool truthy(const Value& v) {
   switch (v.kind) {

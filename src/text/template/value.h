@@ -168,12 +168,32 @@ class Heap {
   void check_string(size_t n) const {
     if (n > limits_.max_string_bytes) fail_limit("template built a string over the size limit");
   }
+  // Counts `n` bytes built (a string, list items, dict entries) against Limits::max_memory_bytes.
+  void charge_bytes(uint64_t n) {
+    ensure_room(n);
+    bytes_ += n;
+  }
+  // Fails, without counting, when `n` more bytes would exceed the budget: for producers that know
+  // their size before they build it (range, split, repeat), so the memory is never taken.
+  void ensure_room(uint64_t n) const {
+    if (n > limits_.max_memory_bytes || bytes_ > limits_.max_memory_bytes - n) fail_memory(n);
+  }
+  // A string result of `n` bytes: under the single-string limit and counted.
+  void charge_string(size_t n) {
+    check_string(n);
+    charge_bytes(n);
+  }
+  // What a Value holding `v` costs in a list or dict.
+  static uint64_t value_bytes(const Value& v) { return sizeof(Value) + (v.kind == Kind::String ? v.s.size() : 0); }
+  uint64_t bytes_charged() const { return bytes_; }
   const Limits& limits() const { return limits_; }
   [[noreturn]] static void fail_limit(const std::string& what);
 
  private:
+  [[noreturn]] void fail_memory(uint64_t n) const;
   Limits limits_;
   uint64_t steps_ = 0;
+  uint64_t bytes_ = 0;
   std::vector<std::unique_ptr<Object>> objects_;
 };
 
