@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Builds tessera and runs the whole test suite through ctest:
+#   0. the format check (scripts/check_format.sh: every tracked C++/CUDA source is what clang-format
+#      makes of it), first because it costs seconds;
 #   1. the release build and its tests, warnings as errors: the CUDA backend is compiled for every
 #      default architecture when nvcc is found (GPU tests skip themselves without a GPU; on the GPU
 #      machine TESSERA_REQUIRE_GPU=1 makes such a skip a failure), else the CPU-only build;
@@ -8,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+scripts/check_format.sh
 cmake --preset release -DTESSERA_WERROR=ON >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"

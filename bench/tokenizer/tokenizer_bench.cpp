@@ -42,29 +42,33 @@ std::string make_text(const std::vector<std::string>& units, const std::vector<s
 constexpr size_t kBytes = 256 * 1024;
 
 const std::string& english() {
-  static const std::string s = make_text(
-      {"the", "model", "serves", "requests", "quickly", "and", "of", "a", "tokenizer", "which", "splits",
-       "text", "into", "pieces", "before", "merging", "bytes", "Mixture-of-Experts", "inference", "server's",
-       "they're", "it", "was", "However", "In", "1987", "people", "would", "information", "between", "reasonably"},
-      {" ", " ", " ", " ", ", ", ". ", ".\n", "; ", " (", ") "}, kBytes, 1);
+  static const std::string s =
+      make_text({"the",       "model",    "serves",    "requests", "quickly",     "and",
+                 "of",        "a",        "tokenizer", "which",    "splits",      "text",
+                 "into",      "pieces",   "before",    "merging",  "bytes",       "Mixture-of-Experts",
+                 "inference", "server's", "they're",   "it",       "was",         "However",
+                 "In",        "1987",     "people",    "would",    "information", "between",
+                 "reasonably"},
+                {" ", " ", " ", " ", ", ", ". ", ".\n", "; ", " (", ") "}, kBytes, 1);
   return s;
 }
 
 const std::string& code() {
-  static const std::string s = make_text(
-      {"for (size_t i = 0; i < n; ++i) {", "  out.push_back(ids[i]);", "}", "return std::nullopt;",
-       "def encode(self, text: str) -> List[int]:", "    return [self.vocab[t] for t in tokens]",
-       "if (!tok.has_id(id)) unknown_id(id);", "const auto& [key, value] = *it;", "x = np.zeros((4, 4), dtype=np.float32)",
-       "#include <vector>", "// TODO(perf): avoid the copy", "    self.cache = {}", "\tint rc = pcre2_match(code, s, n, 0, 0, md, ctx);"},
-      {"\n", "\n", "\n    ", "\n\n"}, kBytes, 2);
+  static const std::string s =
+      make_text({"for (size_t i = 0; i < n; ++i) {", "  out.push_back(ids[i]);", "}", "return std::nullopt;",
+                 "def encode(self, text: str) -> List[int]:", "    return [self.vocab[t] for t in tokens]",
+                 "if (!tok.has_id(id)) unknown_id(id);", "const auto& [key, value] = *it;",
+                 "x = np.zeros((4, 4), dtype=np.float32)", "#include <vector>", "// TODO(perf): avoid the copy",
+                 "    self.cache = {}", "\tint rc = pcre2_match(code, s, n, 0, 0, md, ctx);"},
+                {"\n", "\n", "\n    ", "\n\n"}, kBytes, 2);
   return s;
 }
 
 const std::string& cjk() {
-  static const std::string s = make_text(
-      {"我们", "模型", "推理", "服务器", "分词器", "中文文本", "的", "是", "在", "这个", "问题", "日本語", "テキスト", "東京",
-       "한국어", "처리", "速度", "专家混合", "请求", "数据"},
-      {"", "", "", "，", "。", "、", "！", " ", "\n"}, kBytes, 3);
+  static const std::string s =
+      make_text({"我们", "模型",   "推理",     "服务器", "分词器", "中文文本", "的",   "是",       "在",   "这个",
+                 "问题", "日本語", "テキスト", "東京",   "한국어", "처리",     "速度", "专家混合", "请求", "数据"},
+                {"", "", "", "，", "。", "、", "！", " ", "\n"}, kBytes, 3);
   return s;
 }
 

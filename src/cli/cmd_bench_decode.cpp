@@ -75,9 +75,10 @@ core::Tensor host_random_bytes(core::Shape shape, uint8_t and_mask, uint8_t or_m
 void print_kernel_trace(const std::vector<ops::cuda::KernelSpan>& spans, int64_t batch) {
   if (spans.empty()) return;
   const uint64_t t0 = spans.front().start_ns;
-  fmt::print("\nkernels of one step at batch {} (device clock, µs from the first kernel's start; adds = how far the "
-             "kernel's end moved the latest end before it):\n",
-             batch);
+  fmt::print(
+      "\nkernels of one step at batch {} (device clock, µs from the first kernel's start; adds = how far the "
+      "kernel's end moved the latest end before it):\n",
+      batch);
   fmt::print("{:>9} {:>9} {:>8} {:>8} {:>7}  {}\n", "start", "end", "length", "adds", "stream", "kernel");
   // Frontier in end order, reported in start order.
   std::vector<size_t> by_end(spans.size());
@@ -86,7 +87,8 @@ void print_kernel_trace(const std::vector<ops::cuda::KernelSpan>& spans, int64_t
   std::vector<double> adds(spans.size(), 0.0);
   uint64_t frontier = t0, busy = 0, busy_end = t0;
   for (size_t i : by_end) {
-    adds[i] = spans[i].end_ns > frontier ? static_cast<double>(spans[i].end_ns - std::max(frontier, spans[i].start_ns)) : 0.0;
+    adds[i] =
+        spans[i].end_ns > frontier ? static_cast<double>(spans[i].end_ns - std::max(frontier, spans[i].start_ns)) : 0.0;
     frontier = std::max(frontier, spans[i].end_ns);
   }
   for (const auto& k : spans) {  // the union of the intervals, in start order
@@ -123,15 +125,14 @@ int64_t layers_that_fit(const std::string& preset, uint64_t free_bytes, int64_t 
   const auto one = model::synthetic_config(preset, 1), two = model::synthetic_config(preset, 2);
   const double per_layer = 2.0 * static_cast<double>(two.parameter_count() - one.parameter_count());
   const double fixed = 2.0 * static_cast<double>(one.parameter_count()) - per_layer;
-  const double kv_layer = kv_elem_bytes * static_cast<double>(one.kv_cache_entry_dim()) * static_cast<double>(max_batch) *
-                          static_cast<double>(context + 64);
+  const double kv_layer = kv_elem_bytes * static_cast<double>(one.kv_cache_entry_dim()) *
+                          static_cast<double>(max_batch) * static_cast<double>(context + 64);
   const double margin = 4.0 * (1 << 30) + 0.04 * static_cast<double>(free_bytes);
-  const int64_t n =
-      static_cast<int64_t>((static_cast<double>(free_bytes) - fixed - margin) / (per_layer + kv_layer));
+  const int64_t n = static_cast<int64_t>((static_cast<double>(free_bytes) - fixed - margin) / (per_layer + kv_layer));
   if (n < 1)
     core::fail("--synthetic {}: one layer ({}) plus the embedding and lm_head ({}) does not fit in {} of free memory",
-               preset, core::human_bytes(static_cast<uint64_t>(per_layer)), core::human_bytes(static_cast<uint64_t>(fixed)),
-               core::human_bytes(free_bytes));
+               preset, core::human_bytes(static_cast<uint64_t>(per_layer)),
+               core::human_bytes(static_cast<uint64_t>(fixed)), core::human_bytes(free_bytes));
   return n;
 }
 #endif
@@ -191,10 +192,11 @@ int run(const DecodeArgs& a) {
   const int64_t max_tokens = a.context + 2 + a.steps + 1;
   const int64_t pages_per_seq = model::pages_for_tokens(max_tokens);
   model::KvCache cache(o, layers, max_batch * pages_per_seq, cfg.kv_cache_entry_dim(), kv_dtype);
-  fmt::print("model        synthetic {} with {} MoE layers of the real shapes (hidden {}, {} experts, {} active + {} "
-             "shared, {} heads), random weights in {}: {}\n",
-             a.preset, layers, cfg.hidden_size, cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.n_shared_experts,
-             cfg.num_attention_heads, model::synthetic_format_name(format), core::human_bytes(m.weight_bytes()));
+  fmt::print(
+      "model        synthetic {} with {} MoE layers of the real shapes (hidden {}, {} experts, {} active + {} "
+      "shared, {} heads), random weights in {}: {}\n",
+      a.preset, layers, cfg.hidden_size, cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.n_shared_experts,
+      cfg.num_attention_heads, model::synthetic_format_name(format), core::human_bytes(m.weight_bytes()));
   fmt::print("kv cache     {} pages of {} ({}), context {} per sequence\n", cache.num_pages(), cache.page_size(),
              core::kv_cache_dtype_name(kv_dtype), a.context);
   // A 1-layer twin on the same first-layer weights (shared, not copied) with a backend and a cache
@@ -209,8 +211,8 @@ int run(const DecodeArgs& a) {
       first.layers.resize(1);
       twin = std::make_unique<model::DeepseekV3Model>(model::synthetic_config(a.preset, 1), std::move(first),
                                                       ops::make_backend(a.device, a.kernels, a.enforce_eager));
-      twin_cache = std::make_unique<model::KvCache>(twin->ops(), 1, max_batch * pages_per_seq,
-                                                    cfg.kv_cache_entry_dim(), kv_dtype);
+      twin_cache = std::make_unique<model::KvCache>(twin->ops(), 1, max_batch * pages_per_seq, cfg.kv_cache_entry_dim(),
+                                                    kv_dtype);
       fmt::print("slope        against a 1-layer twin on the same weights\n");
     } catch (const core::Error& e) {
       twin.reset();
@@ -312,12 +314,13 @@ int run(const DecodeArgs& a) {
     }
 #endif
   }
-  fmt::print("\nfloor = bytes a layer must read / copy bandwidth: attention weights, router, shared expert, "
-             "the expected distinct routed experts E(1-(1-k/E)^batch) and the KV of every sequence; "
-             "layer = (step - head) / layers, where head = final norm + lm_head, timed alone "
-             "(logits stay on the device); tokens/s = batch / step for this {}-layer model; slope = (step - the "
-             "1-layer twin's step) / (layers - 1), free of the costs every step pays once.\n",
-             layers);
+  fmt::print(
+      "\nfloor = bytes a layer must read / copy bandwidth: attention weights, router, shared expert, "
+      "the expected distinct routed experts E(1-(1-k/E)^batch) and the KV of every sequence; "
+      "layer = (step - head) / layers, where head = final norm + lm_head, timed alone "
+      "(logits stay on the device); tokens/s = batch / step for this {}-layer model; slope = (step - the "
+      "1-layer twin's step) / (layers - 1), free of the costs every step pays once.\n",
+      layers);
   return 0;
 }
 
@@ -334,13 +337,14 @@ CommandRegistration reg{
        app.add_option("--context", a->context, "tokens already cached per sequence")->capture_default_str();
        app.add_option("--steps", a->steps, "timed decode steps per batch size (median reported)")
            ->capture_default_str();
-       app.add_option("--device", a->device, "cuda, or cpu (the fp32 reference; small presets)")
-           ->capture_default_str();
+       app.add_option("--device", a->device, "cuda, or cpu (the fp32 reference; small presets)")->capture_default_str();
        app.add_option("--kernels", a->kernels, "force CUDA kernels, as for serve");
-       app.add_option("--weights", a->weights,
-                      "the linears' format: bf16; fp8 (DeepSeek-V3 FP8 blocks); nvfp4 (Kimi-K2.5: routed experts NVFP4)")
+       app.add_option(
+              "--weights", a->weights,
+              "the linears' format: bf16; fp8 (DeepSeek-V3 FP8 blocks); nvfp4 (Kimi-K2.5: routed experts NVFP4)")
            ->capture_default_str();
-       app.add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV cache element type: auto (the backend's default), fp32, bf16, fp8")
+       app.add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                      "KV cache element type: auto (the backend's default), fp32, bf16, fp8")
            ->capture_default_str();
        app.add_flag("--enforce-eager", a->enforce_eager,
                     "CUDA: launch each step's kernels one by one instead of replaying a CUDA graph");

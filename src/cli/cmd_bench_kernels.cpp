@@ -115,31 +115,33 @@ int run(const KernelArgs& a) {
   ops::cuda::run_kernel_benchmarks(o);
   return 0;
 #else
-  core::fail("bench kernels: this build of tessera has no CUDA backend (configure with the 'release' preset where nvcc is installed)");
+  core::fail(
+      "bench kernels: this build of tessera has no CUDA backend (configure with the 'release' preset where nvcc is "
+      "installed)");
 #endif
 }
 
-CommandRegistration reg{{"kernels", "GPU kernels: achieved GB/s and TFLOP/s next to the measured copy and GEMM ceilings",
-                         [](CLI::App& app) {
-                           auto a = std::make_shared<KernelArgs>();
-                           app.add_option("--batch", a->batches, "decode batch sizes")->capture_default_str();
-                           app.add_option("--context", a->contexts, "context lengths")->capture_default_str();
-                           app.add_option("--heads", a->heads, "attention heads per GPU")->capture_default_str();
-                           app.add_option("--iterations", a->iterations, "timed calls per kernel (median reported)")
-                               ->capture_default_str()
-                               ->check(CLI::PositiveNumber);
-                           app.add_option("--filter", a->filter,
-                                          "only kernels (with --cases: cases, by 'op/family/shape') whose name "
-                                          "contains this");
-                           app.add_option("--cases", a->cases,
-                                          "time the backend conformance cases of these shape families instead "
-                                          "(comma-separated: tiny, ragged, kimi-k2.5, deepseek-v3, or all), once "
-                                          "per kernel the registry can run for each");
-                           app.add_option("--device", a->device, "cuda, or cpu (with --cases: the fp32 reference)")
-                               ->capture_default_str();
-                           return [a] { return run(*a); };
-                         },
-                         "bench"}};
+CommandRegistration reg{
+    {"kernels", "GPU kernels: achieved GB/s and TFLOP/s next to the measured copy and GEMM ceilings",
+     [](CLI::App& app) {
+       auto a = std::make_shared<KernelArgs>();
+       app.add_option("--batch", a->batches, "decode batch sizes")->capture_default_str();
+       app.add_option("--context", a->contexts, "context lengths")->capture_default_str();
+       app.add_option("--heads", a->heads, "attention heads per GPU")->capture_default_str();
+       app.add_option("--iterations", a->iterations, "timed calls per kernel (median reported)")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
+       app.add_option("--filter", a->filter,
+                      "only kernels (with --cases: cases, by 'op/family/shape') whose name "
+                      "contains this");
+       app.add_option("--cases", a->cases,
+                      "time the backend conformance cases of these shape families instead "
+                      "(comma-separated: tiny, ragged, kimi-k2.5, deepseek-v3, or all), once "
+                      "per kernel the registry can run for each");
+       app.add_option("--device", a->device, "cuda, or cpu (with --cases: the fp32 reference)")->capture_default_str();
+       return [a] { return run(*a); };
+     },
+     "bench"}};
 
 }  // namespace
 }  // namespace tessera::cli

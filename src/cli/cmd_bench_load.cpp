@@ -78,16 +78,16 @@ int run(const BenchLoadArgs& a) {
   return 0;
 }
 
-CommandRegistration reg{{"load", "loading speed: the loader against a plain parallel read of the same files",
-                         [](CLI::App& app) {
-                           auto a = std::make_shared<BenchLoadArgs>();
-                           a->model.add_to(app);
-                           app.add_option("--threads", a->threads, "reader threads (default: one per core, at most 16)");
-                           app.add_flag("--cold", a->cold,
-                                        "drop the files from the page cache before each measurement (posix_fadvise)");
-                           return [a] { return run(*a); };
-                         },
-                         "bench"}};
+CommandRegistration reg{
+    {"load", "loading speed: the loader against a plain parallel read of the same files",
+     [](CLI::App& app) {
+       auto a = std::make_shared<BenchLoadArgs>();
+       a->model.add_to(app);
+       app.add_option("--threads", a->threads, "reader threads (default: one per core, at most 16)");
+       app.add_flag("--cold", a->cold, "drop the files from the page cache before each measurement (posix_fadvise)");
+       return [a] { return run(*a); };
+     },
+     "bench"}};
 
 }  // namespace
 }  // namespace tessera::cli

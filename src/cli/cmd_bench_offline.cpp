@@ -93,8 +93,10 @@ int run(const BenchArgs& a) {
         const auto now = Clock::now();
         if (o->token) {
           ++output_tokens;
-          if (it->first) ttft.push_back(std::chrono::duration<double>(now - it->submitted).count());
-          else itl.push_back(std::chrono::duration<double>(now - it->last).count());
+          if (it->first)
+            ttft.push_back(std::chrono::duration<double>(now - it->submitted).count());
+          else
+            itl.push_back(std::chrono::duration<double>(now - it->last).count());
           it->first = false;
           it->last = now;
         }
@@ -126,16 +128,19 @@ int run(const BenchArgs& a) {
   row("TTFT", ttft);
   row("ITL", itl);
   row("request latency", e2e);
-  fmt::print("engine: {} steps, {} preemptions, prefix hit rate {:.1f}%, KV pages in use at the end {}/{} (idle cached {})\n", met.steps,
-             met.preemptions, met.prefix_hit_rate * 100, met.kv_pages_used, met.kv_pages_total, met.kv_pages_cached_idle);
+  fmt::print(
+      "engine: {} steps, {} preemptions, prefix hit rate {:.1f}%, KV pages in use at the end {}/{} (idle cached {})\n",
+      met.steps, met.preemptions, met.prefix_hit_rate * 100, met.kv_pages_used, met.kv_pages_total,
+      met.kv_pages_cached_idle);
   if (mem) {
     constexpr double kMiB = 1 << 20;
     const uint64_t used = mem->total_bytes - mem->free_bytes;
-    fmt::print("device memory after the run: {:.0f} MiB in use on the device (total - free); this backend's "
-               "allocations {:.0f} MiB (resident {:.0f}, activation pool {:.0f}, graphs {:.0f}), the rest {:.0f} MiB "
-               "(CUDA context, libraries, other processes)\n",
-               used / kMiB, mem->held_bytes / kMiB, mem->resident_bytes / kMiB, mem->activation_bytes / kMiB,
-               mem->graph_bytes / kMiB, (static_cast<double>(used) - static_cast<double>(mem->held_bytes)) / kMiB);
+    fmt::print(
+        "device memory after the run: {:.0f} MiB in use on the device (total - free); this backend's "
+        "allocations {:.0f} MiB (resident {:.0f}, activation pool {:.0f}, graphs {:.0f}), the rest {:.0f} MiB "
+        "(CUDA context, libraries, other processes)\n",
+        used / kMiB, mem->held_bytes / kMiB, mem->resident_bytes / kMiB, mem->activation_bytes / kMiB,
+        mem->graph_bytes / kMiB, (static_cast<double>(used) - static_cast<double>(mem->held_bytes)) / kMiB);
     const double measured = static_cast<double>(used), predicted = static_cast<double>(plan.predicted_device_bytes);
     fmt::print("plan predicted {:.0f} MiB on the device ({}); measured {:.0f} MiB, {:+.1f}%\n", predicted / kMiB,
                plan.memory_budget, measured / kMiB, predicted > 0 ? 100 * (measured - predicted) / predicted : 0.0);
@@ -143,21 +148,22 @@ int run(const BenchArgs& a) {
   return 0;
 }
 
-CommandRegistration reg{{"offline", "throughput and latency of the engine on random prompts",
-                         [](CLI::App& app) {
-                           auto a = std::make_shared<BenchArgs>();
-                           CLI::App* off = &app;
-                           a->model.add_to(*off);
-                           a->engine.add_to(*off);
-                           a->self_check.add_to(*off);
-                           off->add_option("--num-requests", a->num_requests, "requests to run")->capture_default_str();
-                           off->add_option("--input-len", a->input_len, "prompt tokens per request")->capture_default_str();
-                           off->add_option("--output-len", a->output_len, "generated tokens per request")->capture_default_str();
-                           off->add_option("--concurrency", a->concurrency, "requests in flight (0 = all)")->capture_default_str();
-                           off->add_option("--seed", a->seed, "seed of the random prompts and of sampling")->capture_default_str();
-                           return [a] { return run(*a); };
-                         },
-                         "bench"}};
+CommandRegistration reg{
+    {"offline", "throughput and latency of the engine on random prompts",
+     [](CLI::App& app) {
+       auto a = std::make_shared<BenchArgs>();
+       CLI::App* off = &app;
+       a->model.add_to(*off);
+       a->engine.add_to(*off);
+       a->self_check.add_to(*off);
+       off->add_option("--num-requests", a->num_requests, "requests to run")->capture_default_str();
+       off->add_option("--input-len", a->input_len, "prompt tokens per request")->capture_default_str();
+       off->add_option("--output-len", a->output_len, "generated tokens per request")->capture_default_str();
+       off->add_option("--concurrency", a->concurrency, "requests in flight (0 = all)")->capture_default_str();
+       off->add_option("--seed", a->seed, "seed of the random prompts and of sampling")->capture_default_str();
+       return [a] { return run(*a); };
+     },
+     "bench"}};
 
 }  // namespace
 }  // namespace tessera::cli

@@ -34,22 +34,22 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
-CommandRegistration reg{{"detokenize", "decode token ids with a model's tokenizer and print the text",
-                         [](CLI::App& sub) -> std::function<int()> {
-                           auto o = std::make_shared<DetokenizeOptions>();
-                           sub.add_option("--model", o->model, "directory with tokenizer.json or tiktoken.model")
-                               ->required();
-                           sub.add_option("--ids", o->ids, "token ids, comma-separated (e.g. 1,2,3)")->required();
-                           sub.add_flag("--skip-special", o->skip_special, "leave out special tokens");
-                           return [o] {
-                             const std::vector<int32_t> ids = parse_ids(o->ids);  // before the slow part
-                             const auto tok = text::load_tokenizer(o->model);
-                             const std::string text = tok->decode(ids, o->skip_special);
-                             std::fwrite(text.data(), 1, text.size(), stdout);
-                             std::fputc('\n', stdout);
-                             return 0;
-                           };
-                         }}};
+CommandRegistration reg{
+    {"detokenize", "decode token ids with a model's tokenizer and print the text",
+     [](CLI::App& sub) -> std::function<int()> {
+       auto o = std::make_shared<DetokenizeOptions>();
+       sub.add_option("--model", o->model, "directory with tokenizer.json or tiktoken.model")->required();
+       sub.add_option("--ids", o->ids, "token ids, comma-separated (e.g. 1,2,3)")->required();
+       sub.add_flag("--skip-special", o->skip_special, "leave out special tokens");
+       return [o] {
+         const std::vector<int32_t> ids = parse_ids(o->ids);  // before the slow part
+         const auto tok = text::load_tokenizer(o->model);
+         const std::string text = tok->decode(ids, o->skip_special);
+         std::fwrite(text.data(), 1, text.size(), stdout);
+         std::fputc('\n', stdout);
+         return 0;
+       };
+     }}};
 
 }  // namespace
 }  // namespace tessera::cli

@@ -143,34 +143,36 @@ int run(const GenerateArgs& a) {
   return 0;
 }
 
-CommandRegistration reg{{"generate", "generate token ids from a prompt of token ids through the engine (on --device)",
-                         [](CLI::App& app) {
-                           auto a = std::make_shared<GenerateArgs>();
-                           a->model.add_to(app);
-                           a->self_check.add_to(app);
-                           app.add_option("--prompt-ids", a->prompt_ids, "comma-separated prompt token ids")->required();
-                           app.add_option("--max-tokens", a->max_tokens, "tokens to generate")->capture_default_str()
-                               ->check(CLI::NonNegativeNumber);
-                           app.add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str()
-                               ->check(CLI::NonNegativeNumber);
-                           app.add_option("--seed", a->seed, "sampling seed (the API's `seed`: same seed, same tokens)")
-                               ->capture_default_str();
-                           app.add_option("--prefill-chunk", a->prefill_chunk,
-                                          "prefill in chunks of this many tokens: the engine's tokens per step "
-                                          "(0 = the whole prompt in one step)")
-                               ->check(CLI::NonNegativeNumber);
-                           app.add_option("--kv-cache-bytes", a->kv_cache_bytes,
-                                          "KV cache pool size, as for serve (default: the GPU budget, or 256MiB on "
-                                          "CPU); it must hold the prompt + --max-tokens");
-                           app.add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
-                                          "GPU backends: fraction of the device's memory the whole process may use, "
-                                          "as for serve")
-                               ->capture_default_str()
-                               ->check(CLI::Range(0.01, 1.0));
-                           app.add_flag("--json", a->json, "print a JSON object");
-                           app.add_flag("--ignore-eos", a->ignore_eos, "do not stop at the config's eos_token_id");
-                           return [a] { return run(*a); };
-                         }}};
+CommandRegistration reg{
+    {"generate", "generate token ids from a prompt of token ids through the engine (on --device)", [](CLI::App& app) {
+       auto a = std::make_shared<GenerateArgs>();
+       a->model.add_to(app);
+       a->self_check.add_to(app);
+       app.add_option("--prompt-ids", a->prompt_ids, "comma-separated prompt token ids")->required();
+       app.add_option("--max-tokens", a->max_tokens, "tokens to generate")
+           ->capture_default_str()
+           ->check(CLI::NonNegativeNumber);
+       app.add_option("--temperature", a->temperature, "0 = greedy")
+           ->capture_default_str()
+           ->check(CLI::NonNegativeNumber);
+       app.add_option("--seed", a->seed, "sampling seed (the API's `seed`: same seed, same tokens)")
+           ->capture_default_str();
+       app.add_option("--prefill-chunk", a->prefill_chunk,
+                      "prefill in chunks of this many tokens: the engine's tokens per step "
+                      "(0 = the whole prompt in one step)")
+           ->check(CLI::NonNegativeNumber);
+       app.add_option("--kv-cache-bytes", a->kv_cache_bytes,
+                      "KV cache pool size, as for serve (default: the GPU budget, or 256MiB on "
+                      "CPU); it must hold the prompt + --max-tokens");
+       app.add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
+                      "GPU backends: fraction of the device's memory the whole process may use, "
+                      "as for serve")
+           ->capture_default_str()
+           ->check(CLI::Range(0.01, 1.0));
+       app.add_flag("--json", a->json, "print a JSON object");
+       app.add_flag("--ignore-eos", a->ignore_eos, "do not stop at the config's eos_token_id");
+       return [a] { return run(*a); };
+     }}};
 
 }  // namespace
 }  // namespace tessera::cli

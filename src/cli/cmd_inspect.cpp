@@ -30,8 +30,8 @@ int run(const InspectArgs& a) {
   int k_scales = 0, v_scales = 0;
   for (const auto& L : w.layers) {
     const auto& A = L.attn;
-    for (const auto* l : {A.q_a ? &*A.q_a : nullptr, A.q_b ? &*A.q_b : nullptr, A.q ? &*A.q : nullptr, &A.kv_a,
-                          &A.kv_b, &A.o})
+    for (const auto* l :
+         {A.q_a ? &*A.q_a : nullptr, A.q_b ? &*A.q_b : nullptr, A.q ? &*A.q : nullptr, &A.kv_a, &A.kv_b, &A.o})
       if (l) note("attention", *l);
     k_scales += A.k_scale.has_value();
     v_scales += A.v_scale.has_value();
@@ -52,16 +52,26 @@ int run(const InspectArgs& a) {
   j["model_type"] = c.model_type;
   j["weight_prefix"] = c.weight_prefix;
   j["layers"] = {{"total", c.num_hidden_layers}, {"dense", dense_layers}, {"moe", c.num_hidden_layers - dense_layers}};
-  j["attention"] = {{"heads", c.num_attention_heads}, {"q_lora_rank", c.q_lora_rank}, {"kv_lora_rank", c.kv_lora_rank},
-                    {"qk_nope_head_dim", c.qk_nope_head_dim}, {"qk_rope_head_dim", c.qk_rope_head_dim},
-                    {"v_head_dim", c.v_head_dim}, {"softmax_scale", c.softmax_scale()},
+  j["attention"] = {{"heads", c.num_attention_heads},
+                    {"q_lora_rank", c.q_lora_rank},
+                    {"kv_lora_rank", c.kv_lora_rank},
+                    {"qk_nope_head_dim", c.qk_nope_head_dim},
+                    {"qk_rope_head_dim", c.qk_rope_head_dim},
+                    {"v_head_dim", c.v_head_dim},
+                    {"softmax_scale", c.softmax_scale()},
                     {"rope", c.rope.type == io::RopeConfig::Type::kYarn ? "yarn" : "default"},
-                    {"rope_theta", c.rope.theta}, {"rope_attention_factor", c.rope_attention_factor()},
-                    {"latent_norm_eps", c.latent_norm_eps}, {"latent_norm_eps_source", c.latent_norm_eps_source},
+                    {"rope_theta", c.rope.theta},
+                    {"rope_attention_factor", c.rope_attention_factor()},
+                    {"latent_norm_eps", c.latent_norm_eps},
+                    {"latent_norm_eps_source", c.latent_norm_eps_source},
                     {"rms_norm_eps", c.rms_norm_eps}};
-  j["moe"] = {{"routed_experts", c.n_routed_experts}, {"experts_per_token", c.num_experts_per_tok},
-              {"shared_experts", c.n_shared_experts}, {"n_group", c.n_group}, {"topk_group", c.topk_group},
-              {"routed_scaling_factor", c.routed_scaling_factor}, {"moe_intermediate_size", c.moe_intermediate_size}};
+  j["moe"] = {{"routed_experts", c.n_routed_experts},
+              {"experts_per_token", c.num_experts_per_tok},
+              {"shared_experts", c.n_shared_experts},
+              {"n_group", c.n_group},
+              {"topk_group", c.topk_group},
+              {"routed_scaling_factor", c.routed_scaling_factor},
+              {"moe_intermediate_size", c.moe_intermediate_size}};
   j["vocab_size"] = c.vocab_size;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["quantization"] = {{"method", m.quant.method_name()}, {"source", m.quant.source}, {"exclude", m.quant.exclude}};
@@ -75,7 +85,8 @@ int run(const InspectArgs& a) {
   j["parameters"] = m.model->parameter_count();
   j["weight_bytes"] = m.model->weight_bytes();
   j["skipped_tensors"] = w.skipped.size();
-  j["checkpoint"] = {{"files", m.checkpoint->num_files()}, {"tensors", m.checkpoint->names().size()},
+  j["checkpoint"] = {{"files", m.checkpoint->num_files()},
+                     {"tensors", m.checkpoint->names().size()},
                      {"bytes", m.checkpoint->total_bytes()}};
   if (a.json) {
     fmt::print("{}\n", j.dump(2));
@@ -83,20 +94,22 @@ int run(const InspectArgs& a) {
   }
   fmt::print("architecture   {} (model_type {}){}\n", c.architecture, c.model_type,
              c.weight_prefix.empty() ? "" : fmt::format(", language model under '{}'", c.weight_prefix));
-  fmt::print("layers         {} ({} dense MLP, {} MoE)\n", c.num_hidden_layers, dense_layers, c.num_hidden_layers - dense_layers);
+  fmt::print("layers         {} ({} dense MLP, {} MoE)\n", c.num_hidden_layers, dense_layers,
+             c.num_hidden_layers - dense_layers);
   fmt::print("attention      MLA, {} heads, q_lora {}, kv_lora {}, nope {} + rope {}, v {}; softmax scale {:.10g}\n",
              c.num_attention_heads, c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim,
              c.softmax_scale());
   fmt::print("rope           {} theta {:g}, attention factor {:.10g}\n",
-             c.rope.type == io::RopeConfig::Type::kYarn ? fmt::format("yarn x{:g} (orig {})", c.rope.factor,
-                                                                       c.rope.original_max_position_embeddings)
-                                                        : "default",
+             c.rope.type == io::RopeConfig::Type::kYarn
+                 ? fmt::format("yarn x{:g} (orig {})", c.rope.factor, c.rope.original_max_position_embeddings)
+                 : "default",
              c.rope.theta, c.rope_attention_factor());
   fmt::print("norm eps       rms_norm_eps {:g}; latent norms {:g} ({})\n", c.rms_norm_eps, c.latent_norm_eps,
              c.latent_norm_eps_source);
   fmt::print("moe            {} routed (top {}, groups {}/{}), {} shared, scaling {:g}\n", c.n_routed_experts,
              c.num_experts_per_tok, c.topk_group, c.n_group, c.n_shared_experts, c.routed_scaling_factor);
-  fmt::print("quantization   {}{}\n", m.quant.method_name(), m.quant.source.empty() ? "" : " (from " + m.quant.source + ")");
+  fmt::print("quantization   {}{}\n", m.quant.method_name(),
+             m.quant.source.empty() ? "" : " (from " + m.quant.source + ")");
   for (const auto& [role, f] : formats) {
     std::string parts;
     for (const auto& [name, n] : f) parts += fmt::format("{}{} x{}", parts.empty() ? "" : ", ", name, n);

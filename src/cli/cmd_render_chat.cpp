@@ -182,11 +182,13 @@ CommandRegistration reg{
      [](CLI::App& sub) -> std::function<int()> {
        auto o = std::make_shared<RenderChatOptions>();
        sub.add_option("--model", o->model, "model directory (chat_template.jinja or tokenizer_config.json)");
-       sub.add_option("--request", o->request, "OpenAI chat request JSON (messages, tools, chat_template_kwargs, "
-                                               "add_generation_prompt)");
+       sub.add_option("--request", o->request,
+                      "OpenAI chat request JSON (messages, tools, chat_template_kwargs, "
+                      "add_generation_prompt)");
        sub.add_option("--template", o->template_file, "chat template file (overrides the model's)");
-       sub.add_option("--jsonl", o->jsonl, "render every record of a goldens.jsonl-style file; prints one "
-                                           "{\"output\": ...} or {\"error\": ...} per line");
+       sub.add_option("--jsonl", o->jsonl,
+                      "render every record of a goldens.jsonl-style file; prints one "
+                      "{\"output\": ...} or {\"error\": ...} per line");
        sub.add_option("--template-dir", o->template_dir, "directory that --jsonl records' 'template' names are in");
        sub.add_option("--sort-tool-keys", o->sort_tool_keys,
                       "sort tool schema keys recursively as Kimi's tokenizer does: auto (Kimi tokenizer or "

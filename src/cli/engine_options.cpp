@@ -14,8 +14,10 @@ void EngineOptions::add_to(CLI::App& app) {
                  "the model's max_position_embeddings")
       ->capture_default_str();
   app.add_option("--max-num-batched-tokens", max_num_batched_tokens, "tokens per engine step")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--max-num-seqs", max_num_seqs, "sequences per engine step")->capture_default_str()
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-num-seqs", max_num_seqs, "sequences per engine step")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-prefix-caching", no_prefix_caching, "do not reuse KV pages of equal prompt prefixes");
   app.add_option("--gpu-memory-utilization", gpu_memory_utilization,

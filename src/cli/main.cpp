@@ -145,7 +145,8 @@ int main(int argc, char** argv) {
     if (c.parent.empty()) continue;
     auto it = apps.find(c.parent);
     if (it == apps.end()) {
-      std::fprintf(stderr, "internal error: subcommand '%s' of unknown command '%s'\n", c.name.c_str(), c.parent.c_str());
+      std::fprintf(stderr, "internal error: subcommand '%s' of unknown command '%s'\n", c.name.c_str(),
+                   c.parent.c_str());
       return 2;
     }
     CLI::App* sub = it->second->add_subcommand(c.name, c.help);

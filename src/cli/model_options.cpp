@@ -17,7 +17,8 @@ void ModelOptions::add_to(CLI::App& app, bool model_required) {
                  "KV cache element type: auto (checkpoint hint if supported, else backend default), fp32, bf16, fp8")
       ->capture_default_str();
   app.add_option("--kernels", kernels,
-                 "force CUDA kernels: op=kernel[,op=kernel] with mla=auto|wgmma|kv-major|mma|cuda-core, moe=auto|grouped|per-expert "
+                 "force CUDA kernels: op=kernel[,op=kernel] with mla=auto|wgmma|kv-major|mma|cuda-core, "
+                 "moe=auto|grouped|per-expert "
                  "(default: the registry's choice, or TESSERA_KERNELS)");
   app.add_flag("--enforce-eager", enforce_eager,
                "CUDA: launch every decode step's kernels one by one instead of replaying them as a CUDA graph");

@@ -31,10 +31,10 @@ struct ServeTestHooks {
 class ServeLoader {
  public:
   struct Callbacks {
-    model::LoadProgressFn progress;              // on the loading thread
+    model::LoadProgressFn progress;                   // on the loading thread
     std::function<void(model::LoadedModel&)> loaded;  // the weights are loaded (the start-up self-check); may throw
-    std::function<void(engine::Engine&)> ready;  // the engine is started
-    std::function<void()> failed;                // the load threw (engine() rethrows it)
+    std::function<void(engine::Engine&)> ready;       // the engine is started
+    std::function<void()> failed;                     // the load threw (engine() rethrows it)
   };
 
   ServeLoader(const engine::RuntimePlan& plan, std::unique_ptr<ops::Ops> backend, ServeTestHooks hooks = {});

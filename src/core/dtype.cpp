@@ -15,11 +15,11 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr DTypeInfo kInfo[] = {
-    {DType::kBool, "BOOL", 1},    {DType::kU8, "U8", 1},         {DType::kI8, "I8", 1},
-    {DType::kU16, "U16", 2},      {DType::kI16, "I16", 2},       {DType::kU32, "U32", 4},
-    {DType::kI32, "I32", 4},      {DType::kU64, "U64", 8},       {DType::kI64, "I64", 8},
-    {DType::kF16, "F16", 2},      {DType::kBF16, "BF16", 2},     {DType::kF32, "F32", 4},
-    {DType::kF64, "F64", 8},      {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kBool, "BOOL", 1},      {DType::kU8, "U8", 1},          {DType::kI8, "I8", 1},
+    {DType::kU16, "U16", 2},        {DType::kI16, "I16", 2},        {DType::kU32, "U32", 4},
+    {DType::kI32, "I32", 4},        {DType::kU64, "U64", 8},        {DType::kI64, "I64", 8},
+    {DType::kF16, "F16", 2},        {DType::kBF16, "BF16", 2},      {DType::kF32, "F32", 4},
+    {DType::kF64, "F64", 8},        {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
     {DType::kF8E8M0, "F8_E8M0", 1},
 };
 const DTypeInfo& info(DType t) {
@@ -76,9 +76,9 @@ uint8_t f32_to_fp8_e4m3(float f) {
   std::memcpy(&bits, &f, 4);
   const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
   const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return 0x7f;             // NaN
-  if (abs >= 0x43e80000u) return sign | 0x7eu;     // >= 464 = 448 + half an ulp (ties to 448): saturate
-  if (abs < 0x3c800000u) {                         // below 2^-6, the smallest normal: multiples of 2^-9
+  if (abs > 0x7f800000u) return 0x7f;           // NaN
+  if (abs >= 0x43e80000u) return sign | 0x7eu;  // >= 464 = 448 + half an ulp (ties to 448): saturate
+  if (abs < 0x3c800000u) {                      // below 2^-6, the smallest normal: multiples of 2^-9
     float a;
     std::memcpy(&a, &abs, 4);
     // a * 512 is exact (a power-of-two scaling of a number below 8); rounding it to an integer
@@ -105,7 +105,9 @@ void convert_to_f32(DType t, const void* src, float* dst, size_t n) {
     }
   };
   switch (t) {
-    case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::kBF16:
       for (size_t i = 0; i < n; ++i) {
         uint16_t v;
@@ -120,22 +122,44 @@ void convert_to_f32(DType t, const void* src, float* dst, size_t n) {
         dst[i] = f16_to_f32(v);
       }
       return;
-    case DType::kF8E4M3: for (size_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_f32(p[i]); return;
-    case DType::kF8E5M2: for (size_t i = 0; i < n; ++i) dst[i] = fp8_e5m2_to_f32(p[i]); return;
-    case DType::kF64: load(double{}); return;
+    case DType::kF8E4M3:
+      for (size_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_f32(p[i]);
+      return;
+    case DType::kF8E5M2:
+      for (size_t i = 0; i < n; ++i) dst[i] = fp8_e5m2_to_f32(p[i]);
+      return;
+    case DType::kF64:
+      load(double{});
+      return;
     case DType::kBool:
-    case DType::kU8: load(uint8_t{}); return;
-    case DType::kI8: load(int8_t{}); return;
-    case DType::kU16: load(uint16_t{}); return;
-    case DType::kI16: load(int16_t{}); return;
-    case DType::kU32: load(uint32_t{}); return;
-    case DType::kI32: load(int32_t{}); return;
-    case DType::kU64: load(uint64_t{}); return;
-    case DType::kI64: load(int64_t{}); return;
+    case DType::kU8:
+      load(uint8_t{});
+      return;
+    case DType::kI8:
+      load(int8_t{});
+      return;
+    case DType::kU16:
+      load(uint16_t{});
+      return;
+    case DType::kI16:
+      load(int16_t{});
+      return;
+    case DType::kU32:
+      load(uint32_t{});
+      return;
+    case DType::kI32:
+      load(int32_t{});
+      return;
+    case DType::kU64:
+      load(uint64_t{});
+      return;
+    case DType::kI64:
+      load(int64_t{});
+      return;
     case DType::kF8E8M0:
       for (size_t i = 0; i < n; ++i)
-        dst[i] = p[i] == 0xff ? std::numeric_limits<float>::quiet_NaN()
-                              : std::ldexp(1.0f, static_cast<int>(p[i]) - 127);
+        dst[i] =
+            p[i] == 0xff ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, static_cast<int>(p[i]) - 127);
       return;
   }
   fail("convert_to_f32: unsupported dtype {}", dtype_name(t));

@@ -11,9 +11,22 @@
 namespace tessera::core {
 
 enum class DType : uint8_t {
-  kBool, kU8, kI8, kU16, kI16, kU32, kI32, kU64, kI64,
-  kF16, kBF16, kF32, kF64,
-  kF8E4M3, kF8E5M2, kF8E8M0,
+  kBool,
+  kU8,
+  kI8,
+  kU16,
+  kI16,
+  kU32,
+  kI32,
+  kU64,
+  kI64,
+  kF16,
+  kBF16,
+  kF32,
+  kF64,
+  kF8E4M3,
+  kF8E5M2,
+  kF8E8M0,
 };
 
 // Size of one element in bytes.

@@ -23,7 +23,7 @@ template <class... Args>
 }  // namespace tessera::core
 
 // Throws tessera::core::Error with a formatted message when `cond` is false.
-#define TESSERA_CHECK(cond, ...)                        \
-  do {                                                  \
-    if (!(cond)) ::tessera::core::fail(__VA_ARGS__);    \
+#define TESSERA_CHECK(cond, ...)                     \
+  do {                                               \
+    if (!(cond)) ::tessera::core::fail(__VA_ARGS__); \
   } while (0)

@@ -42,8 +42,8 @@ Tensor Tensor::view(DType dtype, Shape shape, void* data, Device device) {
 }
 
 Tensor Tensor::reshape(Shape shape) const {
-  TESSERA_CHECK(shape_numel(shape) == numel(), "reshape {} -> {}: element count differs",
-                shape_str(shape_), shape_str(shape));
+  TESSERA_CHECK(shape_numel(shape) == numel(), "reshape {} -> {}: element count differs", shape_str(shape_),
+                shape_str(shape));
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;

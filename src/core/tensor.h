@@ -44,9 +44,13 @@ class Tensor {
   void* raw() { return data_; }
   const void* raw() const { return data_; }
   template <class T>
-  T* data() { return static_cast<T*>(data_); }
+  T* data() {
+    return static_cast<T*>(data_);
+  }
   template <class T>
-  const T* data() const { return static_cast<const T*>(data_); }
+  const T* data() const {
+    return static_cast<const T*>(data_);
+  }
 
   // Same storage, new shape with the same element count.
   Tensor reshape(Shape shape) const;

@@ -81,7 +81,8 @@ std::string BlockManager::leak_report() const {
       if (held < 8) r += fmt::format("page {} has {} references; ", p, refs_[p]);
       ++held;
     }
-  if (held > 0) r += fmt::format("{} of {} pages still referenced", held, refs_.size());
+  if (held > 0)
+    r += fmt::format("{} of {} pages still referenced", held, refs_.size());
   else if (num_available() != num_pages())
     r = fmt::format("{} free + {} idle cached pages, expected {}", free_.size(), lru_.size(), refs_.size());
   return r;

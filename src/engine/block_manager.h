@@ -46,11 +46,11 @@ class BlockManager {
   int64_t page_size_;
   bool enable_prefix_cache_;
   std::vector<int64_t> refs_;
-  std::vector<int32_t> free_;                     // never-cached or evicted pages, LIFO
-  std::list<int32_t> lru_;                        // idle cached pages, oldest first
+  std::vector<int32_t> free_;  // never-cached or evicted pages, LIFO
+  std::list<int32_t> lru_;     // idle cached pages, oldest first
   std::vector<std::list<int32_t>::iterator> lru_pos_;
   std::vector<bool> in_lru_;
-  std::vector<std::optional<uint64_t>> page_key_; // key of each cached page
+  std::vector<std::optional<uint64_t>> page_key_;  // key of each cached page
   PrefixCache cache_;
 };
 

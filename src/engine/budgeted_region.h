@@ -26,9 +26,9 @@ class BudgetTracker {
   void feed(int32_t token, bool count);
   const BudgetedRegion* region_ = nullptr;
   bool open_ = false;
-  int64_t used_ = 0;      // generated tokens inside the open region
-  size_t matched_ = 0;    // length of the end sequence matched so far
-  size_t forcing_ = 0;    // next index of end_ids to force; 0 when not forcing
+  int64_t used_ = 0;    // generated tokens inside the open region
+  size_t matched_ = 0;  // length of the end sequence matched so far
+  size_t forcing_ = 0;  // next index of end_ids to force; 0 when not forcing
   bool forcing_active_ = false;
 };
 

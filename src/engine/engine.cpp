@@ -22,7 +22,8 @@ void validate(const Request& r, int64_t vocab, int64_t max_model_len, int64_t po
   const std::string& id = r.id;
   TESSERA_CHECK(!r.prompt.empty(), "request '{}': the prompt is empty", id);
   for (int32_t t : r.prompt)
-    TESSERA_CHECK(t >= 0 && t < vocab, "request '{}': prompt token id {} is outside the vocabulary [0, {})", id, t, vocab);
+    TESSERA_CHECK(t >= 0 && t < vocab, "request '{}': prompt token id {} is outside the vocabulary [0, {})", id, t,
+                  vocab);
   TESSERA_CHECK(p.n >= 1, "request '{}': n must be >= 1, got {}", id, p.n);
   TESSERA_CHECK(p.max_tokens >= 1, "request '{}': max_tokens must be >= 1, got {}", id, p.max_tokens);
   TESSERA_CHECK(p.min_tokens >= 0 && p.min_tokens <= p.max_tokens,
@@ -39,7 +40,8 @@ void validate(const Request& r, int64_t vocab, int64_t max_model_len, int64_t po
   }
 #if TESSERA_TEST_HOOKS
   for (int32_t t : p.scripted_tokens)
-    TESSERA_CHECK(t >= 0 && t < vocab, "request '{}': scripted token id {} is outside the vocabulary [0, {})", id, t, vocab);
+    TESSERA_CHECK(t >= 0 && t < vocab, "request '{}': scripted token id {} is outside the vocabulary [0, {})", id, t,
+                  vocab);
 #endif
   const int64_t prompt = static_cast<int64_t>(r.prompt.size()), total = prompt + p.max_tokens;
   TESSERA_CHECK(total <= max_model_len,
@@ -56,10 +58,14 @@ void validate(const Request& r, int64_t vocab, int64_t max_model_len, int64_t po
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-    case FinishReason::kNone: break;
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kNone:
+      break;
   }
   return "none";
 }
@@ -195,7 +201,8 @@ SampleContext next_token_context(const Sequence& seq, std::vector<int32_t>& mask
   }
   SampleContext ctx;
   ctx.prompt = std::span<const int32_t>(seq.tokens.data(), static_cast<size_t>(seq.prompt_len));
-  ctx.generated = std::span<const int32_t>(seq.tokens.data() + seq.prompt_len, static_cast<size_t>(seq.num_generated()));
+  ctx.generated =
+      std::span<const int32_t>(seq.tokens.data() + seq.prompt_len, static_cast<size_t>(seq.num_generated()));
   ctx.masked = masked;
   ctx.forced = p.budgeted_region ? seq.budget.forced_token() : -1;
   scripted = false;
@@ -273,7 +280,8 @@ void Engine::emit_token(Sequence* seq, SampledToken tok) {
 
   FinishReason reason = FinishReason::kNone;
   const bool is_stop = contains(p.stop_token_ids, tok.token) || (!p.ignore_eos && contains(p.eos_token_ids, tok.token));
-  if (is_stop && seq->num_generated() > p.min_tokens - 1 && !tok.forced) reason = FinishReason::kStop;
+  if (is_stop && seq->num_generated() > p.min_tokens - 1 && !tok.forced)
+    reason = FinishReason::kStop;
   else if (seq->num_generated() >= p.max_tokens || static_cast<int64_t>(seq->tokens.size()) >= config_.max_model_len)
     reason = FinishReason::kLength;
   if (reason != FinishReason::kNone) {
@@ -313,7 +321,8 @@ bool Engine::step() {
           s->block_table.begin(),
           s->block_table.begin() + model::pages_for_tokens(s->num_computed + c.num_tokens, executor_->page_size()));
       batch.seqs.push_back(std::move(ss));
-      if (s->num_computed < s->prompt_len) prompt_tokens_computed_ += std::min(c.num_tokens, s->prompt_len - s->num_computed);
+      if (s->num_computed < s->prompt_len)
+        prompt_tokens_computed_ += std::min(c.num_tokens, s->prompt_len - s->num_computed);
     }
     try {
       const core::Tensor logits = executor_->execute(batch);
@@ -355,7 +364,8 @@ void Engine::update_metrics(int64_t generated) {
   const auto& st = scheduler_.stats();
   m.prefix_query_tokens = st.prefix_query_tokens;
   m.prefix_hit_tokens = st.prefix_hit_tokens;
-  m.prefix_hit_rate = st.prefix_query_tokens > 0 ? static_cast<double>(st.prefix_hit_tokens) / st.prefix_query_tokens : 0;
+  m.prefix_hit_rate =
+      st.prefix_query_tokens > 0 ? static_cast<double>(st.prefix_hit_tokens) / st.prefix_query_tokens : 0;
   m.preemptions = st.preemptions;
   m.prompt_tokens_computed = prompt_tokens_computed_;
   m.generated_tokens = generated_tokens_;

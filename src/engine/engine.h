@@ -36,20 +36,20 @@ struct EngineConfig {
 
 // Counters for metrics; a snapshot taken at the end of the last step.
 struct EngineMetrics {
-  int64_t waiting = 0;               // queue depth
+  int64_t waiting = 0;  // queue depth
   int64_t running = 0;
   int64_t kv_pages_used = 0;         // referenced by sequences
   int64_t kv_pages_cached_idle = 0;  // unreferenced but kept for prefix reuse
   int64_t kv_pages_total = 0;
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
-  double prefix_hit_rate = 0;        // hit / query prompt tokens
+  double prefix_hit_rate = 0;  // hit / query prompt tokens
   int64_t preemptions = 0;
   int64_t prompt_tokens_computed = 0;
   int64_t generated_tokens = 0;
   int64_t steps = 0;
   int64_t requests_finished = 0;
-  double tokens_per_second = 0;      // generated tokens over the last few seconds
+  double tokens_per_second = 0;  // generated tokens over the last few seconds
 };
 
 struct RequestState {

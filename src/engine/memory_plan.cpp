@@ -24,16 +24,26 @@ uint64_t parse_bytes(const std::string& text, const std::string& flag) {
   if (i == 0 || ec != std::errc() || ptr != text.data() + i)
     core::fail("{}: expected a size such as 2GiB, 512MiB or 1000000, got '{}'", flag, text);
   double mul = 1;
-  if (unit.empty() || unit == "b") mul = 1;
-  else if (unit == "k" || unit == "kb") mul = 1e3;
-  else if (unit == "m" || unit == "mb") mul = 1e6;
-  else if (unit == "g" || unit == "gb") mul = 1e9;
-  else if (unit == "t" || unit == "tb") mul = 1e12;
-  else if (unit == "kib") mul = 1024.0;
-  else if (unit == "mib") mul = 1024.0 * 1024;
-  else if (unit == "gib") mul = 1024.0 * 1024 * 1024;
-  else if (unit == "tib") mul = 1024.0 * 1024 * 1024 * 1024;
-  else core::fail("{}: unknown unit '{}' in '{}' (use B, KB, MB, GB, KiB, MiB, GiB)", flag, unit, text);
+  if (unit.empty() || unit == "b")
+    mul = 1;
+  else if (unit == "k" || unit == "kb")
+    mul = 1e3;
+  else if (unit == "m" || unit == "mb")
+    mul = 1e6;
+  else if (unit == "g" || unit == "gb")
+    mul = 1e9;
+  else if (unit == "t" || unit == "tb")
+    mul = 1e12;
+  else if (unit == "kib")
+    mul = 1024.0;
+  else if (unit == "mib")
+    mul = 1024.0 * 1024;
+  else if (unit == "gib")
+    mul = 1024.0 * 1024 * 1024;
+  else if (unit == "tib")
+    mul = 1024.0 * 1024 * 1024 * 1024;
+  else
+    core::fail("{}: unknown unit '{}' in '{}' (use B, KB, MB, GB, KiB, MiB, GiB)", flag, unit, text);
   return static_cast<uint64_t>(std::floor(value * mul));
 }
 
@@ -71,8 +81,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                            static_cast<uint64_t>(in.page_size);
       if (plan.kv_bytes > cap) {
         plan.kv_bytes = cap;
-        plan.kv_bytes_source += fmt::format("; capped at what {} sequences of {} tokens can use", in.max_num_seqs,
-                                            longest);
+        plan.kv_bytes_source +=
+            fmt::format("; capped at what {} sequences of {} tokens can use", in.max_num_seqs, longest);
       }
     }
   } else {
@@ -81,7 +91,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   }
   const uint64_t page_bytes = in.bytes_per_token * static_cast<uint64_t>(in.page_size);
   plan.num_pages = static_cast<int64_t>(plan.kv_bytes / page_bytes);
-  TESSERA_CHECK(plan.num_pages > 0, "KV cache of {} bytes ({}) holds no page of {} tokens ({} bytes); raise --kv-cache-bytes",
+  TESSERA_CHECK(plan.num_pages > 0,
+                "KV cache of {} bytes ({}) holds no page of {} tokens ({} bytes); raise --kv-cache-bytes",
                 plan.kv_bytes, plan.kv_bytes_source, in.page_size, page_bytes);
   plan.token_capacity = plan.num_pages * in.page_size;
   const int64_t model_max = in.max_position_embeddings > 0 ? in.max_position_embeddings : plan.token_capacity;

@@ -11,24 +11,24 @@
 namespace tessera::engine {
 
 struct MemoryPlanInput {
-  std::optional<uint64_t> kv_cache_bytes;  // --kv-cache-bytes; wins over the fraction
+  std::optional<uint64_t> kv_cache_bytes;   // --kv-cache-bytes; wins over the fraction
   std::optional<uint64_t> kv_budget_bytes;  // a GPU backend's KV budget (device_kv_budget)
   std::string kv_budget_source;             // where the budget came from, for the plan's wording
   // With the pool sized from the device: no more pages than max_num_seqs sequences of the longest
   // allowed length can use (0: no cap). An explicit --kv-cache-bytes is never capped.
   int64_t max_num_seqs = 0;
   uint64_t default_kv_cache_bytes = 256ull << 20;  // CPU default when neither applies
-  uint64_t bytes_per_token = 0;               // KvCache::bytes_per_token for this model/dtype
+  uint64_t bytes_per_token = 0;                    // KvCache::bytes_per_token for this model/dtype
   int64_t page_size = 64;
   int64_t max_position_embeddings = 0;
-  std::string max_model_len = "auto";         // --max-model-len: "auto" or a number of tokens
+  std::string max_model_len = "auto";  // --max-model-len: "auto" or a number of tokens
 };
 
 struct MemoryPlan {
   uint64_t kv_bytes = 0;
   std::string kv_bytes_source;  // "--kv-cache-bytes", the device budget's source, "default"
   int64_t num_pages = 0;
-  int64_t token_capacity = 0;   // num_pages * page_size
+  int64_t token_capacity = 0;  // num_pages * page_size
   int64_t max_model_len = 0;
   std::string max_model_len_source;
   std::string describe() const;

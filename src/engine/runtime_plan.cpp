@@ -82,8 +82,8 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
         gib(p.memory.kv_bytes), s.gpu_memory_utilization,
         gib(static_cast<uint64_t>(s.gpu_memory_utilization * static_cast<double>(u.total))), gib(u.total));
     if (in.kv_cache_bytes && p.predicted_device_bytes > u.total)
-      p.problems.push_back(fmt::format("--kv-cache-bytes {}: the device would need {} but has {}", gib(p.memory.kv_bytes),
-                                       gib(p.predicted_device_bytes), gib(u.total)));
+      p.problems.push_back(fmt::format("--kv-cache-bytes {}: the device would need {} but has {}",
+                                       gib(p.memory.kv_bytes), gib(p.predicted_device_bytes), gib(u.total)));
   }
   p.engine.max_num_batched_tokens = s.max_num_batched_tokens;
   p.engine.max_num_seqs = s.max_num_seqs;

@@ -19,7 +19,8 @@ int32_t first_argmax(std::span<const float> x) {
 std::vector<int32_t> order_desc(std::span<const float> x) {
   std::vector<int32_t> idx(x.size());
   std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return x[static_cast<size_t>(a)] > x[static_cast<size_t>(b)]; });
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](int32_t a, int32_t b) { return x[static_cast<size_t>(a)] > x[static_cast<size_t>(b)]; });
   return idx;
 }
 
@@ -78,7 +79,8 @@ void apply_truncation(std::span<float> x, const SamplingParams& p) {
   if (use_top_p) {
     std::vector<double> probs(keep);
     double sum = 0;
-    for (size_t i = 0; i < keep; ++i) sum += (probs[i] = std::exp(static_cast<double>(x[static_cast<size_t>(order[i])]) - m));
+    for (size_t i = 0; i < keep; ++i)
+      sum += (probs[i] = std::exp(static_cast<double>(x[static_cast<size_t>(order[i])]) - m));
     double acc = 0;
     size_t n = 0;
     while (n < keep) {
@@ -110,7 +112,8 @@ SampledToken sample_token(std::span<const float> raw, const SamplingParams& p, c
     const float m = *std::max_element(x.begin(), x.end());
     std::vector<double> w(x.size());
     double sum = 0;
-    for (size_t i = 0; i < x.size(); ++i) sum += (w[i] = x[i] == kNegInf ? 0.0 : std::exp(static_cast<double>(x[i]) - m));
+    for (size_t i = 0; i < x.size(); ++i)
+      sum += (w[i] = x[i] == kNegInf ? 0.0 : std::exp(static_cast<double>(x[i]) - m));
     const double r = rng.uniform() * sum;
     double acc = 0;
     out.token = first_argmax(x);  // fallback against rounding at the top end

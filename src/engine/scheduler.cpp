@@ -13,7 +13,8 @@ Scheduler::Scheduler(SchedulerConfig config, BlockManager& blocks) : config_(con
 }
 
 void Scheduler::insert_ordered(std::vector<Sequence*>& list, Sequence* seq) {
-  auto it = std::lower_bound(list.begin(), list.end(), seq, [](Sequence* a, Sequence* b) { return a->order < b->order; });
+  auto it =
+      std::lower_bound(list.begin(), list.end(), seq, [](Sequence* a, Sequence* b) { return a->order < b->order; });
   list.insert(it, seq);
 }
 

@@ -25,25 +25,23 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const fs::path& dir) {
       fail("{}: missing the 'weight_map' object", index_path.string());
     std::map<std::string, std::vector<std::string>> by_shard;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      if (!it.value().is_string())
-        fail("{}: weight_map entry '{}' must be a file name", index_path.string(), it.key());
+      if (!it.value().is_string()) fail("{}: weight_map entry '{}' must be a file name", index_path.string(), it.key());
       std::string shard = it.value().get<std::string>();
       if (shard.find('/') != std::string::npos || shard == ".." || shard.empty())
-        fail("{}: weight_map entry '{}' names '{}', which is not a file in this folder",
-             index_path.string(), it.key(), shard);
+        fail("{}: weight_map entry '{}' names '{}', which is not a file in this folder", index_path.string(), it.key(),
+             shard);
       by_shard[shard].push_back(it.key());
     }
     if (by_shard.empty()) fail("{}: weight_map is empty", index_path.string());
     for (const auto& [shard, names] : by_shard) {
       fs::path p = dir / shard;
       if (!fs::exists(p))
-        fail("{}: names shard '{}' (holding {} tensors, e.g. '{}'), which does not exist in {}",
-             index_path.string(), shard, names.size(), names.front(), dir.string());
+        fail("{}: names shard '{}' (holding {} tensors, e.g. '{}'), which does not exist in {}", index_path.string(),
+             shard, names.size(), names.front(), dir.string());
       auto file = SafetensorsFile::open(p);
       for (const auto& n : names) {
         if (!file->has(n))
-          fail("{}: says tensor '{}' is in '{}', but that shard has no such tensor", index_path.string(), n,
-               shard);
+          fail("{}: says tensor '{}' is in '{}', but that shard has no such tensor", index_path.string(), n, shard);
         ckpt->where_[n] = file.get();
       }
       // Tensors present in a shard but absent from the index are still usable.
@@ -60,8 +58,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const fs::path& dir) {
       fail("{}: no model.safetensors.index.json and no *.safetensors files: not a safetensors checkpoint",
            dir.string());
     if (files.size() > 1 && !fs::exists(dir / "model.safetensors"))
-      fail("{}: {} safetensors files but no model.safetensors.index.json to say which tensors are where",
-           dir.string(), files.size());
+      fail("{}: {} safetensors files but no model.safetensors.index.json to say which tensors are where", dir.string(),
+           files.size());
     fs::path p = fs::exists(dir / "model.safetensors") ? dir / "model.safetensors" : files.front();
     auto file = SafetensorsFile::open(p);
     for (const auto& [n, _] : file->tensors()) ckpt->where_[n] = file.get();
@@ -108,13 +106,12 @@ core::Tensor Checkpoint::get_any(const std::string& name, const std::vector<core
     allowed += (allowed.empty() ? "" : " or ") + std::string(core::dtype_name(d));
   }
   if (!dtype_ok)
-    fail("{}: tensor '{}' has dtype {}, expected {}", file_of(name).string(), name, core::dtype_name(t.dtype),
-         allowed);
+    fail("{}: tensor '{}' has dtype {}, expected {}", file_of(name).string(), name, core::dtype_name(t.dtype), allowed);
   // A scalar may be stored as [] or [1].
   bool scalar_ok = shape.empty() && t.shape == core::Shape{1};
   if (t.shape != shape && !scalar_ok)
-    fail("{}: tensor '{}' has shape {}, the config implies {}", file_of(name).string(), name,
-         core::shape_str(t.shape), core::shape_str(shape));
+    fail("{}: tensor '{}' has shape {}, the config implies {}", file_of(name).string(), name, core::shape_str(t.shape),
+         core::shape_str(shape));
   return get(name);
 }
 

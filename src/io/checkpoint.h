@@ -48,8 +48,7 @@ class Checkpoint {
   // As get(), and checks dtype and shape, naming the tensor and its file when they differ.
   core::Tensor get(const std::string& name, core::DType dtype, const core::Shape& shape) const;
   // Like get(name, dtype, shape) but accepts any of `dtypes`.
-  core::Tensor get_any(const std::string& name, const std::vector<core::DType>& dtypes,
-                       const core::Shape& shape) const;
+  core::Tensor get_any(const std::string& name, const std::vector<core::DType>& dtypes, const core::Shape& shape) const;
   uint64_t total_bytes() const;
   // The file and offset of a view returned by get() (its `bytes` from there), and the tensor it lies
   // in, or nullopt for memory that is not this checkpoint's mapping.

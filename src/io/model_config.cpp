@@ -97,16 +97,15 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
   const int64_t d = qk_rope_head_dim;
   const float base = static_cast<float>(rope.theta);
   std::vector<float> pos_freqs(static_cast<size_t>(d / 2)), inv(static_cast<size_t>(d / 2));
-  for (int64_t i = 0; i < d / 2; ++i)
-    pos_freqs[i] = std::pow(base, static_cast<float>(2 * i) / static_cast<float>(d));
+  for (int64_t i = 0; i < d / 2; ++i) pos_freqs[i] = std::pow(base, static_cast<float>(2 * i) / static_cast<float>(d));
   if (rope.type != RopeConfig::Type::kYarn) {
     for (int64_t i = 0; i < d / 2; ++i) inv[i] = 1.0f / pos_freqs[i];
     return inv;
   }
   // YaRN: blend interpolated (1/(f*pos)) and extrapolated (1/pos) frequencies over a linear ramp.
   auto corr_dim = [&](double r) {
-    return static_cast<double>(d) * std::log(static_cast<double>(rope.original_max_position_embeddings) /
-                                             (r * 2.0 * M_PI)) /
+    return static_cast<double>(d) *
+           std::log(static_cast<double>(rope.original_max_position_embeddings) / (r * 2.0 * M_PI)) /
            (2.0 * std::log(rope.theta));
   };
   double low = corr_dim(rope.beta_fast), high = corr_dim(rope.beta_slow);
@@ -133,8 +132,8 @@ uint64_t ModelConfig::parameter_count() const {
   const uint64_t H = hidden_size, N = num_attention_heads, dq = qk_head_dim(), Lq = q_lora_rank, Lkv = kv_lora_rank,
                  dr = qk_rope_head_dim, dn = qk_nope_head_dim, dv = v_head_dim, E = n_routed_experts,
                  Ie = moe_intermediate_size;
-  uint64_t attn = (Lq > 0 ? H * Lq + Lq + Lq * N * dq : H * N * dq) + H * (Lkv + dr) + Lkv + Lkv * N * (dn + dv) +
-                  N * dv * H;
+  uint64_t attn =
+      (Lq > 0 ? H * Lq + Lq + Lq * N * dq : H * N * dq) + H * (Lkv + dr) + Lkv + Lkv * N * (dn + dv) + N * dv * H;
   uint64_t n = static_cast<uint64_t>(vocab_size) * H * (tie_word_embeddings ? 1 : 2) + H;
   for (int64_t l = 0; l < num_hidden_layers; ++l) {
     n += 2 * H + attn;
@@ -158,8 +157,10 @@ ModelConfig parse_model_config(const json& root, const std::string& where) {
   JsonFields top(root, where);
   if (!top.has("architectures") || !root["architectures"].is_array() || root["architectures"].empty() ||
       !root["architectures"][0].is_string())
-    fail("{}: missing 'architectures' (expected [\"DeepseekV3ForCausalLM\"] or "
-         "[\"KimiK25ForConditionalGeneration\"])", where);
+    fail(
+        "{}: missing 'architectures' (expected [\"DeepseekV3ForCausalLM\"] or "
+        "[\"KimiK25ForConditionalGeneration\"])",
+        where);
   c.architecture = root["architectures"][0].get<std::string>();
 
   const json* lm = &root;
@@ -172,8 +173,10 @@ ModelConfig parse_model_config(const json& root, const std::string& where) {
     c.weight_prefix = "language_model.";
     c.skipped_prefixes = {"vision_tower.", "mm_projector.", "multi_modal_projector."};
   } else if (c.architecture != "DeepseekV3ForCausalLM") {
-    fail("{}: architecture '{}' is not supported (supported: DeepseekV3ForCausalLM, "
-         "KimiK25ForConditionalGeneration)", where, c.architecture);
+    fail(
+        "{}: architecture '{}' is not supported (supported: DeepseekV3ForCausalLM, "
+        "KimiK25ForConditionalGeneration)",
+        where, c.architecture);
   }
   JsonFields f(*lm, lm_where);
   c.model_type = f.get_string("model_type", "deepseek_v3");
@@ -183,15 +186,14 @@ ModelConfig parse_model_config(const json& root, const std::string& where) {
   std::string act = f.get_string("hidden_act", "silu");
   if (act != "silu") fail("{}: hidden_act '{}' is not supported (only silu)", lm_where, act);
   if (f.get_int("moe_layer_freq", 1) != 1)
-    fail("{}: moe_layer_freq {} is not supported (only 1: every layer from first_k_dense_replace on is MoE)",
-         lm_where, f.get_int("moe_layer_freq"));
+    fail("{}: moe_layer_freq {} is not supported (only 1: every layer from first_k_dense_replace on is MoE)", lm_where,
+         f.get_int("moe_layer_freq"));
   if (f.get_bool("attention_bias", false)) fail("{}: attention_bias true is not supported", lm_where);
   std::string scoring = f.get_string("scoring_func", "sigmoid");
   if (scoring != "sigmoid")
     fail("{}: scoring_func '{}' is not supported (only sigmoid, as DeepSeek-V3 and Kimi-K2)", lm_where, scoring);
   std::string topk_method = f.get_string("topk_method", "noaux_tc");
-  if (topk_method != "noaux_tc")
-    fail("{}: topk_method '{}' is not supported (only noaux_tc)", lm_where, topk_method);
+  if (topk_method != "noaux_tc") fail("{}: topk_method '{}' is not supported (only noaux_tc)", lm_where, topk_method);
   if (!f.get_bool("rope_interleave", true))
     fail("{}: rope_interleave false is not supported (DeepSeek weights use interleaved rope pairs)", lm_where);
 
@@ -203,8 +205,8 @@ ModelConfig parse_model_config(const json& root, const std::string& where) {
   c.num_attention_heads = f.get_int("num_attention_heads");
   int64_t kv_heads = f.get_int("num_key_value_heads", c.num_attention_heads);
   if (kv_heads != c.num_attention_heads)
-    fail("{}: num_key_value_heads {} != num_attention_heads {}: MLA has no grouped-query attention", lm_where,
-         kv_heads, c.num_attention_heads);
+    fail("{}: num_key_value_heads {} != num_attention_heads {}: MLA has no grouped-query attention", lm_where, kv_heads,
+         c.num_attention_heads);
   c.q_lora_rank = f.get_optional_int("q_lora_rank").value_or(0);
   c.kv_lora_rank = f.get_int("kv_lora_rank");
   c.qk_nope_head_dim = f.get_int("qk_nope_head_dim");
@@ -227,7 +229,8 @@ ModelConfig parse_model_config(const json& root, const std::string& where) {
   c.rope = parse_rope(f);
 
   const json& ids_src = f.has("eos_token_id") ? *lm : root;
-  if (JsonFields(ids_src, lm_where).has("bos_token_id")) c.bos_token_id = JsonFields(ids_src, lm_where).get_int("bos_token_id");
+  if (JsonFields(ids_src, lm_where).has("bos_token_id"))
+    c.bos_token_id = JsonFields(ids_src, lm_where).get_int("bos_token_id");
   if (ids_src.contains("eos_token_id")) c.eos_token_ids = parse_ids(ids_src["eos_token_id"], lm_where, "eos_token_id");
 
   auto positive = [&](const char* name, int64_t v) {
@@ -252,8 +255,8 @@ ModelConfig parse_model_config(const json& root, const std::string& where) {
   if (c.topk_group < 1 || c.topk_group > c.n_group)
     fail("{}: topk_group {} must be between 1 and n_group {}", lm_where, c.topk_group, c.n_group);
   if (c.num_experts_per_tok > c.n_routed_experts / c.n_group * c.topk_group)
-    fail("{}: num_experts_per_tok {} exceeds the experts in the {} selected groups", lm_where,
-         c.num_experts_per_tok, c.topk_group);
+    fail("{}: num_experts_per_tok {} exceeds the experts in the {} selected groups", lm_where, c.num_experts_per_tok,
+         c.topk_group);
   if (c.n_group > 1 && c.n_routed_experts / c.n_group < 2)
     fail("{}: group-limited routing needs at least 2 experts per group", lm_where);
   if (c.first_k_dense_replace < c.num_hidden_layers) positive("moe_intermediate_size", c.moe_intermediate_size);

@@ -136,8 +136,7 @@ QuantConfig parse_config_json_quant(const json& qc, const std::string& where) {
     }
     return q;
   }
-  fail("{}: quant_method '{}' is not supported (supported: fp8 with 128x128 blocks, modelopt NVFP4)", where,
-       method);
+  fail("{}: quant_method '{}' is not supported (supported: fp8 with 128x128 blocks, modelopt NVFP4)", where, method);
 }
 
 }  // namespace
@@ -153,9 +152,12 @@ bool QuantConfig::is_excluded(const std::string& module) const {
 
 std::string QuantConfig::method_name() const {
   switch (method) {
-    case Method::kNone: return "none";
-    case Method::kFp8Block: return fmt::format("fp8 block {}x{}", block_rows, block_cols);
-    case Method::kNvfp4: return fmt::format("nvfp4 (group {}, {})", group_size, quantized_activations ? "W4A4 checkpoint" : "W4A16");
+    case Method::kNone:
+      return "none";
+    case Method::kFp8Block:
+      return fmt::format("fp8 block {}x{}", block_rows, block_cols);
+    case Method::kNvfp4:
+      return fmt::format("nvfp4 (group {}, {})", group_size, quantized_activations ? "W4A4 checkpoint" : "W4A16");
   }
   return "?";
 }
@@ -219,8 +221,8 @@ KvCacheDtypeResolution resolve_kv_cache_dtype(const std::string& user_choice, co
                         *quant.kv_cache_hint, quant.kv_cache_hint_source, backend_name,
                         core::kv_cache_dtype_name(backend_default))};
   }
-  return {backend_default, fmt::format("default of the {} backend (no explicit choice, no checkpoint hint)",
-                                       backend_name)};
+  return {backend_default,
+          fmt::format("default of the {} backend (no explicit choice, no checkpoint hint)", backend_name)};
 }
 
 }  // namespace tessera::io

@@ -39,9 +39,7 @@ struct QuantConfig {
   // exporters disagree on whether the VLM prefix is part of the name.
   bool is_excluded(const std::string& module) const;
   // NVFP4: linears not excluded are quantized. FP8: decided by the tensor dtype on disk.
-  bool expects_nvfp4(const std::string& module) const {
-    return method == Method::kNvfp4 && !is_excluded(module);
-  }
+  bool expects_nvfp4(const std::string& module) const { return method == Method::kNvfp4 && !is_excluded(module); }
   std::string method_name() const;
 };
 

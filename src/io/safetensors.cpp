@@ -250,8 +250,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
 }
 
 TensorToWrite tensor_to_write(std::string name, const core::Tensor& t) {
-  return {std::move(name), t.dtype(), t.shape(),
-          std::string(static_cast<const char*>(t.raw()), t.nbytes())};
+  return {std::move(name), t.dtype(), t.shape(), std::string(static_cast<const char*>(t.raw()), t.nbytes())};
 }
 
 TensorToWrite f32_tensor(std::string name, core::Shape shape, const std::vector<float>& values) {

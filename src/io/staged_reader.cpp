@@ -155,8 +155,7 @@ void StagedReader::read_loop() {
 
 const void* StagedReader::take(size_t i) {
   std::unique_lock<std::mutex> lock(mu_);
-  TESSERA_CHECK(i < ranges_.size() && i == taken_, "StagedReader: range {} taken out of order (next is {})", i,
-                taken_);
+  TESSERA_CHECK(i < ranges_.size() && i == taken_, "StagedReader: range {} taken out of order (next is {})", i, taken_);
   ++taken_;
   ready_.wait(lock, [&] { return !error_.empty() || (slots_[i].placed && slots_[i].done == ranges_[i].bytes); });
   if (!error_.empty()) fail("{}", error_);

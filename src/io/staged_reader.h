@@ -48,9 +48,9 @@ class StagedReader {
 
  private:
   struct Slot {
-    size_t start = 0;      // offset in the arena
-    uint64_t queued = 0;   // bytes handed to readers
-    uint64_t done = 0;     // bytes read
+    size_t start = 0;     // offset in the arena
+    uint64_t queued = 0;  // bytes handed to readers
+    uint64_t done = 0;    // bytes read
     bool placed = false;
     bool released = false;
   };
@@ -65,11 +65,11 @@ class StagedReader {
   size_t chunk_ = 0;
 
   std::mutex mu_;
-  std::condition_variable room_;   // readers wait for arena space
-  std::condition_variable ready_;  // the consumer waits for a range
-  size_t next_ = 0;                // first range not fully handed to readers
-  size_t taken_ = 0;               // ranges before this one are taken
-  size_t released_ = 0;            // ranges before this one are released
+  std::condition_variable room_;                // readers wait for arena space
+  std::condition_variable ready_;               // the consumer waits for a range
+  size_t next_ = 0;                             // first range not fully handed to readers
+  size_t taken_ = 0;                            // ranges before this one are taken
+  size_t released_ = 0;                         // ranges before this one are released
   std::deque<std::pair<size_t, size_t>> held_;  // [start, end) of placed, unreleased ranges, in order
   size_t cursor_ = 0;                           // end of the last placed range
   bool stop_ = false;

@@ -89,8 +89,8 @@ void DeepseekV3Model::feed_forward(ops::Ops& o, int64_t layer, const Tensor& h, 
     return;
   }
   const auto& M = L.moe;
-  ops::RouterConfig rc{cfg_.n_routed_experts, cfg_.num_experts_per_tok, cfg_.n_group, cfg_.topk_group,
-                       cfg_.norm_topk_prob, static_cast<float>(cfg_.routed_scaling_factor)};
+  ops::RouterConfig rc{cfg_.n_routed_experts, cfg_.num_experts_per_tok, cfg_.n_group,
+                       cfg_.topk_group,       cfg_.norm_topk_prob,      static_cast<float>(cfg_.routed_scaling_factor)};
   o.moe(h, M.router, M.correction_bias, rc, M.experts, M.shared ? &*M.shared : nullptr, out);
 }
 

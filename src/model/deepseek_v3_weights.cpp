@@ -73,8 +73,10 @@ LinearWeight load_linear(const io::Checkpoint& ckpt, const std::string& module, 
     return w;
   }
   if (nvfp4_expected)
-    fail("{}: module '{}' is listed as NVFP4-quantized by {} (not in its exclude list) but its weight is {}, "
-         "not packed U8", file, module, quant_reason(quant), core::dtype_name(info.dtype));
+    fail(
+        "{}: module '{}' is listed as NVFP4-quantized by {} (not in its exclude list) but its weight is {}, "
+        "not packed U8",
+        file, module, quant_reason(quant), core::dtype_name(info.dtype));
   if (info.dtype == DType::kF8E4M3) {
     if (quant.method != io::QuantConfig::Method::kFp8Block)
       fail("{}: tensor '{}' is F8_E4M3 but config.json has no FP8 block quantization_config", file, wname);
@@ -84,10 +86,10 @@ LinearWeight load_linear(const io::Checkpoint& ckpt, const std::string& module, 
     w.weight = ckpt.get(wname, DType::kF8E4M3, {out, in});
     const std::string scale = module + ".weight_scale_inv";
     if (!ckpt.has(scale))
-      fail("{}: module '{}' is FP8 (per {}) but its scale tensor '{}' is missing", file, module,
-           quant_reason(quant), scale);
-    w.scale = ckpt.get(scale, DType::kF32,
-                       {(out + w.block_rows - 1) / w.block_rows, (in + w.block_cols - 1) / w.block_cols});
+      fail("{}: module '{}' is FP8 (per {}) but its scale tensor '{}' is missing", file, module, quant_reason(quant),
+           scale);
+    w.scale =
+        ckpt.get(scale, DType::kF32, {(out + w.block_rows - 1) / w.block_rows, (in + w.block_cols - 1) / w.block_cols});
     return w;
   }
   w.format = LinearWeight::Format::kDense;

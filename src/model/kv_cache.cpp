@@ -43,9 +43,10 @@ std::vector<float> fp8_kv_layer_scales(const std::vector<std::optional<float>>& 
     out.push_back(k);
   }
   if (differing > 0)
-    spdlog::warn("fp8 KV cache: v_scale differs from k_scale in {} layers (first: layer {}); MLA caches one latent "
-                 "for K and V, so k_scale is used",
-                 differing, first_differing);
+    spdlog::warn(
+        "fp8 KV cache: v_scale differs from k_scale in {} layers (first: layer {}); MLA caches one latent "
+        "for K and V, so k_scale is used",
+        differing, first_differing);
   spdlog::info("fp8 KV cache: k_scale from the checkpoint for {} of {} layers, 1.0 for the rest", from_checkpoint,
                k_scales.size());
   return out;

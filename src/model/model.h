@@ -33,10 +33,10 @@ class Model {
 };
 
 struct LoadOptions {
-  std::string device = "cpu";           // --device: cpu (the fp32 reference) or cuda
-  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype
-  std::string kernels;                  // --kernels: forced CUDA kernels, "op=kernel,..."
-  bool enforce_eager = false;           // --enforce-eager: no CUDA graphs for decode steps
+  std::string device = "cpu";             // --device: cpu (the fp32 reference) or cuda
+  std::string kv_cache_dtype = "auto";    // --kv-cache-dtype
+  std::string kernels;                    // --kernels: forced CUDA kernels, "op=kernel,..."
+  bool enforce_eager = false;             // --enforce-eager: no CUDA graphs for decode steps
   std::optional<double> latent_norm_eps;  // override of the q_a/kv_a RMSNorm epsilon
   int load_threads = 0;                   // reader threads of the staged loader; 0: one per core, at most 16
 };

@@ -16,8 +16,8 @@ SequenceRunner::SequenceRunner(LoadedModel& model, int64_t capacity)
 std::vector<float> SequenceRunner::append(const std::vector<int32_t>& ids, bool all_logits) {
   TESSERA_CHECK(!ids.empty(), "append: no tokens");
   const int64_t need = length_ + static_cast<int64_t>(ids.size());
-  TESSERA_CHECK(need <= cache_.num_pages() * cache_.page_size(), "sequence of {} tokens exceeds its cache of {}",
-                need, cache_.num_pages() * cache_.page_size());
+  TESSERA_CHECK(need <= cache_.num_pages() * cache_.page_size(), "sequence of {} tokens exceeds its cache of {}", need,
+                cache_.num_pages() * cache_.page_size());
   StepBatch batch;
   batch.token_ids = ids;
   SequenceStep s;

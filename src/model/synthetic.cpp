@@ -114,9 +114,12 @@ SyntheticFormat parse_synthetic_format(const std::string& name) {
 
 std::string synthetic_format_name(SyntheticFormat f) {
   switch (f) {
-    case SyntheticFormat::kBf16: return "bf16";
-    case SyntheticFormat::kFp8: return "fp8 (DeepSeek-V3 128x128 blocks; router and lm_head bf16)";
-    case SyntheticFormat::kNvfp4: return "nvfp4 (Kimi-K2.5: routed experts NVFP4, the rest bf16)";
+    case SyntheticFormat::kBf16:
+      return "bf16";
+    case SyntheticFormat::kFp8:
+      return "fp8 (DeepSeek-V3 128x128 blocks; router and lm_head bf16)";
+    case SyntheticFormat::kNvfp4:
+      return "nvfp4 (Kimi-K2.5: routed experts NVFP4, the rest bf16)";
   }
   return "?";
 }
@@ -206,7 +209,8 @@ DecodeLayerBytes decode_layer_bytes(const io::ModelConfig& c, int64_t batch, int
   const double dense = format == SyntheticFormat::kFp8 ? fp8 : bf16;
   const double routed = format == SyntheticFormat::kFp8 ? fp8 : format == SyntheticFormat::kNvfp4 ? nvfp4 : bf16;
   DecodeLayerBytes b;
-  const double q = c.q_lora_rank > 0 ? c.q_lora_rank * H + N * c.qk_head_dim() * c.q_lora_rank : N * c.qk_head_dim() * H;
+  const double q =
+      c.q_lora_rank > 0 ? c.q_lora_rank * H + N * c.qk_head_dim() * c.q_lora_rank : N * c.qk_head_dim() * H;
   b.attention_weights = dense * (q + c.kv_cache_entry_dim() * H + H * N * c.v_head_dim) +
                         bf16 * N * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank;
   b.router = bf16 * c.n_routed_experts * H;

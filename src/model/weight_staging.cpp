@@ -91,17 +91,16 @@ WeightStaging::WeightStaging(const io::Checkpoint& ckpt, const ModelWeights& w, 
     total_ += t.nbytes();
     return t.nbytes();
   };
-  visit_weights(
-      w, plan, plan, [&](const ops::LinearWeight& l, ops::LinearUse) {
-        const uint64_t weight = plan(l.weight), scale = plan(l.scale);
-        if (weight && scale) largest_pair = std::max(largest_pair, weight + scale);
-      });
+  visit_weights(w, plan, plan, [&](const ops::LinearWeight& l, ops::LinearUse) {
+    const uint64_t weight = plan(l.weight), scale = plan(l.scale);
+    if (weight && scale) largest_pair = std::max(largest_pair, weight + scale);
+  });
   // A linear's weight and scale are held together while it uploads: with twice their size the
   // ring always has room for the second whatever the first's place (see StagedReader).
   const size_t arena = std::max<size_t>(kArenaBytes, static_cast<size_t>(2 * largest_pair));
   auto alloc = [&backend](size_t bytes) { return backend.staging_host_buffer(bytes); };
-  reader_ = std::make_unique<io::StagedReader>(std::move(ranges), alloc, arena,
-                                               threads > 0 ? threads : default_threads());
+  reader_ =
+      std::make_unique<io::StagedReader>(std::move(ranges), alloc, arena, threads > 0 ? threads : default_threads());
   if (progress_) progress_({0, total_, 0.0, false});
 }
 
@@ -132,8 +131,7 @@ void WeightStaging::released(size_t index) {
 
 void WeightStaging::finish() {
   if (progress_)
-    progress_({done_, total_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(),
-               true});
+    progress_({done_, total_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(), true});
 }
 
 }  // namespace tessera::model

@@ -84,9 +84,12 @@ uint64_t LinearWeight::stored_bytes() const {
 
 std::string LinearWeight::format_name() const {
   switch (format) {
-    case Format::kDense: return std::string(core::dtype_name(weight.dtype()));
-    case Format::kFp8Block: return fmt::format("fp8-block{}x{}", block_rows, block_cols);
-    case Format::kNvfp4: return fmt::format("nvfp4-g{}", group_size);
+    case Format::kDense:
+      return std::string(core::dtype_name(weight.dtype()));
+    case Format::kFp8Block:
+      return fmt::format("fp8-block{}x{}", block_rows, block_cols);
+    case Format::kNvfp4:
+      return fmt::format("nvfp4-g{}", group_size);
   }
   return "?";
 }

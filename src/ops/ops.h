@@ -46,9 +46,9 @@ struct KvLayerView {
 
 // Where one sequence's new tokens sit in the flat step and in the cache.
 struct AttentionSeq {
-  int64_t token_begin = 0;  // row of its first new token in the flat [T, ...] tensors
-  int64_t num_tokens = 0;   // new tokens
-  int64_t start_pos = 0;    // tokens already cached before this step
+  int64_t token_begin = 0;               // row of its first new token in the flat [T, ...] tensors
+  int64_t num_tokens = 0;                // new tokens
+  int64_t start_pos = 0;                 // tokens already cached before this step
   std::span<const int32_t> block_table;  // cache pages covering positions [0, start_pos + num_tokens)
 };
 
@@ -220,8 +220,7 @@ class Ops {
                             int64_t count) = 0;
 
   // Writes each new token's [c_kv | k_pe] (rows of `latent` [T, entry_dim]) to its cache slot.
-  virtual void kv_cache_write(KvLayerView& cache, const core::Tensor& latent,
-                              std::span<const AttentionSeq> seqs) = 0;
+  virtual void kv_cache_write(KvLayerView& cache, const core::Tensor& latent, std::span<const AttentionSeq> seqs) = 0;
 
   // The rest of an MLA layer's inputs, as these ops in sequence (a backend may run them as one
   // kernel): q's rope columns rotated (rope_inplace(q, tables, nope, nope + rope, heads)); in
@@ -250,15 +249,13 @@ class Ops {
   // out[t] = Σ_k weights[t,k] · Expert_{ids[t,k]}(x[t]), then + Shared(x[t]) when `shared` is
   // given (added last; out is overwritten). A backend may run the shared expert beside the routed
   // ones.
-  virtual void moe_experts(const core::Tensor& x, const std::vector<ExpertWeights>& experts,
-                           const core::Tensor& ids, const core::Tensor& weights, core::Tensor& out,
-                           const ExpertWeights* shared = nullptr) = 0;
+  virtual void moe_experts(const core::Tensor& x, const std::vector<ExpertWeights>& experts, const core::Tensor& ids,
+                           const core::Tensor& weights, core::Tensor& out, const ExpertWeights* shared = nullptr) = 0;
   // A whole MoE block: moe_route, then moe_experts into out (ids and weights are temporaries). A
   // backend may run the shared expert beside the routing, which it does not depend on. The result
   // must equal the two ops in sequence.
-  virtual void moe(const core::Tensor& x, const LinearWeight& router, const core::Tensor& bias,
-                   const RouterConfig& cfg, const std::vector<ExpertWeights>& experts,
-                   const ExpertWeights* shared, core::Tensor& out) {
+  virtual void moe(const core::Tensor& x, const LinearWeight& router, const core::Tensor& bias, const RouterConfig& cfg,
+                   const std::vector<ExpertWeights>& experts, const ExpertWeights* shared, core::Tensor& out) {
     core::Tensor ids = empty_i32({x.dim(0), cfg.top_k}), weights = empty({x.dim(0), cfg.top_k});
     moe_route(x, router, bias, cfg, ids, weights);
     moe_experts(x, experts, ids, weights, out, shared);

@@ -31,8 +31,8 @@ struct SampleRow {
   float temperature = 1.0f;  // 0: greedy (first argmax); otherwise > 0 with 1/temperature finite
   int32_t top_k = 0;         // <= 0 or >= vocab: off
   float top_p = 1.0f;        // in (0, 1]; 1: off
-  double uniform = 0.0;  // in [0, 1): the caller's draw (ignored when greedy); double so that an
-                         // engine RNG's 53-bit uniform is used as drawn
+  double uniform = 0.0;      // in [0, 1): the caller's draw (ignored when greedy); double so that an
+                             // engine RNG's 53-bit uniform is used as drawn
 };
 
 namespace sampling {
@@ -118,9 +118,7 @@ TESSERA_HD uint32_t order_key(float s) {
   const uint32_t b = float_bits(s);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
-TESSERA_HD float key_value(uint32_t k) {
-  return bits_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
-}
+TESSERA_HD float key_value(uint32_t k) { return bits_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k); }
 
 // round(exp(d) · 2^40) for d <= 0: Cody-Waite reduction d = n·ln2 + r, |r| <= ln2/2, then the
 // degree-7 Taylor polynomial of exp(r) (relative error ~1e-7, far below what matters for sampling).
@@ -148,9 +146,7 @@ TESSERA_HD uint64_t exp_mass(float d) {
 
 // The mass of a token with scaled logit s in a row whose largest is s_max (> -inf). The largest
 // tokens weigh exactly kMassOne, also when s_max is +inf (then every finite token weighs 0).
-TESSERA_HD uint64_t token_mass(float s, float s_max) {
-  return s == s_max ? kMassOne : exp_mass(f_sub(s, s_max));
-}
+TESSERA_HD uint64_t token_mass(float s, float s_max) { return s == s_max ? kMassOne : exp_mass(f_sub(s, s_max)); }
 
 // s - s_max as the log of a token's unnormalised weight (0 for the largest), for logprobs.
 TESSERA_HD float log_weight(float s, float s_max) { return s == s_max ? 0.0f : f_sub(s, s_max); }

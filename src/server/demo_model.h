@@ -33,7 +33,8 @@ std::filesystem::path default_demo_cache_dir();
 
 // Writes the demo checkpoint (config.json, model.safetensors, tokenizer files, chat template) into
 // cache_dir/<versioned name> unless it is already complete; returns that directory.
-std::filesystem::path ensure_demo_model(const std::filesystem::path& cache_dir, const std::filesystem::path& tokenizer_dir);
+std::filesystem::path ensure_demo_model(const std::filesystem::path& cache_dir,
+                                        const std::filesystem::path& tokenizer_dir);
 
 // config.json + model.safetensors of the demo architecture with `vocab_size` rows and random
 // weights (tests build Kimi-tokenizer variants with it).

@@ -90,8 +90,10 @@ void Generation::handle(size_t sub, engine::RequestOutput&& o, std::vector<Choic
   if (o.token) {
     const auto now = Clock::now();
     if (metrics_) {
-      if (first_token_) metrics_->ttft.observe(std::chrono::duration<double>(now - start_).count());
-      else if (c.tokens > 0) metrics_->itl.observe(std::chrono::duration<double>(now - c.last).count());
+      if (first_token_)
+        metrics_->ttft.observe(std::chrono::duration<double>(now - start_).count());
+      else if (c.tokens > 0)
+        metrics_->itl.observe(std::chrono::duration<double>(now - c.last).count());
     }
     first_token_ = false;
     c.last = now;

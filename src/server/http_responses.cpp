@@ -70,8 +70,8 @@ bool HttpServer::stream_step(Live& l, bool chat, ResponseSink& sink) {
   if (l.gen->engine_failed()) {
     on_engine_failure("the engine failed a step");
     write(sse(error_json(500, "the engine failed while generating this request")));
-  }
-  else if (l.job.include_usage) write(sse(usage_chunk(l.meta, l.gen->usage(), chat)));
+  } else if (l.job.include_usage)
+    write(sse(usage_chunk(l.meta, l.gen->usage(), chat)));
   write("data: [DONE]\n\n");
   l.finished = true;
   sink.done();

@@ -53,25 +53,33 @@ std::string ServerMetrics::render(const engine::EngineMetrics& e, bool healthy, 
   gauge("tessera_requests_in_flight", "HTTP generation requests admitted and not yet answered",
         static_cast<double>(in_flight.load()));
   gauge("tessera_kv_pages_used", "KV cache pages referenced by sequences", static_cast<double>(e.kv_pages_used));
-  gauge("tessera_kv_pages_cached_idle", "KV cache pages kept only for prefix reuse", static_cast<double>(e.kv_pages_cached_idle));
+  gauge("tessera_kv_pages_cached_idle", "KV cache pages kept only for prefix reuse",
+        static_cast<double>(e.kv_pages_cached_idle));
   gauge("tessera_kv_pages_total", "KV cache pages in the pool", static_cast<double>(e.kv_pages_total));
   gauge("tessera_kv_cache_usage_ratio", "fraction of KV pages referenced by sequences",
         e.kv_pages_total > 0 ? static_cast<double>(e.kv_pages_used) / static_cast<double>(e.kv_pages_total) : 0.0);
   gauge("tessera_prefix_cache_hit_rate", "prompt tokens served from the prefix cache / prompt tokens looked up",
         e.prefix_hit_rate);
   counter("tessera_preemptions_total", "sequences preempted for KV space", static_cast<double>(e.preemptions));
-  counter("tessera_prompt_tokens_total", "prompt tokens of finished requests", static_cast<double>(prompt_tokens.load()));
+  counter("tessera_prompt_tokens_total", "prompt tokens of finished requests",
+          static_cast<double>(prompt_tokens.load()));
   counter("tessera_prompt_tokens_cached_total", "prompt tokens whose KV came from the prefix cache",
           static_cast<double>(cached_prompt_tokens.load()));
-  counter("tessera_generation_tokens_total", "generated tokens (reasoning included)", static_cast<double>(generation_tokens.load()));
-  counter("tessera_reasoning_tokens_total", "generated tokens inside reasoning", static_cast<double>(reasoning_tokens.load()));
-  counter("tessera_requests_finished_total", "generation requests that ended (completed or aborted)", static_cast<double>(requests_finished.load()));
+  counter("tessera_generation_tokens_total", "generated tokens (reasoning included)",
+          static_cast<double>(generation_tokens.load()));
+  counter("tessera_reasoning_tokens_total", "generated tokens inside reasoning",
+          static_cast<double>(reasoning_tokens.load()));
+  counter("tessera_requests_finished_total", "generation requests that ended (completed or aborted)",
+          static_cast<double>(requests_finished.load()));
   counter("tessera_requests_aborted_total", "generation requests aborted (client gone, shutdown)",
           static_cast<double>(requests_aborted.load()));
-  out += "# HELP tessera_request_errors_total error responses by HTTP status\n# TYPE tessera_request_errors_total counter\n";
+  out +=
+      "# HELP tessera_request_errors_total error responses by HTTP status\n# TYPE tessera_request_errors_total "
+      "counter\n";
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [status, n] : errors_) out += fmt::format("tessera_request_errors_total{{status=\"{}\"}} {}\n", status, n);
+    for (const auto& [status, n] : errors_)
+      out += fmt::format("tessera_request_errors_total{{status=\"{}\"}} {}\n", status, n);
   }
   ttft.render(out, "tessera_time_to_first_token_seconds", "time from admission to the first generated token");
   itl.render(out, "tessera_inter_token_latency_seconds", "time between consecutive tokens of a choice");

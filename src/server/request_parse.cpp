@@ -13,7 +13,8 @@ namespace {
 
 void check_model(const OJson& b, const ServedModel& m, GenerationJob& job) {
   if (auto name = get_str(b, "model")) {
-    if (*name != m.id) throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", *name, m.id), "model");
+    if (*name != m.id)
+      throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", *name, m.id), "model");
   }
   job.model = m.id;
 }
@@ -57,7 +58,8 @@ void parse_sampling(const OJson& b, const ServedModel& m, const ParseLimits& lim
         bad_request("stop", "stop strings may be at most {} bytes", lim.max_stop_string_bytes);
   }
   if (const OJson* s = field(b, "stop_token_ids")) {
-    if (!s->is_array() || static_cast<int64_t>(s->size()) > 64) bad_request("stop_token_ids", "'stop_token_ids' must be an array of at most 64 token ids");
+    if (!s->is_array() || static_cast<int64_t>(s->size()) > 64)
+      bad_request("stop_token_ids", "'stop_token_ids' must be an array of at most 64 token ids");
     for (const auto& x : *s) {
       if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= m.vocab_size)
         bad_request("stop_token_ids", "'stop_token_ids' entries must be token ids in [0, {})", m.vocab_size);
@@ -82,7 +84,8 @@ void parse_sampling(const OJson& b, const ServedModel& m, const ParseLimits& lim
     (void)script;
     bad_request("tessera_script", "'tessera_script' is a test hook this build of tessera does not have");
 #else
-    if (!lim.allow_test_script) bad_request("tessera_script", "'tessera_script' needs a server started with --enable-test-script");
+    if (!lim.allow_test_script)
+      bad_request("tessera_script", "'tessera_script' needs a server started with --enable-test-script");
     if (script->is_string()) {
       p.scripted_tokens = m.tokenizer->encode(script->get<std::string>());
     } else if (script->is_array()) {
@@ -103,7 +106,9 @@ void resolve_max_tokens(const OJson& b, const ServedModel& m, GenerationJob& job
   int64_t longest = 0;
   for (const auto& pr : job.prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(pr.size()));
   if (longest >= m.max_model_len)
-    bad_request(job.endpoint == Endpoint::kChat ? "messages" : "prompt", "the prompt is {} tokens; this model's context is {} tokens (prompt + output)", longest, m.max_model_len);
+    bad_request(job.endpoint == Endpoint::kChat ? "messages" : "prompt",
+                "the prompt is {} tokens; this model's context is {} tokens (prompt + output)", longest,
+                m.max_model_len);
   const char* key = field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   std::optional<int64_t> mt = get_int(b, key, 1, INT64_MAX / 4);
   const int64_t room = m.max_model_len - longest;
@@ -146,8 +151,8 @@ std::optional<int64_t> reasoning_effort_budget(const std::string& effort) {
   if (effort == "medium") return 4096;
   if (effort == "high") return 16384;
   if (effort == "xhigh" || effort == "max") return std::nullopt;
-  bad_request("reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh, max; got '{}'",
-              effort);
+  bad_request("reasoning_effort",
+              "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh, max; got '{}'", effort);
 }
 
 GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const ParseLimits& lim) {
@@ -175,11 +180,14 @@ GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const Par
     } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
                (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string()) {
       const std::string name = (*tc)["function"]["name"].get<std::string>();
-      if (!tool_names.count(name)) bad_request("tool_choice", "'tool_choice' names '{}', which is not in 'tools'", name);
+      if (!tool_names.count(name))
+        bad_request("tool_choice", "'tool_choice' names '{}', which is not in 'tools'", name);
       tool_choice = "named";
       job.named_tool_choice = true;
     } else {
-      bad_request("tool_choice", "'tool_choice' must be none, auto, required or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}");
+      bad_request(
+          "tool_choice",
+          "'tool_choice' must be none, auto, required or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}");
     }
     if (tool_choice != "none" && ri.tools.is_null()) bad_request("tool_choice", "'tool_choice' needs 'tools'");
   }
@@ -197,16 +205,19 @@ GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const Par
       ri.kwargs.erase(reserved);
     for (const char* k : {"thinking", "enable_thinking"}) {
       if (const OJson* t = field(*kw, k)) {
-        if (!t->is_boolean()) bad_request(std::string("chat_template_kwargs.") + k, "chat_template_kwargs.{} must be a boolean", k);
+        if (!t->is_boolean())
+          bad_request(std::string("chat_template_kwargs.") + k, "chat_template_kwargs.{} must be a boolean", k);
         thinking = t->get<bool>();
       }
     }
   }
   if (const OJson* t = field(b, "thinking"); t && !thinking) {
-    if (t->is_boolean()) thinking = t->get<bool>();
+    if (t->is_boolean())
+      thinking = t->get<bool>();
     else if (t->is_object() && t->contains("type") && (*t)["type"].is_string())
       thinking = (*t)["type"].get<std::string>() != "disabled";
-    else bad_request("thinking", "'thinking' must be a boolean or {{\"type\": \"enabled\"|\"disabled\"}}");
+    else
+      bad_request("thinking", "'thinking' must be a boolean or {{\"type\": \"enabled\"|\"disabled\"}}");
   }
   std::optional<int64_t> budget = get_int(b, "thinking_token_budget", 0, INT64_MAX / 4);
   if (auto eff = get_str(b, "reasoning_effort")) {
@@ -250,8 +261,10 @@ GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const Par
     // on with a budget: the engine closes the reasoning after `budget` tokens, capped to 3/4 of
     // max_tokens so the answer always keeps room.
     std::optional<int64_t> eff;
-    if (!job.thinking) eff = 0;
-    else if (budget) eff = std::min(*budget, job.params.max_tokens * 3 / 4);
+    if (!job.thinking)
+      eff = 0;
+    else if (budget)
+      eff = std::min(*budget, job.params.max_tokens * 3 / 4);
     if (eff) {
       engine::BudgetedRegion r;
       r.start_id = m.reasoning.think_start;

@@ -50,7 +50,8 @@ struct GenerationJob {
   std::vector<std::string> tool_names;
 };
 
-GenerationJob parse_chat_request(const nlohmann::ordered_json& body, const ServedModel& model, const ParseLimits& limits);
+GenerationJob parse_chat_request(const nlohmann::ordered_json& body, const ServedModel& model,
+                                 const ParseLimits& limits);
 GenerationJob parse_completion_request(const nlohmann::ordered_json& body, const ServedModel& model,
                                        const ParseLimits& limits);
 

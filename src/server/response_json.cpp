@@ -27,7 +27,8 @@ OJson chat_logprobs(const std::vector<engine::SampledToken>& tokens, const text:
   return OJson{{"content", std::move(content)}};
 }
 
-OJson completion_logprobs(const std::vector<engine::SampledToken>& tokens, int64_t& offset, const text::Tokenizer& tok) {
+OJson completion_logprobs(const std::vector<engine::SampledToken>& tokens, int64_t& offset,
+                          const text::Tokenizer& tok) {
   OJson toks = OJson::array(), lps = OJson::array(), tops = OJson::array(), offs = OJson::array();
   auto str = [&](int32_t id) { return tok.has_id(id) ? std::string(tok.token_bytes(id)) : std::string(); };
   for (const auto& t : tokens) {
@@ -44,7 +45,8 @@ OJson completion_logprobs(const std::vector<engine::SampledToken>& tokens, int64
 }
 
 OJson base(const ResponseMeta& m, const char* object) {
-  return OJson{{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}, {"system_fingerprint", nullptr}};
+  return OJson{
+      {"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}, {"system_fingerprint", nullptr}};
 }
 
 OJson tool_call_delta_json(const std::vector<text::ToolCallDelta>& deltas) {
@@ -82,11 +84,14 @@ void accumulate(ChoiceAccum& acc, const ChoiceEvent& ev) {
   }
   acc.tokens.insert(acc.tokens.end(), ev.tokens.begin(), ev.tokens.end());
   if (ev.finish_reason) acc.finish_reason = ev.finish_reason;
-  if (ev.complete_tool_calls) acc.tool_calls.erase(acc.tool_calls.lower_bound(*ev.complete_tool_calls), acc.tool_calls.end());
+  if (ev.complete_tool_calls)
+    acc.tool_calls.erase(acc.tool_calls.lower_bound(*ev.complete_tool_calls), acc.tool_calls.end());
 }
 
 OJson error_json(int status, const std::string& message, const std::string& param) {
-  OJson e{{"message", message}, {"type", error_type(status)}, {"param", param.empty() ? OJson() : OJson(param)},
+  OJson e{{"message", message},
+          {"type", error_type(status)},
+          {"param", param.empty() ? OJson() : OJson(param)},
           {"code", status}};
   return OJson{{"error", std::move(e)}};
 }
@@ -142,7 +147,8 @@ OJson chat_response(const ResponseMeta& m, const std::vector<ChoiceAccum>& choic
     if (has_tools) {
       OJson calls = OJson::array();
       for (const auto& [idx, tc] : a.tool_calls)
-        calls.push_back(OJson{{"id", tc.id}, {"type", "function"}, {"function", OJson{{"name", tc.name}, {"arguments", tc.arguments}}}});
+        calls.push_back(OJson{
+            {"id", tc.id}, {"type", "function"}, {"function", OJson{{"name", tc.name}, {"arguments", tc.arguments}}}});
       msg["tool_calls"] = std::move(calls);
     }
     OJson c{{"index", static_cast<int64_t>(i)}, {"message", std::move(msg)}};

@@ -21,8 +21,10 @@ std::string strip_comment(const std::string& s) {
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
     if (quote) {
-      if (c == '\\' && quote == '"') ++i;
-      else if (c == quote) quote = 0;
+      if (c == '\\' && quote == '"')
+        ++i;
+      else if (c == quote)
+        quote = 0;
     } else if (c == '"' || c == '\'') {
       quote = c;
     } else if (c == '#') {

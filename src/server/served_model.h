@@ -17,17 +17,17 @@
 namespace tessera::server {
 
 struct ServedModel {
-  std::string id;              // --served-model-name (or the directory name)
+  std::string id;  // --served-model-name (or the directory name)
   std::string owned_by = "tessera";
   bool random_weights = false;  // the built-in demo model
   std::unique_ptr<text::Tokenizer> tokenizer;
   std::unique_ptr<text::ChatTemplate> chat_template;        // conversations without tools
   std::unique_ptr<text::ChatTemplate> chat_template_tools;  // with tools (tokenizer_config "tool_use")
-  std::optional<std::string> bos_token, eos_token;  // tokenizer_config.json; unset when null or absent
+  std::optional<std::string> bos_token, eos_token;          // tokenizer_config.json; unset when null or absent
   std::vector<int32_t> eos_ids;
-  int64_t vocab_size = 0;      // rows of the model's logits (>= the tokenizer's vocabulary)
+  int64_t vocab_size = 0;  // rows of the model's logits (>= the tokenizer's vocabulary)
   int64_t max_model_len = 0;
-  bool kimi = false;           // Kimi-style tokenizer: sort tool keys, thinking on by default
+  bool kimi = false;  // Kimi-style tokenizer: sort tool keys, thinking on by default
   bool default_thinking = false;
   text::ReasoningMarkers reasoning;
   text::ToolCallMarkers tools;

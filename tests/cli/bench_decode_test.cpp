@@ -33,7 +33,8 @@ TEST(BenchDecode, TinyPresetOnTheCpuReportsEveryBatch) {
 TEST(BenchDecode, Fp8KvCacheOnRequest) {
   int rc = 0;
   std::string out = tessera(
-      "bench decode --synthetic tiny --device cpu --layers 1 --batch 2 --context 70 --steps 1 --kv-cache-dtype fp8", &rc);
+      "bench decode --synthetic tiny --device cpu --layers 1 --batch 2 --context 70 --steps 1 --kv-cache-dtype fp8",
+      &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("(fp8_e4m3)"), std::string::npos) << out;
   out = tessera("bench decode --synthetic tiny --device cpu --layers 1 --kv-cache-dtype bf16", &rc);
@@ -44,11 +45,11 @@ TEST(BenchDecode, Fp8KvCacheOnRequest) {
 TEST(BenchDecode, QuantizedWeightsRunAndAreNamed) {
   for (const char* w : {"fp8", "nvfp4"}) {
     int rc = 0;
-    const std::string out = tessera(
-        fmt::format("bench decode --synthetic tiny --device cpu --layers 1 --batch 2 --context 70 --steps 1 "
-                    "--weights {}",
-                    w),
-        &rc);
+    const std::string out =
+        tessera(fmt::format("bench decode --synthetic tiny --device cpu --layers 1 --batch 2 --context 70 --steps 1 "
+                            "--weights {}",
+                            w),
+                &rc);
     ASSERT_EQ(rc, 0) << out;
     EXPECT_NE(out.find(fmt::format("random weights in {}", w)), std::string::npos) << out;
   }

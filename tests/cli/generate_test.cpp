@@ -64,8 +64,8 @@ TEST(Generate, SampledTokensAreTheOnesTheEngineDraws) {
       EXPECT_EQ(tokens_of(j), want.tokens);
       EXPECT_EQ(j.value("finish_reason", ""), engine::finish_reason_name(want.finish));
       // Chunked prefill changes the steps, not the draws.
-      const auto chunked = generate_json(dir, prompt, "--temperature 0.8 --max-tokens 12 --prefill-chunk 3 --seed " +
-                                                          std::to_string(seed));
+      const auto chunked = generate_json(
+          dir, prompt, "--temperature 0.8 --max-tokens 12 --prefill-chunk 3 --seed " + std::to_string(seed));
       EXPECT_EQ(tokens_of(chunked), want.tokens);
     }
   }
@@ -111,10 +111,10 @@ TEST(Generate, PlainOutputPrintsTheSameTokens) {
   const auto want = tokens_of(generate_json(dir, prompt, flags));
   std::string out;
   // stdout only (run_command adds 2>&1 after the group): the timings line goes to stderr.
-  const int rc = test::run_command("{ " + test::tessera_binary().string() + " --log-level warn generate --model " +
-                                       dir.string() + " --prompt-ids " + id_list(prompt) + " " + flags +
-                                       " 2>/dev/null; }",
-                                   &out);
+  const int rc =
+      test::run_command("{ " + test::tessera_binary().string() + " --log-level warn generate --model " + dir.string() +
+                            " --prompt-ids " + id_list(prompt) + " " + flags + " 2>/dev/null; }",
+                        &out);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(out, id_list(want) + "\n");
 }

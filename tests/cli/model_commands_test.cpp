@@ -21,8 +21,9 @@ TEST(Cli, LogitsWritesTheGoldenLogits) {
   const auto out_dir = test::make_temp_dir("tessera-cli");
   int rc = 0;
   // Golden logits were computed without KV quantization; this fixture's FP8 KV hint would give fp8.
-  std::string out = tessera("logits --model " + dir.string() + " --kv-cache-dtype fp32 --prompt-ids " + ids + " --out " +
-                                (out_dir / "l.safetensors").string(), &rc);
+  std::string out = tessera("logits --model " + dir.string() + " --kv-cache-dtype fp32 --prompt-ids " + ids +
+                                " --out " + (out_dir / "l.safetensors").string(),
+                            &rc);
   ASSERT_EQ(rc, 0) << out;
   auto written = io::SafetensorsFile::open(out_dir / "l.safetensors");
   auto logits = written->tensor("logits");
@@ -43,8 +44,8 @@ TEST(Cli, GenerateJsonReproducesTheGoldenGreedyTokens) {
   std::string ids;
   for (int64_t i = 0; i < prompt.numel(); ++i) ids += (i ? "," : "") + std::to_string(prompt.data<int32_t>()[i]);
   int rc = 0;
-  std::string out = tessera("generate --json --ignore-eos --max-tokens 16 --model " + dir.string() +
-                                " --prompt-ids " + ids, &rc);
+  std::string out =
+      tessera("generate --json --ignore-eos --max-tokens 16 --model " + dir.string() + " --prompt-ids " + ids, &rc);
   ASSERT_EQ(rc, 0) << out;
   auto j = nlohmann::json::parse(out.substr(out.find('{')));
   ASSERT_EQ(j["tokens"].size(), 16u);
@@ -68,14 +69,16 @@ TEST(Cli, BadArgumentsAreErrorsNotCrashes) {
   out = tessera("inspect --model /nonexistent/dir", &rc);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("/nonexistent/dir"), std::string::npos) << out;
-  out = tessera("inspect --model " + dir.string() + " --kv-cache-dtype bf16", &rc);  // the cpu backend has no bf16 cache
+  out =
+      tessera("inspect --model " + dir.string() + " --kv-cache-dtype bf16", &rc);  // the cpu backend has no bf16 cache
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("--kv-cache-dtype"), std::string::npos) << out;
 }
 
 TEST(Cli, InspectReportsTheKimiK25Trap) {
   int rc = 0;
-  std::string out = tessera("inspect --json --model " + (test::fixtures_dir() / "models" / "kimi-k25-tiny-nvfp4").string(), &rc);
+  std::string out =
+      tessera("inspect --json --model " + (test::fixtures_dir() / "models" / "kimi-k25-tiny-nvfp4").string(), &rc);
   ASSERT_EQ(rc, 0) << out;
   auto j = nlohmann::json::parse(out.substr(out.find('{')));
   EXPECT_EQ(j["architecture"], "KimiK25ForConditionalGeneration");

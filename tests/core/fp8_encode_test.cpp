@@ -57,12 +57,12 @@ TEST(Fp8E4M3Encode, MidpointsTieToEvenAndNeighboursGoToTheNearer) {
 TEST(Fp8E4M3Encode, SubnormalsAndUnderflow) {
   const float q = std::ldexp(1.0f, -9);  // the smallest subnormal
   EXPECT_EQ(f32_to_fp8_e4m3(q), 0x01);
-  EXPECT_EQ(f32_to_fp8_e4m3(q / 2), 0x00);                                      // tie: to even (zero)
+  EXPECT_EQ(f32_to_fp8_e4m3(q / 2), 0x00);  // tie: to even (zero)
   EXPECT_EQ(f32_to_fp8_e4m3(std::nextafter(q / 2, 1.0f)), 0x01);
-  EXPECT_EQ(f32_to_fp8_e4m3(-q / 2), 0x80);                                     // underflow keeps the sign
-  EXPECT_EQ(f32_to_fp8_e4m3(1.5f * q), 0x02);                                   // tie between 1 and 2
-  EXPECT_EQ(f32_to_fp8_e4m3(2.5f * q), 0x02);                                   // tie between 2 and 3
-  EXPECT_EQ(f32_to_fp8_e4m3(7.5f * q), 0x08);                                   // tie into the normals
+  EXPECT_EQ(f32_to_fp8_e4m3(-q / 2), 0x80);                                    // underflow keeps the sign
+  EXPECT_EQ(f32_to_fp8_e4m3(1.5f * q), 0x02);                                  // tie between 1 and 2
+  EXPECT_EQ(f32_to_fp8_e4m3(2.5f * q), 0x02);                                  // tie between 2 and 3
+  EXPECT_EQ(f32_to_fp8_e4m3(7.5f * q), 0x08);                                  // tie into the normals
   EXPECT_EQ(f32_to_fp8_e4m3(std::numeric_limits<float>::denorm_min()), 0x00);  // f32 subnormal
   EXPECT_EQ(f32_to_fp8_e4m3(0.0f), 0x00);
   EXPECT_EQ(f32_to_fp8_e4m3(-0.0f), 0x80);

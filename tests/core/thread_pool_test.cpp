@@ -19,9 +19,10 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
 }
 
 TEST(ThreadPool, PropagatesExceptionsAndStaysUsable) {
-  EXPECT_THROW(parallel_for(100, [](int64_t b, int64_t) {
-                 if (b == 0) throw std::runtime_error("boom");
-               }),
+  EXPECT_THROW(parallel_for(100,
+                            [](int64_t b, int64_t) {
+                              if (b == 0) throw std::runtime_error("boom");
+                            }),
                std::runtime_error);
   std::atomic<int64_t> sum{0};
   parallel_for(100, [&](int64_t b, int64_t e) {
@@ -44,8 +45,7 @@ TEST(ThreadPool, ManyBackToBackJobsEachCountedOnce) {
 TEST(ThreadPool, NestedCallsRunInline) {
   std::atomic<int64_t> count{0};
   parallel_for(8, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      parallel_for(10, [&](int64_t b2, int64_t e2) { count += e2 - b2; });
+    for (int64_t i = b; i < e; ++i) parallel_for(10, [&](int64_t b2, int64_t e2) { count += e2 - b2; });
   });
   EXPECT_EQ(count.load(), 80);
 }

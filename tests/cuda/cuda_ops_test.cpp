@@ -118,10 +118,12 @@ class CudaOpsTest : public ::testing::Test {
     ops::MlaDims dims;
     Tensor expected;
   };
-  MlaProblem mla_problem(const RaggedStep& r, int64_t heads, int64_t nope, int64_t rope, int64_t v,
-                         int64_t latent) {
-    MlaProblem m{bf16_weight(heads * (nope + v), latent), {}, random(r.T * heads * (nope + rope)),
-                 ops::MlaDims{heads, nope, rope, v, latent, 0.14f}, cpu_.empty({r.T, heads * v})};
+  MlaProblem mla_problem(const RaggedStep& r, int64_t heads, int64_t nope, int64_t rope, int64_t v, int64_t latent) {
+    MlaProblem m{bf16_weight(heads * (nope + v), latent),
+                 {},
+                 random(r.T * heads * (nope + rope)),
+                 ops::MlaDims{heads, nope, rope, v, latent, 0.14f},
+                 cpu_.empty({r.T, heads * v})};
     m.kv_b_gpu = gpu_->upload_linear(m.kv_b.w);
     cpu_.mla_attention(cpu({r.T, heads * (nope + rope)}, m.q), r.kc, m.kv_b.w, m.dims, r.step, m.expected);
     return m;
@@ -129,7 +131,10 @@ class CudaOpsTest : public ::testing::Test {
   // The head shapes the MLA tests sweep: Kimi-like (scaled down in heads) with the real latent 512 +
   // 64, small ones, and 40 heads (a 32-head block and a partial one).
   static std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>> mla_shapes() {
-    return {{8, 16, 16, 24, 32}, {16, 128, 64, 128, 512}, {8, 128, 64, 128, 512}, {20, 32, 16, 32, 64},
+    return {{8, 16, 16, 24, 32},
+            {16, 128, 64, 128, 512},
+            {8, 128, 64, 128, 512},
+            {20, 32, 16, 32, 64},
             {40, 128, 64, 128, 512}};
   }
   std::mt19937_64 rng_{42};
@@ -169,9 +174,16 @@ TEST_F(CudaOpsTest, RmsNormIncludingColumnRangesInPlace) {
 
 TEST_F(CudaOpsTest, LinearOverShapes) {
   for (auto [T, out, in] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {1, 64, 64}, {3, 1024, 256}, {17, 80, 256}, {128, 512, 1536}, {1, 7, 13},
+           {1, 64, 64},
+           {3, 1024, 256},
+           {17, 80, 256},
+           {128, 512, 1536},
+           {1, 7, 13},
            // <= 4 tokens, K a multiple of 256: matrix-vector kernels, K split over warps when narrow
-           {1, 576, 7168}, {2, 1536, 2048}, {4, 12, 512}, {1, 2048, 768}}) {
+           {1, 576, 7168},
+           {2, 1536, 2048},
+           {4, 12, 512},
+           {1, 2048, 768}}) {
     HostWeight w = bf16_weight(out, in);
     auto wg = gpu_->upload_linear(w.w);
     auto xv = random(T * in);
@@ -234,9 +246,12 @@ TEST_F(CudaOpsTest, FusedProjectionsEqualTheOpsInSequence) {
   }
   // The matrix-vector kernels keep the normalised row in fp32; the GEMM path (3 tokens, K = 24)
   // rounds it to bf16 as every GEMM input (~2^-9 relative).
-  for (auto [T, out, in, tol] : std::vector<std::tuple<int64_t, int64_t, int64_t, double>>{
-           {1, 3072, 1536, 1e-5}, {2, 512, 1536, 1e-5}, {1, 64, 4096, 1e-5}, {1, 64, 4352, 1e-5},
-           {3, 256, 512, 4e-3}, {1, 5, 24, 4e-3}}) {
+  for (auto [T, out, in, tol] : std::vector<std::tuple<int64_t, int64_t, int64_t, double>>{{1, 3072, 1536, 1e-5},
+                                                                                           {2, 512, 1536, 1e-5},
+                                                                                           {1, 64, 4096, 1e-5},
+                                                                                           {1, 64, 4352, 1e-5},
+                                                                                           {3, 256, 512, 4e-3},
+                                                                                           {1, 5, 24, 4e-3}}) {
     HostWeight w = bf16_weight(out, in);
     auto wg = gpu_->upload_linear(w.w);
     auto xv = random(T * in, 3.0f), nv = random(in);
@@ -344,8 +359,8 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
   const std::string problem = ops::cuda::mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, 64, latent, rope);
   for (const auto& [heads, page] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {128, 64}, {64, 32}}) {
     if (!problem.empty()) break;
-    const std::vector<Seq> seqs = {{0, 1},  {69, 1},   {127, 1}, {1499, 1}, {4999, 1}, {63, 1},
-                                   {64, 1}, {3, 40},   {65, 1},  {191, 1},  {31, 1}};
+    const std::vector<Seq> seqs = {{0, 1},  {69, 1}, {127, 1}, {1499, 1}, {4999, 1}, {63, 1},
+                                   {64, 1}, {3, 40}, {65, 1},  {191, 1},  {31, 1}};
     RaggedStep r = ragged_step(seqs, page, entry, core::KvCacheDtype::kF32, core::KvCacheDtype::kBF16);
     auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
     const MlaProblem m = mla_problem(r, heads, nope, rope, v, latent);  // (kv_b is uploaded per backend below)
@@ -357,15 +372,15 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
       auto kv_b_g = backend->upload_linear(kv_b.w);
       ops::KvLayerView kv{cache_g, page};
       Tensor og = backend->empty({T, heads * v});
-      backend->mla_attention(backend->from_host_f32({T, heads * (nope + rope)}, qv.data()), kv, kv_b_g, dims, step,
-                             og);
+      backend->mla_attention(backend->from_host_f32({T, heads * (nope + rope)}, qv.data()), kv, kv_b_g, dims, step, og);
       const auto got = backend->to_host_f32(og);
       ASSERT_EQ(got.size(), ref.size());
       int64_t row = 0;
       for (const auto& s : seqs) {
         for (int64_t i = 0; i < s.fresh; ++i, ++row) {
           const auto first = static_cast<std::ptrdiff_t>(row * heads * v), last = first + heads * v;
-          const std::vector<float> a(got.begin() + first, got.begin() + last), b(ref.begin() + first, ref.begin() + last);
+          const std::vector<float> a(got.begin() + first, got.begin() + last),
+              b(ref.begin() + first, ref.begin() + last);
           // bf16 q and p as in the KV-major kernel (~2^-9 each).
           EXPECT_LE(test::rel_rms(a, b), 1e-2) << "wgmma (" << (kernels.empty() ? "auto" : kernels) << ") " << heads
                                                << " heads, pages of " << page << ", context " << s.cached + i + 1;
@@ -410,7 +425,7 @@ TEST_F(CudaOpsTest, Fp8KvCacheWriteGivesTheCpusBytes) {
       auto x = random(T * entry, 2.0f * scale);
       // Special values at the start of the first rows: saturation, signed zeros, e4m3 ties and
       // subnormals (exact after / scale only when scale is 1, but harmless otherwise).
-      const float specials[] = {1e6f,   -1e6f,  0.0f,          -0.0f,          1.0625f,        -1.1875f,
+      const float specials[] = {1e6f,   -1e6f,  0.0f,          -0.0f,         1.0625f,       -1.1875f,
                                 464.0f, 456.0f, 0.0029296875f, 0.0009765625f, 0.0048828125f, 3e-7f};
       for (size_t i = 0; i < std::size(specials); ++i) x[i] = specials[i] * (scale == 1.0f ? 1.0f : scale);
       cpu_.kv_cache_write(kc, cpu({T, entry}, x), step);
@@ -420,8 +435,8 @@ TEST_F(CudaOpsTest, Fp8KvCacheWriteGivesTheCpusBytes) {
       const uint8_t* want = cc.data<uint8_t>();
       for (size_t i = 0; i < got.size(); ++i)
         ASSERT_EQ(got[i], want[i]) << "entry " << entry << " scale " << scale << ": byte " << i << " (page "
-                                   << i / (page * entry) << ", slot " << (i / entry) % page << ", element "
-                                   << i % entry << ")";
+                                   << i / (page * entry) << ", slot " << (i / entry) % page << ", element " << i % entry
+                                   << ")";
     }
   }
 }
@@ -437,8 +452,8 @@ TEST_F(CudaOpsTest, MlaAttentionFp8CacheMatchesTheCpuFp8Cache) {
     const std::vector<Seq> seqs = {{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {1500, 1}, {31, 1}};
     RaggedStep r = ragged_step(seqs, page, entry, core::KvCacheDtype::kFp8E4M3, core::KvCacheDtype::kFp8E4M3, scale);
     auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
-    ASSERT_EQ(ops::cuda::device_bytes(cache_g), std::vector<uint8_t>(cache_c.data<uint8_t>(),
-                                                                     cache_c.data<uint8_t>() + cache_c.nbytes()));
+    ASSERT_EQ(ops::cuda::device_bytes(cache_g),
+              std::vector<uint8_t>(cache_c.data<uint8_t>(), cache_c.data<uint8_t>() + cache_c.nbytes()));
     const MlaProblem m = mla_problem(r, heads, nope, rope, v, latent);
     const auto& [kv_b, kv_b_g, qv, dims, oc] = m;
     // "auto": prefill rows through the prefill path (fp8 gathered to bf16, split precision), decode
@@ -480,9 +495,13 @@ TEST(KvMajorSmem, Fp8InstancesFitSm120) {
 
 TEST_F(CudaOpsTest, MoeRoutingAndExpertsWithUnevenRouting) {
   for (auto [T, E, K, G, TG] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
-           {1, 16, 4, 4, 2}, {37, 384, 8, 1, 1}, {64, 256, 8, 8, 4},
+           {1, 16, 4, 4, 2},
+           {37, 384, 8, 1, 1},
+           {64, 256, 8, 8, 4},
            // <= 8 tokens without groups: logits and the compact selection in one launch
-           {1, 384, 8, 1, 1}, {5, 160, 6, 1, 1}, {8, 1000, 8, 1, 1}}) {
+           {1, 384, 8, 1, 1},
+           {5, 160, 6, 1, 1},
+           {8, 1000, 8, 1, 1}}) {
     const int64_t H = 128, I = 64;
     HostWeight gate = bf16_weight(E, H, 1.0f);
     auto bias = random(E, 0.05f);
@@ -599,8 +618,8 @@ TEST_F(CudaOpsTest, MoeExpertsGroupedKernelsOverShapes) {
     cpu_.moe_experts(cpu({c.T, c.H}, xv), ec, cpu_.from_host_i32({c.T, c.K}, ids.data()), cpu({c.T, c.K}, w), oc,
                      sc ? &*sc : nullptr);
     for (const char* kernel : {"moe=grouped", "moe=per-expert", ""}) {
-      const std::string label = fmt::format("moe_experts {} T={} E={} H={} I={} shared {}", kernel, c.T, c.E, c.H,
-                                            c.I, c.shared_inter);
+      const std::string label =
+          fmt::format("moe_experts {} T={} E={} H={} I={} shared {}", kernel, c.T, c.E, c.H, c.I, c.shared_inter);
       try {
         auto backend = ops::cuda::make_cuda_ops(kernel);
         Tensor og = backend->empty({c.T, c.H});
@@ -636,11 +655,11 @@ TEST_F(CudaOpsTest, MoeBlockWithTheSharedExpertBesideTheRouter) {
   struct Case {
     int64_t T, E, K, G, TG, H, I, shared_inter;  // shared_inter != I: the shared expert runs separately
   };
-  for (const Case c : {Case{1, 24, 6, 1, 1, 512, 256, 256}, Case{3, 24, 6, 4, 2, 512, 256, 256},
-                       Case{16, 40, 8, 1, 1, 256, 512, 512}, Case{40, 16, 4, 1, 1, 512, 96, 96},
-                       Case{2, 24, 6, 1, 1, 512, 256, 128}}) {
-    const std::string label = fmt::format("moe T={} E={} K={} H={} I={} shared {}", c.T, c.E, c.K, c.H, c.I,
-                                          c.shared_inter);
+  for (const Case c :
+       {Case{1, 24, 6, 1, 1, 512, 256, 256}, Case{3, 24, 6, 4, 2, 512, 256, 256}, Case{16, 40, 8, 1, 1, 256, 512, 512},
+        Case{40, 16, 4, 1, 1, 512, 96, 96}, Case{2, 24, 6, 1, 1, 512, 256, 128}}) {
+    const std::string label =
+        fmt::format("moe T={} E={} K={} H={} I={} shared {}", c.T, c.E, c.K, c.H, c.I, c.shared_inter);
     std::vector<HostWeight> keep;
     std::vector<ops::ExpertWeights> ec, eg;
     auto add_expert = [&](int64_t inter, std::vector<ops::ExpertWeights>& cpu_list,
@@ -650,8 +669,8 @@ TEST_F(CudaOpsTest, MoeBlockWithTheSharedExpertBesideTheRouter) {
       keep.push_back(bf16_weight(c.H, inter));
       const size_t b = keep.size() - 3;
       cpu_list.push_back({keep[b].w, keep[b + 1].w, keep[b + 2].w});
-      gpu_list.push_back({gpu_->upload_linear(keep[b].w), gpu_->upload_linear(keep[b + 1].w),
-                          gpu_->upload_linear(keep[b + 2].w)});
+      gpu_list.push_back(
+          {gpu_->upload_linear(keep[b].w), gpu_->upload_linear(keep[b + 1].w), gpu_->upload_linear(keep[b + 2].w)});
     };
     for (int64_t e = 0; e < c.E; ++e) add_expert(c.I, ec, eg);
     std::vector<ops::ExpertWeights> sc, sg;
@@ -689,8 +708,8 @@ TEST_F(CudaOpsTest, MoeBlockWithTheSharedExpertBesideTheRouter) {
     try {
       Tensor og = gpu_->empty({c.T, c.H});
       const ops::RouterConfig bad{c.E, 33, c.G, c.TG, true, 2.5f};
-      gpu_->moe(gpu({c.T, c.H}, xv), gpu_->upload_linear(gate.w), gpu_->upload_vector(cpu(core::Shape{c.E}, bias)),
-                bad, eg, &sg[0], og);
+      gpu_->moe(gpu({c.T, c.H}, xv), gpu_->upload_linear(gate.w), gpu_->upload_vector(cpu(core::Shape{c.E}, bias)), bad,
+                eg, &sg[0], og);
       ADD_FAILURE() << label << ": 33 experts a token was accepted";
     } catch (const core::Error& e) {
       EXPECT_NE(std::string(e.what()).find("32 experts per token"), std::string::npos) << e.what();

@@ -59,9 +59,10 @@ TEST_P(CudaGoldenTest, LogitsWithinTheBf16NoiseFloor) {
     for (size_t t = 0; t < prompt.size(); ++t)
       agree += test::argmax_row(logits.data() + t * V, V) == test::argmax_row(ref.data() + t * V, V);
     const double top1 = double(agree) / prompt.size();
-    const double floor_rms = p["hf_bf16_vs_fp32_reference"]["rel_rms"], floor_top1 = p["hf_bf16_vs_fp32_reference"]["top1_agree"];
-    std::printf("  %s prompt %d (%zu tokens): rel_rms %.4g (floor %.4g), top-1 %.3f (floor %.3f)\n",
-                GetParam().c_str(), i, prompt.size(), err, floor_rms, top1, floor_top1);
+    const double floor_rms = p["hf_bf16_vs_fp32_reference"]["rel_rms"],
+                 floor_top1 = p["hf_bf16_vs_fp32_reference"]["top1_agree"];
+    std::printf("  %s prompt %d (%zu tokens): rel_rms %.4g (floor %.4g), top-1 %.3f (floor %.3f)\n", GetParam().c_str(),
+                i, prompt.size(), err, floor_rms, top1, floor_top1);
     EXPECT_LE(err, 1.5 * floor_rms);
     if (prompt.size() >= kMinTop1Positions) {
       EXPECT_GE(top1, floor_top1 - 1e-9);
@@ -148,8 +149,7 @@ TEST(CudaFp8KvCache, FixtureModelsAgreeWithTheCpuFp8Cache) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGoldenTest,
-                         ::testing::ValuesIn(test::kFixtureModels),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGoldenTest, ::testing::ValuesIn(test::kFixtureModels),
                          [](const auto& info) { return test::fixture_test_name(info.param); });
 
 }  // namespace

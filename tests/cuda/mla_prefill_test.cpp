@@ -139,9 +139,7 @@ class MlaPrefillTest : public ::testing::Test {
     gpu_->kv_cache_write(kg, gpu_->from_host_f32({n, entry}, lat.data()), std::span(&a, 1));
   }
 
-  ops::KvLayerView view(const Tensor& pages) const {
-    return {pages, page_, fp8_scale_ > 0 ? fp8_scale_ : 1.0f};
-  }
+  ops::KvLayerView view(const Tensor& pages) const { return {pages, page_, fp8_scale_ > 0 ? fp8_scale_ : 1.0f}; }
   ops::MlaDims dims() const {
     return {d_.heads, d_.nope, d_.rope, d_.v, d_.latent, 1.0f / std::sqrt(static_cast<float>(d_.nope + d_.rope))};
   }
@@ -219,8 +217,7 @@ const std::vector<Dims> kDims = {
 
 // Prefill chunks from scratch and after cached prefixes (some not page- or tile-aligned), one
 // chunk of exactly one 64-row tile at a page boundary, one of two tokens, and decode tokens.
-const std::vector<Seq> kRagged = {{0, 5},   {70, 1},  {3, 40}, {0, 1}, {128, 1},
-                                  {0, 130}, {200, 77}, {64, 64}, {1, 2}};
+const std::vector<Seq> kRagged = {{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {0, 130}, {200, 77}, {64, 64}, {1, 2}};
 
 TEST_F(MlaPrefillTest, MatchesCpuOnRaggedBatchesWithCachedPrefixes) {
   for (const Precision& p : kPrecisions) {
@@ -336,11 +333,11 @@ TEST_F(MlaPrefillTest, CausalMaskIsExact) {
             const bool same =
                 std::equal(before.begin() + row * w, before.begin() + (row + 1) * w, after.begin() + row * w);
             if (pos < change[i])
-              ASSERT_TRUE(same) << name(d) << ": query at position " << pos << " saw a later key (pass rows "
-                                << rows << ", " << p.name << ")";
+              ASSERT_TRUE(same) << name(d) << ": query at position " << pos << " saw a later key (pass rows " << rows
+                                << ", " << p.name << ")";
             else
-              ASSERT_FALSE(same) << name(d) << ": query at position " << pos << " ignored key " << change[i]
-                                 << " (" << p.name << ")";
+              ASSERT_FALSE(same) << name(d) << ": query at position " << pos << " ignored key " << change[i] << " ("
+                                 << p.name << ")";
           }
         }
       }

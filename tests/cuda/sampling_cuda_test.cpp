@@ -111,8 +111,7 @@ class SamplingCudaTest : public ::testing::Test {
 
   SampleRow random_params(int64_t n) {
     const float temps[] = {0.0f, 0.3f, 0.7f, 1.0f, 1.5f};
-    const int32_t ks[] = {0, 1, 5, 50, 1000, static_cast<int32_t>(n), static_cast<int32_t>(n) + 7,
-                          -1};
+    const int32_t ks[] = {0, 1, 5, 50, 1000, static_cast<int32_t>(n), static_cast<int32_t>(n) + 7, -1};
     const float ps[] = {1.0f, 0.95f, 0.9f, 0.5f, 1e-3f, 1.0f};
     std::uniform_real_distribution<double> u(0.0, 1.0);
     SampleRow p;
@@ -125,8 +124,7 @@ class SamplingCudaTest : public ::testing::Test {
   }
 
   // Samples on both backends and compares; returns the number of tolerated boundary mismatches.
-  int compare(int64_t rows, int64_t vocab, const std::vector<float>& logits,
-              const std::vector<SampleRow>& params) {
+  int compare(int64_t rows, int64_t vocab, const std::vector<float>& logits, const std::vector<SampleRow>& params) {
     Tensor xc = cpu_.from_host_f32({rows, vocab}, logits.data());
     Tensor xg = gpu_->from_host_f32({rows, vocab}, logits.data());
     Tensor ic = cpu_.empty_i32({rows}), lc = cpu_.empty({rows});
@@ -138,9 +136,8 @@ class SamplingCudaTest : public ::testing::Test {
     int tolerated = 0;
     for (int64_t r = 0; r < rows; ++r) {
       const SampleRow& p = params[r];
-      const std::string what =
-          fmt::format("{}x{} row {} (temperature {}, top_k {}, top_p {}, uniform {})", rows, vocab,
-                      r, p.temperature, p.top_k, p.top_p, p.uniform);
+      const std::string what = fmt::format("{}x{} row {} (temperature {}, top_k {}, top_p {}, uniform {})", rows, vocab,
+                                           r, p.temperature, p.top_k, p.top_p, p.uniform);
       EXPECT_TRUE(got[r] >= 0 && got[r] < vocab) << what << ": id " << got[r];
       if (got[r] != want[r]) {
         if (near_boundary(logits.data() + r * vocab, vocab, p)) {
@@ -165,14 +162,8 @@ class SamplingCudaTest : public ::testing::Test {
 
 TEST_F(SamplingCudaTest, MatchesTheCpuReferenceOverShapesAndMixedParameters) {
   int tolerated = 0, total = 0;
-  for (auto [rows, vocab] : std::vector<std::pair<int64_t, int64_t>>{{1, 1000},
-                                                                     {7, 32000},
-                                                                     {33, 129280},
-                                                                     {128, 163840},
-                                                                     {256, 1000},
-                                                                     {256, 50000},
-                                                                     {3, 262144},
-                                                                     {5, 1}}) {
+  for (auto [rows, vocab] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1000}, {7, 32000}, {33, 129280}, {128, 163840}, {256, 1000}, {256, 50000}, {3, 262144}, {5, 1}}) {
     std::vector<float> logits;
     std::vector<SampleRow> params;
     for (int64_t r = 0; r < rows; ++r) {
@@ -183,8 +174,7 @@ TEST_F(SamplingCudaTest, MatchesTheCpuReferenceOverShapesAndMixedParameters) {
     tolerated += compare(rows, vocab, logits, params);
     total += static_cast<int>(rows);
   }
-  std::printf("[ sampling ] %d of %d rows differed with the uniform at a boundary\n", tolerated,
-              total);
+  std::printf("[ sampling ] %d of %d rows differed with the uniform at a boundary\n", tolerated, total);
 }
 
 TEST_F(SamplingCudaTest, TiesSpanningEveryWarpSegmentKeepTheLowestIds) {

@@ -122,10 +122,10 @@ TEST_F(StepGraphTest, AnErrorInsideAStepLeavesTheBackendUsable) {
       return out;
     });
   };
-  (void)step(1);  // eager
-  (void)step(2);  // recorded
+  (void)step(1);                        // eager
+  (void)step(2);                        // recorded
   EXPECT_THROW(step(99), core::Error);  // replay refused by the id check
-  (void)step(3);  // replayed
+  (void)step(3);                        // replayed
   const auto s = ops::cuda::step_graph_stats(*gpu_);
   EXPECT_EQ(s.recorded, 1);
   EXPECT_EQ(s.replayed, 1);

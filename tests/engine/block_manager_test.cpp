@@ -36,7 +36,7 @@ TEST(BlockManager, HashChainDependsOnParentAndTokens) {
   const auto t = iota_tokens(10, 4);
   const uint64_t h1 = page_hash(kRootPageHash, t);
   EXPECT_EQ(h1, page_hash(kRootPageHash, iota_tokens(10, 4)));
-  EXPECT_NE(h1, page_hash(h1, t));                       // same tokens, other position in the chain
+  EXPECT_NE(h1, page_hash(h1, t));  // same tokens, other position in the chain
   EXPECT_NE(h1, page_hash(kRootPageHash, iota_tokens(11, 4)));
 }
 

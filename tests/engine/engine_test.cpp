@@ -210,7 +210,9 @@ TEST_F(EngineTest, StopIdsEndWithStopAndMinTokensSuppressesThem) {
   ASSERT_EQ(toks.size(), 12u);
   // The first token that had not appeared before, at index >= 2.
   size_t k = 2;
-  while (k < toks.size() && std::find(toks.begin(), toks.begin() + static_cast<long>(k), toks[k]) != toks.begin() + static_cast<long>(k)) ++k;
+  while (k < toks.size() &&
+         std::find(toks.begin(), toks.begin() + static_cast<long>(k), toks[k]) != toks.begin() + static_cast<long>(k))
+    ++k;
   ASSERT_LT(k, toks.size());
   r.params.stop_token_ids = {toks[k]};
   Result stopped = alone(r);
@@ -255,7 +257,8 @@ TEST_F(EngineTest, BudgetedRegionForcesItsEndAfterExactlyTheBudget) {
   const Result got = alone(r);
   const auto& t = got.tokens[0];
   ASSERT_EQ(t.size(), 12u);
-  EXPECT_EQ(std::vector<int32_t>(t.begin(), t.begin() + 6), std::vector<int32_t>(free_run.tokens[0].begin(), free_run.tokens[0].begin() + 6));
+  EXPECT_EQ(std::vector<int32_t>(t.begin(), t.begin() + 6),
+            std::vector<int32_t>(free_run.tokens[0].begin(), free_run.tokens[0].begin() + 6));
   EXPECT_EQ(t[6], 1001);
   EXPECT_EQ(t[7], 1002);
   EXPECT_TRUE(got.sampled[0][6].forced);

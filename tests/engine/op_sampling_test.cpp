@@ -41,12 +41,10 @@ TEST(OpSampling, TheOpDrawsWhatSampleTokenDrawsFromTheSameRng) {
           core::Tensor id = cpu.empty_i32({1}), lp = cpu.empty({1});
           cpu.sample(x, std::span<const ops::SampleRow>(&row, 1), id, &lp);
           ASSERT_EQ(cpu.to_host_i32(id)[0], want.token)
-              << "temperature " << temperature << " top_k " << top_k << " top_p " << top_p
-              << " draw " << draw;
+              << "temperature " << temperature << " top_k " << top_k << " top_p " << top_p << " draw " << draw;
           EXPECT_NEAR(cpu.to_host_f32(lp)[0], want.logprob, 1e-4);
         }
-        EXPECT_EQ(host_rng.uniform(), op_rng.uniform())
-            << "both paths used the RNG the same number of times";
+        EXPECT_EQ(host_rng.uniform(), op_rng.uniform()) << "both paths used the RNG the same number of times";
       }
 }
 
@@ -58,17 +56,14 @@ TEST(OpSampling, RowsWithHostOnlyFeaturesAreNotOfferedToTheOp) {
     change(p);
     return p;
   };
-  EXPECT_FALSE(
-      op_can_sample(with([](SamplingParams& p) { p.presence_penalty = 0.5f; }), none, 1000));
-  EXPECT_FALSE(
-      op_can_sample(with([](SamplingParams& p) { p.frequency_penalty = 0.5f; }), none, 1000));
-  EXPECT_FALSE(
-      op_can_sample(with([](SamplingParams& p) { p.repetition_penalty = 1.1f; }), none, 1000));
+  EXPECT_FALSE(op_can_sample(with([](SamplingParams& p) { p.presence_penalty = 0.5f; }), none, 1000));
+  EXPECT_FALSE(op_can_sample(with([](SamplingParams& p) { p.frequency_penalty = 0.5f; }), none, 1000));
+  EXPECT_FALSE(op_can_sample(with([](SamplingParams& p) { p.repetition_penalty = 1.1f; }), none, 1000));
   EXPECT_FALSE(op_can_sample(with([](SamplingParams& p) { p.min_p = 0.1f; }), none, 1000));
   EXPECT_FALSE(op_can_sample(with([](SamplingParams& p) { p.logprobs = 2; }), none, 1000));
   EXPECT_FALSE(op_can_sample(with([](SamplingParams& p) { p.temperature = 1e-40f; }), none, 1000));
-  EXPECT_FALSE(op_can_sample(
-      with([](SamplingParams& p) { p.temperature = std::numeric_limits<float>::infinity(); }), none, 1000));
+  EXPECT_FALSE(op_can_sample(with([](SamplingParams& p) { p.temperature = std::numeric_limits<float>::infinity(); }),
+                             none, 1000));
   EXPECT_TRUE(op_can_sample(with([](SamplingParams& p) { p.logprobs = 0; }), none, 1000));
   EXPECT_FALSE(op_can_sample(SamplingParams{}, none, ops::sampling::kMaxVocab + 1));
   const std::vector<int32_t> masked = {5};
@@ -81,8 +76,7 @@ TEST(OpSampling, RowsWithHostOnlyFeaturesAreNotOfferedToTheOp) {
 }
 
 TEST(OpSampling, ASeededRequestGivesTheSameTokensOnEitherPath) {
-  const model::LoadedModel loaded =
-      model::load_model(test::fixtures_dir() / "models" / "dsv3-tiny");
+  const model::LoadedModel loaded = model::load_model(test::fixtures_dir() / "models" / "dsv3-tiny");
   auto generate = [&](const Request& r) {
     Engine e(*loaded.model, loaded.make_kv_cache(64), EngineConfig{});
     auto stream = e.submit(r);

@@ -28,11 +28,11 @@ TEST(Sampler, PenaltiesFollowTheVllmDefinition) {
   p.frequency_penalty = 0.5f;
   p.presence_penalty = 0.25f;
   apply_penalties(x, p, prompt, generated);
-  EXPECT_FLOAT_EQ(x[0], 1.0f);    // prompt, positive: 2 / 2
-  EXPECT_FLOAT_EQ(x[1], -2.0f);   // prompt, negative: -1 * 2
-  EXPECT_FLOAT_EQ(x[2], -1.0f);   // generated twice: 0.5 / 2 - 2 * 0.5 - 0.25
-  EXPECT_FLOAT_EQ(x[3], 0.75f);   // generated once: 3 / 2 - 0.5 - 0.25
-  EXPECT_FLOAT_EQ(x[4], -2.0f);   // untouched
+  EXPECT_FLOAT_EQ(x[0], 1.0f);   // prompt, positive: 2 / 2
+  EXPECT_FLOAT_EQ(x[1], -2.0f);  // prompt, negative: -1 * 2
+  EXPECT_FLOAT_EQ(x[2], -1.0f);  // generated twice: 0.5 / 2 - 2 * 0.5 - 0.25
+  EXPECT_FLOAT_EQ(x[3], 0.75f);  // generated once: 3 / 2 - 0.5 - 0.25
+  EXPECT_FLOAT_EQ(x[4], -2.0f);  // untouched
 }
 
 TEST(Sampler, PresenceAndFrequencyIgnoreThePrompt) {

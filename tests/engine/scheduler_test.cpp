@@ -114,7 +114,7 @@ TEST(Scheduler, LongPromptIsPrefilledInChunksOfTheBudget) {
   // A's last 4 prompt tokens; the 4 left over start B's prompt.
   EXPECT_EQ(h.step(), "A:4 B:4");
   EXPECT_EQ(a->num_computed, 20);
-  EXPECT_EQ(a->tokens.size(), 21u);      // the chunk that ended the prompt predicted a token
+  EXPECT_EQ(a->tokens.size(), 21u);  // the chunk that ended the prompt predicted a token
   EXPECT_EQ(b->block_table.size(), 1u);
   // A decodes; B, a running prefill now, gets its remaining 2 and then decodes as well.
   EXPECT_EQ(h.step(), "A:1 B:2");
@@ -158,11 +158,11 @@ TEST(Scheduler, PagesRunningOutPreemptTheNewestSequenceAndRefundItsPlannedTokens
   // recompute from token 0. Without the refund the budget would be spent and V would not run this step.
   EXPECT_EQ(h.step(), "P:1 Q:6 V:1");
   EXPECT_EQ(h.sched.stats().preemptions, 1);
-  EXPECT_EQ(v->num_computed, 1);         // the 5 tokens it had computed were dropped; 1 recomputed
-  EXPECT_EQ(v->tokens.size(), 6u);       // prompt + its 2 generated tokens, all to be recomputed
+  EXPECT_EQ(v->num_computed, 1);    // the 5 tokens it had computed were dropped; 1 recomputed
+  EXPECT_EQ(v->tokens.size(), 6u);  // prompt + its 2 generated tokens, all to be recomputed
   EXPECT_EQ(v->block_table.size(), 1u);
   EXPECT_EQ(q->block_table.size(), 3u);
-  EXPECT_EQ(p->block_table.size(), 1u);  // older sequences keep their pages
+  EXPECT_EQ(p->block_table.size(), 1u);    // older sequences keep their pages
   EXPECT_EQ(h.blocks.num_available(), 0);  // 1 (P) + 3 (Q) + 1 (V)
   h.finish_all();
   EXPECT_EQ(h.blocks.leak_report(), "");

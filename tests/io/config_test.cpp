@@ -30,13 +30,26 @@ TEST(ModelConfig, DerivedValuesMatchTheReference) {
 TEST(ModelConfig, RealModelSoftmaxScales) {
   // Values from shared/reference/deepseek_v3_spec.md §2.6.
   auto make = [](double factor) {
-    nlohmann::json j = {{"architectures", {"DeepseekV3ForCausalLM"}}, {"vocab_size", 10}, {"hidden_size", 8},
-                        {"intermediate_size", 8}, {"moe_intermediate_size", 8}, {"num_hidden_layers", 1},
-                        {"num_attention_heads", 1}, {"kv_lora_rank", 4}, {"qk_nope_head_dim", 128},
-                        {"qk_rope_head_dim", 64}, {"v_head_dim", 128}, {"n_routed_experts", 8},
-                        {"num_experts_per_tok", 2}, {"max_position_embeddings", 100},
-                        {"rope_scaling", {{"type", "yarn"}, {"factor", factor}, {"original_max_position_embeddings", 4096},
-                                          {"mscale", 1.0}, {"mscale_all_dim", 1.0}}}};
+    nlohmann::json j = {{"architectures", {"DeepseekV3ForCausalLM"}},
+                        {"vocab_size", 10},
+                        {"hidden_size", 8},
+                        {"intermediate_size", 8},
+                        {"moe_intermediate_size", 8},
+                        {"num_hidden_layers", 1},
+                        {"num_attention_heads", 1},
+                        {"kv_lora_rank", 4},
+                        {"qk_nope_head_dim", 128},
+                        {"qk_rope_head_dim", 64},
+                        {"v_head_dim", 128},
+                        {"n_routed_experts", 8},
+                        {"num_experts_per_tok", 2},
+                        {"max_position_embeddings", 100},
+                        {"rope_scaling",
+                         {{"type", "yarn"},
+                          {"factor", factor},
+                          {"original_max_position_embeddings", 4096},
+                          {"mscale", 1.0},
+                          {"mscale_all_dim", 1.0}}}};
     return io::parse_model_config(j, "test");
   };
   EXPECT_NEAR(make(40).softmax_scale(), 0.1352337788608801, 1e-15);

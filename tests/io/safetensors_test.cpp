@@ -47,9 +47,9 @@ class SafetensorsTest : public ::testing::Test {
 TEST_F(SafetensorsTest, ReadsWhatItWrites) {
   const fs::path p = dir_ / "ok.safetensors";
   std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 8.0f};
-  io::write_safetensors(p, {io::f32_tensor("a", {2, 3}, a), io::f32_tensor("scalar", {}, {42.0f}),
-                            io::i32_tensor("empty", {0, 4}, {})},
-                        {{"format", "pt"}});
+  io::write_safetensors(
+      p, {io::f32_tensor("a", {2, 3}, a), io::f32_tensor("scalar", {}, {42.0f}), io::i32_tensor("empty", {0, 4}, {})},
+      {{"format", "pt"}});
   auto f = io::SafetensorsFile::open(p);
   EXPECT_EQ(f->metadata().at("format"), "pt");
   ASSERT_TRUE(f->has("a"));
@@ -88,8 +88,7 @@ TEST_F(SafetensorsTest, InvalidJson) { expect_error(raw_safetensors("{\"a\": [1,
 TEST_F(SafetensorsTest, HeaderNotAnObject) { expect_error(raw_safetensors("[1, 2]", ""), {"JSON object"}); }
 
 TEST_F(SafetensorsTest, UnknownDtype) {
-  expect_error(raw_safetensors(R"({"t":{"dtype":"Q4_K","shape":[2],"data_offsets":[0,2]}})", "ab"),
-               {"'t'", "Q4_K"});
+  expect_error(raw_safetensors(R"({"t":{"dtype":"Q4_K","shape":[2],"data_offsets":[0,2]}})", "ab"), {"'t'", "Q4_K"});
 }
 
 TEST_F(SafetensorsTest, MissingField) {
@@ -97,8 +96,7 @@ TEST_F(SafetensorsTest, MissingField) {
 }
 
 TEST_F(SafetensorsTest, NegativeDimension) {
-  expect_error(raw_safetensors(R"({"t":{"dtype":"U8","shape":[-2],"data_offsets":[0,2]}})", "ab"),
-               {"'t'", "negative"});
+  expect_error(raw_safetensors(R"({"t":{"dtype":"U8","shape":[-2],"data_offsets":[0,2]}})", "ab"), {"'t'", "negative"});
 }
 
 TEST_F(SafetensorsTest, ByteRangeDoesNotMatchShapeTimesDtype) {

@@ -117,8 +117,7 @@ TEST(ParallelRead, ReadsEveryByteOfEveryFile) {
   random_file(dir.path / "a.bin", 123'457, 6);
   random_file(dir.path / "b.bin", 10, 7);
   random_file(dir.path / "c.bin", 0, 8);
-  EXPECT_EQ(read_files_in_parallel({dir.path / "a.bin", dir.path / "b.bin", dir.path / "c.bin"}, 3, 4096),
-            123'467u);
+  EXPECT_EQ(read_files_in_parallel({dir.path / "a.bin", dir.path / "b.bin", dir.path / "c.bin"}, 3, 4096), 123'467u);
   EXPECT_TRUE(drop_from_page_cache(dir.path / "a.bin"));
   EXPECT_FALSE(drop_from_page_cache(dir.path / "missing.bin"));
 }

@@ -56,7 +56,8 @@ TEST_P(GoldenTest, LogitsAndGreedyMatchTransformers) {
     std::vector<float> step = runner.append(prompt, false);
     for (size_t k = 0; k < greedy.size(); ++k) {
       if (margin[k] > 1e-3f) {
-        EXPECT_EQ(test::argmax_row(step.data(), V), greedy[k]) << "greedy step " << k << " (margin " << margin[k] << ")";
+        EXPECT_EQ(test::argmax_row(step.data(), V), greedy[k])
+            << "greedy step " << k << " (margin " << margin[k] << ")";
       }
       if (k + 1 < greedy.size()) step = runner.append({greedy[k]}, false);
     }
@@ -70,8 +71,7 @@ TEST_P(GoldenTest, LogitsAndGreedyMatchTransformers) {
   EXPECT_GE(prompts, 1) << "golden file has no prompts";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest,
-                         ::testing::ValuesIn(test::kFixtureModels),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(test::kFixtureModels),
                          [](const auto& info) { return test::fixture_test_name(info.param); });
 
 }  // namespace

@@ -127,7 +127,7 @@ TEST_F(KvFp8Test, WriteStoresScaledE4M3BytesInTheTableSlots) {
   const int64_t entry = 48;
   for (float scale : {1.0f, 0.37f, 3.0f}) {
     ops::KvLayerView cache{cpu_.empty_kv_pages({3, kPage, entry}, core::KvCacheDtype::kFp8E4M3), kPage, scale};
-    std::vector<int32_t> table = {2, 0};  // positions 0..63 on page 2, 64.. on page 0
+    std::vector<int32_t> table = {2, 0};     // positions 0..63 on page 2, 64.. on page 0
     ops::AttentionSeq seq{0, 4, 62, table};  // positions 62, 63, 64, 65: across a page boundary
     auto x = random(4 * entry, 50.0f);
     x[0] = 1e6f;  // saturates to 448 · scale

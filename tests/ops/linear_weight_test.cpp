@@ -84,7 +84,8 @@ TEST(CpuLinear, MatchesDoublePrecisionOnRandomBf16Weights) {
     for (int64_t r = 0; r < out; ++r) {
       double ref = 0;
       for (int64_t k = 0; k < in; ++k)
-        ref += static_cast<double>(x.data<float>()[t * in + k]) * core::bf16_to_f32(wbits[static_cast<size_t>(r * in + k)]);
+        ref += static_cast<double>(x.data<float>()[t * in + k]) *
+               core::bf16_to_f32(wbits[static_cast<size_t>(r * in + k)]);
       EXPECT_NEAR(y.data<float>()[t * out + r], ref, 1e-4 * (1 + std::abs(ref)));
     }
 }

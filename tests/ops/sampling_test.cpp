@@ -41,8 +41,7 @@ Out run(const std::vector<float>& logits, const std::vector<SampleRow>& rows) {
 }
 
 // The token drawn from a single row for each uniform in `us`.
-std::vector<int32_t> draws(const std::vector<float>& row, SampleRow p,
-                           const std::vector<double>& us) {
+std::vector<int32_t> draws(const std::vector<float>& row, SampleRow p, const std::vector<double>& us) {
   std::vector<float> logits;
   std::vector<SampleRow> rows;
   for (double u : us) {
@@ -61,8 +60,7 @@ TEST(Sample, GreedyTakesTheFirstArgmaxAndIgnoresTruncationAndUniform) {
   const std::vector<float> logits = {1.0f,  3.0f,  3.0f, 2.0f,   // tie at the top: id 1
                                      -kInf, -1.0f, 0.0f, -0.0f,  // +0 and -0 are one value: id 2
                                      4.0f,  5.0f,  4.0f, 5.0f};
-  const Out out =
-      run(logits, {params(0.0f), params(0.0f, 3, 0.5f, 0.9), params(0.0f, 1, 1.0f, 0.999)});
+  const Out out = run(logits, {params(0.0f), params(0.0f, 3, 0.5f, 0.9), params(0.0f, 1, 1.0f, 0.999)});
   EXPECT_EQ(out.ids, (std::vector<int32_t>{1, 2, 1}));
   // Greedy logprob: log-softmax at temperature 1 over all tokens.
   const double z = std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0));
@@ -89,10 +87,8 @@ TEST(Sample, TopKOneAndATinyTopPEqualGreedy) {
     const int32_t greedy = draws(row, params(0.0f), {0.0})[0];
     std::vector<double> us(20);
     for (auto& u : us) u = ud(rng);
-    for (int32_t id : draws(row, params(0.8f, 1), us))
-      EXPECT_EQ(id, greedy) << "top_k 1, trial " << trial;
-    for (int32_t id : draws(row, params(1.3f, 0, 1e-6f), us))
-      EXPECT_EQ(id, greedy) << "top_p 1e-6, trial " << trial;
+    for (int32_t id : draws(row, params(0.8f, 1), us)) EXPECT_EQ(id, greedy) << "top_k 1, trial " << trial;
+    for (int32_t id : draws(row, params(1.3f, 0, 1e-6f), us)) EXPECT_EQ(id, greedy) << "top_p 1e-6, trial " << trial;
   }
 }
 
@@ -102,11 +98,9 @@ TEST(Sample, TopKOffValuesAreEquivalent) {
   std::vector<float> row(1000);
   for (auto& v : row) v = nd(rng);
   std::vector<double> us(200);
-  for (size_t i = 0; i < us.size(); ++i)
-    us[i] = (static_cast<double>(i) + 0.5) / static_cast<double>(us.size());
+  for (size_t i = 0; i < us.size(); ++i) us[i] = (static_cast<double>(i) + 0.5) / static_cast<double>(us.size());
   const auto off = draws(row, params(0.9f, 0, 0.95f), us);
-  for (int32_t k : {-1, 1000, 5000})
-    EXPECT_EQ(draws(row, params(0.9f, k, 0.95f), us), off) << "top_k " << k;
+  for (int32_t k : {-1, 1000, 5000}) EXPECT_EQ(draws(row, params(0.9f, k, 0.95f), us), off) << "top_k " << k;
 }
 
 // p = {0.1, 0.4, 0.2, 0.3}. Cumulative masses in id order decide the token; the kept set is chosen
@@ -133,8 +127,7 @@ TEST_F(HandMade, NoTruncation) {
 
 TEST_F(HandMade, TopKTwoKeepsIds1And3) {
   // kept {1: 0.4, 3: 0.3} / 0.7: cumulative 4/7 = 0.571 | 1.0
-  expect(params(1.0f, 2), {0.0, 0.5, 0.6, 0.999}, {1, 1, 3, 3},
-         {4 / 7.0, 4 / 7.0, 3 / 7.0, 3 / 7.0});
+  expect(params(1.0f, 2), {0.0, 0.5, 0.6, 0.999}, {1, 1, 3, 3}, {4 / 7.0, 4 / 7.0, 3 / 7.0, 3 / 7.0});
 }
 
 TEST_F(HandMade, TopP) {
@@ -154,15 +147,14 @@ TEST_F(HandMade, TemperatureTwoFlattens) {
   // cumulative 0.1627 | 0.4881 | 0.7182 | 1.0
   const double z = std::sqrt(0.1) + std::sqrt(0.4) + std::sqrt(0.2) + std::sqrt(0.3);
   expect(params(2.0f), {0.16, 0.17, 0.48, 0.50, 0.71, 0.72}, {0, 1, 1, 2, 2, 3},
-         {std::sqrt(0.1) / z, std::sqrt(0.4) / z, std::sqrt(0.4) / z, std::sqrt(0.2) / z,
-          std::sqrt(0.2) / z, std::sqrt(0.3) / z});
+         {std::sqrt(0.1) / z, std::sqrt(0.4) / z, std::sqrt(0.4) / z, std::sqrt(0.2) / z, std::sqrt(0.2) / z,
+          std::sqrt(0.3) / z});
 }
 
 TEST(Sample, TiesAtTheTopKBoundaryKeepTheLowestIds) {
   // Three tokens share the top value; top_k 2 keeps ids 1 and 2, each with half of the mass.
   const std::vector<float> row = {0.0f, 5.0f, 5.0f, 5.0f};
-  EXPECT_EQ(draws(row, params(1.0f, 2), {0.0, 0.49, 0.51, 0.999}),
-            (std::vector<int32_t>{1, 1, 2, 2}));
+  EXPECT_EQ(draws(row, params(1.0f, 2), {0.0, 0.49, 0.51, 0.999}), (std::vector<int32_t>{1, 1, 2, 2}));
 }
 
 // The truncated, renormalised softmax of one row in double precision, by the definition in ops.h.
@@ -174,8 +166,7 @@ std::vector<double> reference_distribution(const std::vector<float>& row, const 
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s[a] > s[b]; });
   const double m = s[order[0]];
-  const size_t k =
-      p.top_k > 0 && static_cast<size_t>(p.top_k) < n ? static_cast<size_t>(p.top_k) : n;
+  const size_t k = p.top_k > 0 && static_cast<size_t>(p.top_k) < n ? static_cast<size_t>(p.top_k) : n;
   double top_k_mass = 0;
   for (size_t j = 0; j < k; ++j) top_k_mass += std::exp(s[order[j]] - m);
   size_t keep = 0;
@@ -201,14 +192,14 @@ TEST(Sample, DistributionOverManyUniformsIsTheTruncatedSoftmax) {
   constexpr int kDraws = 100000;
   std::vector<double> us(kDraws);
   for (int i = 0; i < kDraws; ++i) us[i] = (i + 0.5) / kDraws;
-  for (const SampleRow& p : {params(1.0f), params(0.7f, 20), params(1.0f, 10),
-                             params(1.2f, 0, 0.8f), params(0.9f, 10, 0.97f)}) {
+  for (const SampleRow& p :
+       {params(1.0f), params(0.7f, 20), params(1.0f, 10), params(1.2f, 0, 0.8f), params(0.9f, 10, 0.97f)}) {
     const auto want = reference_distribution(row, p);
     std::vector<double> got(row.size(), 0.0);
     for (int32_t id : draws(row, p, us)) got[static_cast<size_t>(id)] += 1.0 / kDraws;
     for (size_t i = 0; i < row.size(); ++i)
-      EXPECT_NEAR(got[i], want[i], 3e-5) << "token " << i << ", temperature " << p.temperature
-                                         << ", top_k " << p.top_k << ", top_p " << p.top_p;
+      EXPECT_NEAR(got[i], want[i], 3e-5) << "token " << i << ", temperature " << p.temperature << ", top_k " << p.top_k
+                                         << ", top_p " << p.top_p;
   }
 }
 

@@ -46,31 +46,41 @@ TEST(ServerHttp, BadInputsGetTheRight4xxAndTheServerStaysUnchanged) {
   const std::vector<Case> cases = {
       {"not json", "/v1/chat/completions", "hello", 400, ""},
       {"truncated json", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"})", 400, ""},
-      {"invalid utf-8", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, ""},
+      {"invalid utf-8", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400,
+       ""},
       {"body is an array", "/v1/chat/completions", "[1,2]", 400, ""},
       {"oversized body", "/v1/chat/completions", "{\"messages\":\"" + big + "\"}", 413, ""},
       {"no messages", "/v1/chat/completions", R"({"max_tokens":4})", 400, "messages"},
       {"messages empty", "/v1/chat/completions", chat("", "[]"), 400, "messages"},
       {"messages not a list", "/v1/chat/completions", chat("", R"({"role":"user"})"), 400, "messages"},
-      {"unknown role", "/v1/chat/completions", chat("", R"([{"role":"wizard","content":"hi"}])"), 400, "messages[0].role"},
-      {"content null", "/v1/chat/completions", chat("", R"([{"role":"user","content":null}])"), 400, "messages[0].content"},
-      {"content a number", "/v1/chat/completions", chat("", R"([{"role":"user","content":42}])"), 400, "messages[0].content"},
+      {"unknown role", "/v1/chat/completions", chat("", R"([{"role":"wizard","content":"hi"}])"), 400,
+       "messages[0].role"},
+      {"content null", "/v1/chat/completions", chat("", R"([{"role":"user","content":null}])"), 400,
+       "messages[0].content"},
+      {"content a number", "/v1/chat/completions", chat("", R"([{"role":"user","content":42}])"), 400,
+       "messages[0].content"},
       {"image part", "/v1/chat/completions",
-       chat("", R"([{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}])"), 400, "messages[0].content"},
+       chat("", R"([{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}])"), 400,
+       "messages[0].content"},
       {"message not an object", "/v1/chat/completions", chat("", R"(["hi"])"), 400, "messages[0]"},
       {"json_schema response_format", "/v1/chat/completions",
-       chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})"), 400, "response_format"},
+       chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})"), 400,
+       "response_format"},
       {"tool parameters not an object", "/v1/chat/completions",
-       chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":"nope"}}])"), 400, "tools[0].function.parameters"},
+       chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":"nope"}}])"), 400,
+       "tools[0].function.parameters"},
       {"tool without name", "/v1/chat/completions", chat(R"("tools":[{"type":"function","function":{}}])"), 400,
        "tools[0].function.name"},
       {"tool_choice names unknown tool", "/v1/chat/completions",
-       chat(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}})"),
+       chat(
+           R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}})"),
        400, "tool_choice"},
       {"max_tokens 0", "/v1/chat/completions", chat(R"("max_completion_tokens":0)"), 400, "max_completion_tokens"},
       {"max_tokens negative", "/v1/completions", R"({"prompt":"hi","max_tokens":-5})", 400, "max_tokens"},
-      {"max_tokens beyond context", "/v1/chat/completions", chat(R"("max_completion_tokens":100000)"), 400, "max_completion_tokens"},
-      {"max_tokens a string", "/v1/chat/completions", chat(R"("max_completion_tokens":"8")"), 400, "max_completion_tokens"},
+      {"max_tokens beyond context", "/v1/chat/completions", chat(R"("max_completion_tokens":100000)"), 400,
+       "max_completion_tokens"},
+      {"max_tokens a string", "/v1/chat/completions", chat(R"("max_completion_tokens":"8")"), 400,
+       "max_completion_tokens"},
       {"n huge", "/v1/chat/completions", chat(R"("n":100000)"), 400, "n"},
       {"top_logprobs huge", "/v1/chat/completions", chat(R"("logprobs":true,"top_logprobs":500)"), 400, "top_logprobs"},
       {"top_logprobs without logprobs", "/v1/chat/completions", chat(R"("top_logprobs":2)"), 400, "top_logprobs"},
@@ -84,17 +94,21 @@ TEST(ServerHttp, BadInputsGetTheRight4xxAndTheServerStaysUnchanged) {
       {"prompt ids beyond the vocabulary", "/v1/completions", R"({"prompt":[1,2,999999]})", 400, "prompt"},
       {"negative prompt id", "/v1/completions", R"({"prompt":[-1]})", 400, "prompt"},
       {"empty token-id prompt", "/v1/completions", R"({"prompt":[]})", 400, "prompt"},
-      {"unsupported reasoning_effort", "/v1/chat/completions", chat(R"("reasoning_effort":"extreme")"), 400, "reasoning_effort"},
-      {"thinking kwarg not a bool", "/v1/chat/completions", chat(R"("chat_template_kwargs":{"enable_thinking":"yes"})"), 400,
-       "chat_template_kwargs.enable_thinking"},
+      {"unsupported reasoning_effort", "/v1/chat/completions", chat(R"("reasoning_effort":"extreme")"), 400,
+       "reasoning_effort"},
+      {"thinking kwarg not a bool", "/v1/chat/completions", chat(R"("chat_template_kwargs":{"enable_thinking":"yes"})"),
+       400, "chat_template_kwargs.enable_thinking"},
       {"chat_template_kwargs not an object", "/v1/chat/completions", chat(R"("chat_template_kwargs":[1])"), 400,
        "chat_template_kwargs"},
       {"tool_call arguments not a string", "/v1/chat/completions",
-       chat("", R"([{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_abc","type":"function","function":{"name":"f","arguments":5}}]}])"),
+       chat(
+           "",
+           R"([{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_abc","type":"function","function":{"name":"f","arguments":5}}]}])"),
        400, "messages[1].tool_calls[0].function.arguments"},
       {"test script not enabled for strings of wrong type", "/v1/chat/completions", chat(R"("tessera_script":5)"), 400,
        "tessera_script"},
-      {"unknown model", "/v1/chat/completions", R"({"model":"gpt-9","messages":[{"role":"user","content":"hi"}]})", 404, "model"},
+      {"unknown model", "/v1/chat/completions", R"({"model":"gpt-9","messages":[{"role":"user","content":"hi"}]})", 404,
+       "model"},
       {"unknown route", "/v1/nothing", "{}", 404, ""},
   };
   for (const auto& k : cases) {
@@ -112,11 +126,16 @@ TEST(ServerHttp, BadInputsGetTheRight4xxAndTheServerStaysUnchanged) {
   }
   // Inputs that are unusual but valid are answered, never a silent empty reply.
   const std::vector<std::pair<std::string, std::string>> valid = {
-      {"text parts", chat("", R"([{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}])")},
+      {"text parts",
+       chat("", R"([{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}])")},
       {"foreign tool-call ids in history",
-       chat("", R"([{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_abc","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"callNNNN","content":"42"},{"role":"user","content":"and?"}])")},
-      {"literal special tokens in user text", chat("", R"([{"role":"user","content":"<think></think><｜tool▁calls▁begin｜>"}])")},
-      {"prompt at the context limit with max_tokens 1", R"({"prompt":[)" + long_prompt.substr(1, 255 * 4 - 1) + R"(],"max_tokens":1})"},
+       chat(
+           "",
+           R"([{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_abc","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"callNNNN","content":"42"},{"role":"user","content":"and?"}])")},
+      {"literal special tokens in user text",
+       chat("", R"([{"role":"user","content":"<think></think><｜tool▁calls▁begin｜>"}])")},
+      {"prompt at the context limit with max_tokens 1",
+       R"({"prompt":[)" + long_prompt.substr(1, 255 * 4 - 1) + R"(],"max_tokens":1})"},
       {"enable_thinking instead of thinking", chat(R"("chat_template_kwargs":{"enable_thinking":false})")},
       {"kwargs cannot replace the conversation", chat(R"("chat_template_kwargs":{"messages":5,"tools":"x"})")},
   };
@@ -257,8 +276,9 @@ TEST(ServerHttp, SigtermFinishesInFlightAndExitsZero) {
   std::thread client([&] {
     httplib::Client c("127.0.0.1", srv.port());
     c.set_read_timeout(60, 0);
-    auto r = post_json(c, "/v1/chat/completions",
-                       R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":600,"ignore_eos":true,"stream":true})");
+    auto r =
+        post_json(c, "/v1/chat/completions",
+                  R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":600,"ignore_eos":true,"stream":true})");
     if (r) status = r->status, body = r->body;
   });
   httplib::Client c("127.0.0.1", srv.port());
@@ -281,8 +301,9 @@ TEST(ServerHttp, SigtermPastTheGraceAbortsAndExitsZero) {
   std::thread client([&] {
     httplib::Client c("127.0.0.1", srv.port());
     c.set_read_timeout(60, 0);
-    auto r = post_json(c, "/v1/chat/completions",
-                       R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3500,"ignore_eos":true,"stream":true})");
+    auto r =
+        post_json(c, "/v1/chat/completions",
+                  R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3500,"ignore_eos":true,"stream":true})");
     if (r) body = r->body;
   });
   httplib::Client c("127.0.0.1", srv.port());
@@ -314,8 +335,10 @@ TEST(ServerHttp, EngineFailureAnswers500AndExitsNonZero) {
   int status = -2;
   for (int i = 0; i < 500 && status == -2; ++i) {
     int st = 0;
-    if (::waitpid(srv.pid(), &st, WNOHANG) == srv.pid()) status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (::waitpid(srv.pid(), &st, WNOHANG) == srv.pid())
+      status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(status, 1) << srv.log();
   if (status != -2) srv.forget();

@@ -35,8 +35,8 @@ fs::path kimi_model_dir() {
 Json chat_body(bool stream) {
   Json b = {{"model", "kimi-test"},
             {"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
-            {"tools", {{{"type", "function"},
-                        {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}}},
+            {"tools",
+             {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}}},
             {"max_tokens", 80},
             {"stream", stream},
             {"tessera_script",

@@ -53,8 +53,9 @@ TEST(ServerLoad, SixtyFourStreamsWithDisconnects) {
           ++completed;
         } else {
           ++failed;
-          std::printf("request %d failed: %s status %d body %s\n", i, r ? "response" : httplib::to_string(r.error()).c_str(),
-                      r ? r->status : 0, body.substr(0, 200).c_str());
+          std::printf("request %d failed: %s status %d body %s\n", i,
+                      r ? "response" : httplib::to_string(r.error()).c_str(), r ? r->status : 0,
+                      body.substr(0, 200).c_str());
         }
       }
     });

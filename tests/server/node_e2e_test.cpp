@@ -21,9 +21,10 @@ TEST(ServerNodeSdk, OpenAiSdkEndToEnd) {
   std::string out;
   // The suite takes ~15 s in a release build, ~90 s under AddressSanitizer alone and over 120 s beside
   // other tests on a 2-core CI machine.
-  const int rc = run_command("TESSERA_URL=" + srv.url() + "/v1 TESSERA_API_KEY=e2e-key TESSERA_NPM_DIR=" + npm.string() +
-                                 " timeout 400 node " TESSERA_SOURCE_DIR "/tests/server/e2e/openai_sdk.mjs",
-                             &out);
+  const int rc =
+      run_command("TESSERA_URL=" + srv.url() + "/v1 TESSERA_API_KEY=e2e-key TESSERA_NPM_DIR=" + npm.string() +
+                      " timeout 400 node " TESSERA_SOURCE_DIR "/tests/server/e2e/openai_sdk.mjs",
+                  &out);
   std::printf("%s\n", out.c_str());
   EXPECT_EQ(rc, 0) << out << "\nserver log:\n" << srv.log().substr(0, 4000);
 }

@@ -64,7 +64,8 @@ TEST(ReasoningState, StartsFromThePromptTail) {
   EXPECT_EQ(initial_reasoning_state(ids("<think></think>"), m, true), ReasoningState::kExpectThink);
   EXPECT_EQ(initial_reasoning_state(ids("<think>a</think> b"), m, false), ReasoningState::kContent);
   // An earlier turn's closed reasoning does not count as open.
-  EXPECT_EQ(initial_reasoning_state(ids("<think>old</think>answer<|im_end|>user"), m, true), ReasoningState::kExpectThink);
+  EXPECT_EQ(initial_reasoning_state(ids("<think>old</think>answer<|im_end|>user"), m, true),
+            ReasoningState::kExpectThink);
 }
 
 // Kimi-K2.5 puts <think> (thinking on) or <think></think> (off) at the end of the prompt; a
@@ -109,10 +110,11 @@ TEST(OutputParser, ReasoningCutByLengthStaysReasoning) {
 
 TEST(OutputParser, KimiToolCalls) {
   OutputParser p(kimi(), kimi_opts(ReasoningState::kReasoning));
-  Result r = run(p, kimi(),
-                 "need weather</think>Let me check. <|tool_calls_section_begin|> <|tool_call_begin|> functions.get_weather:0 "
-                 "<|tool_call_argument_begin|> {\"city\": \"Beijing\"} <|tool_call_end|><|tool_call_begin|>get_news:1"
-                 "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>");
+  Result r =
+      run(p, kimi(),
+          "need weather</think>Let me check. <|tool_calls_section_begin|> <|tool_call_begin|> functions.get_weather:0 "
+          "<|tool_call_argument_begin|> {\"city\": \"Beijing\"} <|tool_call_end|><|tool_call_begin|>get_news:1"
+          "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>");
   EXPECT_EQ(r.reasoning, "need weather");
   EXPECT_EQ(r.content, "Let me check. ");
   ASSERT_EQ(r.calls.size(), 2u);
@@ -131,7 +133,9 @@ TEST(OutputParser, KimiToolCalls) {
 
 TEST(OutputParser, KimiToolSectionEndsReasoningImplicitly) {
   OutputParser p(kimi(), kimi_opts(ReasoningState::kReasoning));
-  Result r = run(p, kimi(), "thinking<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\":1}<|tool_call_end|><|tool_calls_section_end|>");
+  Result r = run(p, kimi(),
+                 "thinking<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{"
+                 "\"a\":1}<|tool_call_end|><|tool_calls_section_end|>");
   EXPECT_EQ(r.reasoning, "thinking");
   EXPECT_EQ(r.content, "");
   ASSERT_EQ(r.calls.size(), 1u);
@@ -150,8 +154,11 @@ TEST(OutputParser, MangledKimiIdsFindTheirTool) {
   auto o = kimi_opts(ReasoningState::kContent);
   o.tool_names = {"exec", "read_file"};
   OutputParser p(kimi(), o);
-  Result r = run(p, kimi(), "<|tool_calls_section_begin|><|tool_call_begin|>functionsexec5<|tool_call_argument_begin|>{}<|tool_call_end|>"
-                            "<|tool_call_begin|>functions.read_file:6<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>");
+  Result r =
+      run(p, kimi(),
+          "<|tool_calls_section_begin|><|tool_call_begin|>functionsexec5<|tool_call_argument_begin|>{}<|tool_call_end|>"
+          "<|tool_call_begin|>functions.read_file:6<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_"
+          "end|>");
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[0].name, "exec");
   EXPECT_EQ(r.calls[0].id, "functionsexec5");  // ids stay verbatim: the model refers to them later
@@ -161,8 +168,10 @@ TEST(OutputParser, MangledKimiIdsFindTheirTool) {
 
 TEST(OutputParser, CutToolCallIsDroppedCompleteOnesKept) {
   OutputParser p(kimi(), kimi_opts(ReasoningState::kContent));
-  run(p, kimi(), "<|tool_calls_section_begin|><|tool_call_begin|>functions.a:0<|tool_call_argument_begin|>{\"x\": 1}<|tool_call_end|>"
-                 "<|tool_call_begin|>functions.b:1<|tool_call_argument_begin|>{\"y\": ");
+  run(p, kimi(),
+      "<|tool_calls_section_begin|><|tool_call_begin|>functions.a:0<|tool_call_argument_begin|>{\"x\": "
+      "1}<|tool_call_end|>"
+      "<|tool_call_begin|>functions.b:1<|tool_call_argument_begin|>{\"y\": ");
   EXPECT_TRUE(p.tool_call_cut());
   ASSERT_EQ(p.tool_calls().size(), 1u);
   EXPECT_EQ(p.tool_calls()[0].name, "a");
@@ -203,10 +212,11 @@ TEST(OutputParser, DeepSeekToolCalls) {
   o.tools = find_tool_call_markers(deepseek());
   ASSERT_EQ(o.tools.format, ToolCallFormat::kDeepSeekV3);
   OutputParser p(deepseek(), o);
-  Result r = run(p, deepseek(),
-                 "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": "
-                 "\"Beijing\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"
-                 "<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+  Result r =
+      run(p, deepseek(),
+          "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": "
+          "\"Beijing\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"
+          "<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
   EXPECT_EQ(r.content, "Sure.");
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[0].name, "get_weather");
@@ -223,7 +233,9 @@ TEST(OutputParser, DeepSeekV31Form) {
   OutputParserOptions o;
   o.tools = find_tool_call_markers(deepseek());
   OutputParser p(deepseek(), o);
-  Result r = run(p, deepseek(), "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\": \"x\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+  Result r = run(p, deepseek(),
+                 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\": "
+                 "\"x\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].name, "search");
   EXPECT_EQ(r.calls[0].arguments, "{\"q\": \"x\"}");

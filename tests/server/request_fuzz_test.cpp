@@ -29,10 +29,34 @@ const ServedModel& demo() {
 }
 
 std::vector<OJson> odd_values() {
-  return {nullptr, true, false, 0, -1, 1, 3, 1000000, INT64_MAX, INT64_MIN, UINT64_MAX, 0.5, -0.5, 1e308, -1e308,
-          "", "x", "none", "auto", "<｜tool▁calls▁begin｜>", OJson::array(), OJson::array({1, 2}),
-          OJson::array({"a"}), OJson::array({OJson::object()}), OJson::object(), OJson{{"type", "text"}},
-          OJson{{"type", "function"}, {"function", {{"name", "f"}}}}, OJson{{"include_usage", "yes"}}};
+  return {nullptr,
+          true,
+          false,
+          0,
+          -1,
+          1,
+          3,
+          1000000,
+          INT64_MAX,
+          INT64_MIN,
+          UINT64_MAX,
+          0.5,
+          -0.5,
+          1e308,
+          -1e308,
+          "",
+          "x",
+          "none",
+          "auto",
+          "<｜tool▁calls▁begin｜>",
+          OJson::array(),
+          OJson::array({1, 2}),
+          OJson::array({"a"}),
+          OJson::array({OJson::object()}),
+          OJson::object(),
+          OJson{{"type", "text"}},
+          OJson{{"type", "function"}, {"function", {{"name", "f"}}}},
+          OJson{{"include_usage", "yes"}}};
 }
 
 void expect_only_api_errors(const OJson& base, bool chat) {
@@ -40,10 +64,32 @@ void expect_only_api_errors(const OJson& base, bool chat) {
   lim.allow_test_script = true;
   std::vector<std::string> keys;
   for (auto it = base.begin(); it != base.end(); ++it) keys.push_back(it.key());
-  for (const char* k : {"n", "stop", "logprobs", "top_logprobs", "tools", "tool_choice", "stream", "stream_options",
-                        "chat_template_kwargs", "thinking_token_budget", "reasoning_effort", "seed", "temperature",
-                        "top_p", "top_k", "min_p", "stop_token_ids", "response_format", "logit_bias", "tessera_script",
-                        "thinking", "min_tokens", "best_of", "echo", "suffix", "add_special_tokens"})
+  for (const char* k : {"n",
+                        "stop",
+                        "logprobs",
+                        "top_logprobs",
+                        "tools",
+                        "tool_choice",
+                        "stream",
+                        "stream_options",
+                        "chat_template_kwargs",
+                        "thinking_token_budget",
+                        "reasoning_effort",
+                        "seed",
+                        "temperature",
+                        "top_p",
+                        "top_k",
+                        "min_p",
+                        "stop_token_ids",
+                        "response_format",
+                        "logit_bias",
+                        "tessera_script",
+                        "thinking",
+                        "min_tokens",
+                        "best_of",
+                        "echo",
+                        "suffix",
+                        "add_special_tokens"})
     keys.push_back(k);
   int bodies = 0;
   for (const auto& key : keys) {
@@ -52,8 +98,10 @@ void expect_only_api_errors(const OJson& base, bool chat) {
       b[key] = v;
       ++bodies;
       try {
-        if (chat) parse_chat_request(b, demo(), lim);
-        else parse_completion_request(b, demo(), lim);
+        if (chat)
+          parse_chat_request(b, demo(), lim);
+        else
+          parse_completion_request(b, demo(), lim);
       } catch (const ApiError& e) {
         EXPECT_GE(e.status(), 400);
         EXPECT_LT(e.status(), 500);
@@ -66,7 +114,10 @@ void expect_only_api_errors(const OJson& base, bool chat) {
 }
 
 TEST(RequestFuzz, ChatFieldsOfEveryType) {
-  expect_only_api_errors(OJson::parse(R"({"model":"tessera-demo-dsv3-random-weights","messages":[{"role":"user","content":"hi"}],"max_tokens":4})"), true);
+  expect_only_api_errors(
+      OJson::parse(
+          R"({"model":"tessera-demo-dsv3-random-weights","messages":[{"role":"user","content":"hi"}],"max_tokens":4})"),
+      true);
 }
 
 TEST(RequestFuzz, CompletionFieldsOfEveryType) {

@@ -65,9 +65,7 @@ TEST(ScriptedTokens, BudgetedRegionTakesPrecedence) {
   EXPECT_EQ(std::vector<int32_t>(o.tokens.begin(), o.tokens.begin() + 4), (std::vector<int32_t>{10, 11, 12, 20}));
 }
 
-TEST(ScriptedTokens, IdsOutsideTheVocabularyAreRejected) {
-  EXPECT_THROW(run(request({5000}, 2)), core::Error);
-}
+TEST(ScriptedTokens, IdsOutsideTheVocabularyAreRejected) { EXPECT_THROW(run(request({5000}, 2)), core::Error); }
 
 }  // namespace
 }  // namespace tessera::engine

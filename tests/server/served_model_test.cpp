@@ -23,11 +23,11 @@ TEST(ServedModel, NullBosTokenInTokenizerConfig) {
   std::filesystem::copy_file(test::fixtures_dir() / "tokenizers" / "deepseek-v3" / "tokenizer.json",
                              dir / "tokenizer.json");
   // `is defined` tells an undefined bos_token from an empty string: "[bos]" must not appear.
-  const OJson cfg = {
-      {"bos_token", nullptr},
-      {"eos_token", "<｜end▁of▁sentence｜>"},
-      {"chat_template", "{% if bos_token %}{{ bos_token }}{% endif %}{% if bos_token is defined %}[bos]{% endif %}"
-                        "{% for m in messages %}{{ m['content'] }}{% endfor %}{{ eos_token }}"}};
+  const OJson cfg = {{"bos_token", nullptr},
+                     {"eos_token", "<｜end▁of▁sentence｜>"},
+                     {"chat_template",
+                      "{% if bos_token %}{{ bos_token }}{% endif %}{% if bos_token is defined %}[bos]{% endif %}"
+                      "{% for m in messages %}{{ m['content'] }}{% endfor %}{{ eos_token }}"}};
   test::write_file(dir / "tokenizer_config.json", cfg.dump());
   ServedModelOptions o;
   o.model_dir = dir;

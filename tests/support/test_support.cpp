@@ -33,9 +33,7 @@ std::filesystem::path make_temp_dir(const std::string& prefix) {
 }
 
 // TESSERA_BINARY overrides the build tree's binary (tests run on another machine, e.g. the GPU one).
-std::filesystem::path tessera_binary() {
-  return core::env_value("TESSERA_BINARY").value_or(TESSERA_BINARY);
-}
+std::filesystem::path tessera_binary() { return core::env_value("TESSERA_BINARY").value_or(TESSERA_BINARY); }
 
 int run_command(const std::string& command, std::string* output) {
   std::string cmd = command + " 2>&1";

@@ -26,8 +26,9 @@ TEST(ChatTemplateLookup, JinjaFileWinsOverTokenizerConfig) {
 
 TEST(ChatTemplateLookup, NamedListPicksToolUseOnlyWithTools) {
   auto dir = test::make_temp_dir("tpl-lookup");
-  test::write_file(dir / "tokenizer_config.json",
-                   R"({"chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]})");
+  test::write_file(
+      dir / "tokenizer_config.json",
+      R"({"chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]})");
   EXPECT_EQ(find_chat_template(dir, false).source, "D");
   EXPECT_EQ(find_chat_template(dir, true).source, "T");
   test::write_file(dir / "tokenizer_config.json", R"({"chat_template": [{"name": "default", "template": "D"}]})");
@@ -67,7 +68,8 @@ TEST(ChatTemplateRender, VariablesAndToolSorting) {
   in.tools = J::parse(R"([{"type": "function", "function": {"name": "f", "description": "d"}}])");
   in.kwargs = {{"thinking", false}};
   in.bos_token = "<s>";
-  EXPECT_EQ(t.render(in), R"([{"function": {"description": "d", "name": "f"}, "type": "function"}]|True|False|None|<s>)");
+  EXPECT_EQ(t.render(in),
+            R"([{"function": {"description": "d", "name": "f"}, "type": "function"}]|True|False|None|<s>)");
   ChatTemplate unsorted("{{ tools|tojson }}");
   EXPECT_EQ(unsorted.render(in), R"([{"type": "function", "function": {"name": "f", "description": "d"}}])");
   in.kwargs = {{"messages", 1}};
@@ -78,8 +80,9 @@ TEST(ChatTemplateRender, VariablesAndToolSorting) {
 // special_tokens_map, so jinja2 sees an Undefined -- it prints as nothing, is falsy and not
 // `defined`, and `+` on it raises. None would print "None" instead.
 TEST(ChatTemplateRender, UnsetSpecialTokensAreUndefined) {
-  ChatTemplate t("{% if bos_token %}{{ bos_token }}{% endif %}A|{{ bos_token }}|{{ eos_token }}|"
-                 "{{ bos_token is defined }}|{{ eos_token is none }}");
+  ChatTemplate t(
+      "{% if bos_token %}{{ bos_token }}{% endif %}A|{{ bos_token }}|{{ eos_token }}|"
+      "{{ bos_token is defined }}|{{ eos_token is none }}");
   ChatRenderInput in;
   EXPECT_EQ(t.render(in), "A|||False|False");
   in.bos_token = "<s>";
@@ -122,9 +125,10 @@ TEST(RenderChatCli, JsonlMatchesGoldens) {
   if (!std::filesystem::exists(test::tessera_binary())) GTEST_SKIP() << "tessera binary not built";
   const auto dir = test::fixtures_dir() / "chat_templates";
   std::string out;
-  const int rc = test::run_command(test::tessera_binary().string() + " render-chat --jsonl '" + (dir / "goldens.jsonl").string() +
-                                       "' --template-dir '" + dir.string() + "' 2>/dev/null",
-                                   &out);
+  const int rc =
+      test::run_command(test::tessera_binary().string() + " render-chat --jsonl '" + (dir / "goldens.jsonl").string() +
+                            "' --template-dir '" + dir.string() + "' 2>/dev/null",
+                        &out);
   ASSERT_EQ(rc, 0) << out;
   std::istringstream got(out);
   std::ifstream want(dir / "goldens.jsonl");
@@ -146,11 +150,13 @@ TEST(RenderChatCli, JsonlMatchesGoldens) {
 TEST(RenderChatCli, RequestWithModelDirectory) {
   if (!std::filesystem::exists(test::tessera_binary())) GTEST_SKIP() << "tessera binary not built";
   auto dir = test::make_temp_dir("render-chat");
-  test::write_file(dir / "req.json", R"({"messages": [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hi"}]})");
+  test::write_file(
+      dir / "req.json",
+      R"({"messages": [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hi"}]})");
   std::string out;
   const int rc = test::run_command(test::tessera_binary().string() + " render-chat --json --model '" +
-                                       (test::fixtures_dir() / "tokenizers" / "deepseek-v3").string() + "' --request '" +
-                                       (dir / "req.json").string() + "' 2>/dev/null",
+                                       (test::fixtures_dir() / "tokenizers" / "deepseek-v3").string() +
+                                       "' --request '" + (dir / "req.json").string() + "' 2>/dev/null",
                                    &out);
   ASSERT_EQ(rc, 0) << out;
   const auto j = J::parse(out);
@@ -168,7 +174,7 @@ TEST(RenderChatCli, JsonlNullSpecialTokens) {
                    "{% if bos_token %}{{ bos_token }}{% endif %}{{ messages[0]['content'] }}{{ eos_token }}"
                    "{% if eos_token is defined %}+{% endif %}");
   const std::string msg = R"("messages": [{"role": "user", "content": "Hi"}])";
-  test::write_file(dir / "r.jsonl", "{" + msg + R"(, "bos_token": null, "eos_token": null})" + "\n" +  //
+  test::write_file(dir / "r.jsonl", "{" + msg + R"(, "bos_token": null, "eos_token": null})" + "\n" +         //
                                         "{" + msg + R"(, "bos_token": "<s>", "eos_token": "</s>"})" + "\n" +  //
                                         "{" + msg + R"(, "eos_token": null})" + "\n");
   const std::string cmd = test::tessera_binary().string() + " render-chat --template '" + (dir / "t.jinja").string() +
@@ -196,8 +202,9 @@ TEST(RenderChatCli, ModelWithNullBosToken) {
   std::filesystem::copy_file(test::fixtures_dir() / "tokenizers" / "o200k" / "tokenizer.json", dir / "tokenizer.json");
   J cfg = {{"bos_token", nullptr},
            {"eos_token", "<|endoftext|>"},
-           {"chat_template", "{% if bos_token %}{{ bos_token }}{% endif %}{% if bos_token is defined %}[bos]{% endif %}"
-                             "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{{ eos_token }}{% endfor %}"}};
+           {"chat_template",
+            "{% if bos_token %}{{ bos_token }}{% endif %}{% if bos_token is defined %}[bos]{% endif %}"
+            "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{{ eos_token }}{% endfor %}"}};
   test::write_file(dir / "tokenizer_config.json", cfg.dump());
   test::write_file(dir / "req.json", R"({"messages": [{"role": "user", "content": "Hi"}]})");
   std::string out;

@@ -15,9 +15,12 @@ namespace {
 std::string escape_for_log(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else out.push_back(c);
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else
+      out.push_back(c);
   }
   return out;
 }

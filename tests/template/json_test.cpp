@@ -50,9 +50,12 @@ TEST(ToJson, SortKeys) {
 }
 
 TEST(ToJson, Numbers) {
-  auto vars = nlohmann::ordered_json::parse(R"({"a": 1.0, "b": 1e16, "c": 0.0001, "d": 1e-5, "e": 123456789012, "f": -0.5, "g": 1.5e300})");
-  EXPECT_EQ(render("{{ [a, b, c, d, e, f, g] | tojson }}", vars), "[1.0, 1e+16, 0.0001, 1e-05, 123456789012, -0.5, 1.5e+300]");
-  EXPECT_EQ(render("{{ [1.0 / 3, 2 ** 62, 0.1 + 0.2] | tojson }}"), "[0.3333333333333333, 4611686018427387904, 0.30000000000000004]");
+  auto vars = nlohmann::ordered_json::parse(
+      R"({"a": 1.0, "b": 1e16, "c": 0.0001, "d": 1e-5, "e": 123456789012, "f": -0.5, "g": 1.5e300})");
+  EXPECT_EQ(render("{{ [a, b, c, d, e, f, g] | tojson }}", vars),
+            "[1.0, 1e+16, 0.0001, 1e-05, 123456789012, -0.5, 1.5e+300]");
+  EXPECT_EQ(render("{{ [1.0 / 3, 2 ** 62, 0.1 + 0.2] | tojson }}"),
+            "[0.3333333333333333, 4611686018427387904, 0.30000000000000004]");
 }
 
 TEST(ToJson, TuplesAreArraysAndNonStringKeysAreConverted) {

@@ -14,8 +14,8 @@ TEST(TokenizerCli, JsonlMatchesGolden) {
   const auto dir = fixtures_dir() / "tokenizers";
   const auto golden = dir / "kimi-style-tiktoken.golden.jsonl";
   std::string out;
-  const int rc = run_command(tessera_binary().string() + " tokenize --model '" + (dir / "kimi-style-tiktoken").string() +
-                                 "' --jsonl '" + golden.string() + "'",
+  const int rc = run_command(tessera_binary().string() + " tokenize --model '" +
+                                 (dir / "kimi-style-tiktoken").string() + "' --jsonl '" + golden.string() + "'",
                              &out);
   ASSERT_EQ(rc, 0) << out;
   std::istringstream got(out), want(read_file(golden));
@@ -36,11 +36,14 @@ TEST(TokenizerCli, TokenizeAndDetokenize) {
   // Golden line 7 of deepseek-v3.golden.jsonl: "Hello world" -> 19923 2058.
   ASSERT_EQ(run_command(tessera_binary().string() + " tokenize --model '" + model + "' --text 'Hello world'", &out), 0);
   EXPECT_EQ(out, "19923 2058\n");
-  ASSERT_EQ(run_command(tessera_binary().string() + " tokenize --json --model '" + model + "' --text 'Hello world'", &out), 0);
+  ASSERT_EQ(
+      run_command(tessera_binary().string() + " tokenize --json --model '" + model + "' --text 'Hello world'", &out),
+      0);
   EXPECT_EQ(out, "[19923, 2058]\n");
   ASSERT_EQ(run_command(tessera_binary().string() + " detokenize --model '" + model + "' --ids 19923,2058", &out), 0);
   EXPECT_EQ(out, "Hello world\n");
-  EXPECT_NE(run_command(tessera_binary().string() + " detokenize --model '" + model + "' --ids 19923,99999999", &out), 0);
+  EXPECT_NE(run_command(tessera_binary().string() + " detokenize --model '" + model + "' --ids 19923,99999999", &out),
+            0);
   EXPECT_NE(out.find("99999999"), std::string::npos) << out;
 }
 

@@ -44,8 +44,9 @@ void check_golden(const std::string& name) {
     const std::string want_decoded = j.contains("decoded") ? j["decoded"].get<std::string>() : text;
     if (decoded != want_decoded) {
       if (decode_mismatch++ == 0)
-        ADD_FAILURE() << name << " line " << line_no << ": decode mismatch\n  want: "
-                      << nlohmann::json(want_decoded).dump() << "\n  got:  " << nlohmann::json(decoded).dump();
+        ADD_FAILURE() << name << " line " << line_no
+                      << ": decode mismatch\n  want: " << nlohmann::json(want_decoded).dump()
+                      << "\n  got:  " << nlohmann::json(decoded).dump();
     }
     ++checked;
   }

@@ -90,10 +90,10 @@ TEST_F(LoadErrors, BadMerge) {
 
 TEST_F(LoadErrors, BadRegexAndUnsupportedModel) {
   auto j = tiny_tokenizer_json();
-  j["pre_tokenizer"] = {{"type", "Sequence"},
-                        {"pretokenizers",
-                         {{{"type", "Split"}, {"pattern", {{"Regex", "[a-"}}}, {"behavior", "Isolated"}},
-                          {{"type", "ByteLevel"}}}}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", "[a-"}}}, {"behavior", "Isolated"}}, {{"type", "ByteLevel"}}}}};
   write_json(j);
   std::string e = load_error(dir_);
   EXPECT_NE(e.find("pretokenizers[0].pattern.Regex"), std::string::npos) << e;

@@ -78,8 +78,7 @@ TEST(DeepSeekPreTokenizer, SplitsLikeReference) {
   EXPECT_EQ(split("Hello world"), (Pieces{"Hello", " world"}));
   EXPECT_EQ(split("getUserName iPhone"), (Pieces{"getUserName", " iPhone"}));
   EXPECT_EQ(split("中文abc混合Text"), (Pieces{"中文", "abc", "混合", "Text"}));
-  EXPECT_EQ(split("I'M fine, it's 12345 ok"),
-            (Pieces{"I", "'M", " fine", ",", " it", "'s", " ", "123", "45", " ok"}));
+  EXPECT_EQ(split("I'M fine, it's 12345 ok"), (Pieces{"I", "'M", " fine", ",", " it", "'s", " ", "123", "45", " ok"}));
   EXPECT_EQ(split("  leading\n\n  spaces  "), (Pieces{" ", " leading", "\n\n", " ", " spaces", "  "}));
   EXPECT_EQ(split("日本語テスト"), (Pieces{"日本語テスト"}));
   EXPECT_EQ(split("x=1+2;\r\n"), (Pieces{"x", "=", "1", "+", "2", ";\r\n"}));
@@ -90,8 +89,8 @@ TEST(DeepSeekPreTokenizer, SplitsLikeReference) {
 // HF Split behaviours on a "-" delimiter, per the tokenizers documentation examples.
 TEST(SplitBehaviors, AllBehaviors) {
   auto split = [](const char* behavior, bool invert, std::string_view s) {
-    const nlohmann::json spec = {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior},
-                                 {"invert", invert}};
+    const nlohmann::json spec = {
+        {"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", invert}};
     const auto pre = text::make_pre_tokenizer(spec, "test");
     text::Arena arena;
     std::vector<std::string_view> views;
@@ -109,11 +108,12 @@ TEST(SplitBehaviors, AllBehaviors) {
 }
 
 TEST(ByteLevel, Gpt2Alphabet) {
-  EXPECT_EQ(text::byte_to_unicode(' '), U'\u0120');  // 'Ġ'
+  EXPECT_EQ(text::byte_to_unicode(' '), U'\u0120');   // 'Ġ'
   EXPECT_EQ(text::byte_to_unicode('\n'), U'\u010A');  // 'Ċ'
   EXPECT_EQ(text::byte_to_unicode('!'), U'!');
   EXPECT_EQ(text::byte_to_unicode(0xAD), U'\u0143');  // the last remapped byte: 'Ń'
-  for (int b = 0; b < 256; ++b) EXPECT_EQ(text::unicode_to_byte(text::byte_to_unicode(static_cast<unsigned char>(b))), b);
+  for (int b = 0; b < 256; ++b)
+    EXPECT_EQ(text::unicode_to_byte(text::byte_to_unicode(static_cast<unsigned char>(b))), b);
   std::string out;
   EXPECT_TRUE(text::byte_level_decode("ĠHello", out));
   EXPECT_EQ(out, " Hello");
@@ -166,8 +166,7 @@ TEST(Bpe, LinearAndHeapMergesAgree) {
 TEST(Tokenizers, LongRunsRoundTrip) {
   for (const char* name : {"deepseek-v3", "o200k", "kimi-style-tiktoken"}) {
     const auto& tok = fixture_tokenizer(name);
-    for (const std::string& s : {std::string(5000, 'a'), std::string(3000, ' ') + "x", std::string(2000, '9'),
-                                 [] {
+    for (const std::string& s : {std::string(5000, 'a'), std::string(3000, ' ') + "x", std::string(2000, '9'), [] {
                                    std::string t;
                                    for (int i = 0; i < 1500; ++i) t += "中";
                                    return t;

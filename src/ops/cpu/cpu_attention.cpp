@@ -39,8 +39,8 @@ void softmax(float* p, int64_t n) {
   for (int64_t i = 0; i < n; ++i) p[i] *= inv;
 }
 
-void prefill(const Tensor& q, const std::vector<float>& ctx, int64_t len, const LinearWeight& kv_b,
-             const MlaDims& d, const AttentionSeq& s, Tensor& out, CpuOps& ops) {
+void prefill(const Tensor& q, const std::vector<float>& ctx, int64_t len, const LinearWeight& kv_b, const MlaDims& d,
+             const AttentionSeq& s, Tensor& out, CpuOps& ops) {
   const int64_t entry = d.latent + d.rope, qk = d.nope + d.rope, kvw = d.nope + d.v;
   // Decompress per-head k_nope and v for the whole context: kv = c_kv · kv_bᵀ.
   Tensor latent = ops.empty({len, d.latent});
@@ -90,8 +90,8 @@ void decode_absorbed(const Tensor& q, const std::vector<float>& ctx, int64_t len
       const int64_t h = job / s.num_tokens, t = job % s.num_tokens;
       const int64_t visible = s.start_pos + t + 1;
       const float* qv = q.data<float>() + ((s.token_begin + t) * d.heads + h) * qk;
-      const float* w_uk = wkvb.data() + h * kvw * d.latent;          // [nope, latent]
-      const float* w_uv = w_uk + d.nope * d.latent;                  // [v, latent]
+      const float* w_uk = wkvb.data() + h * kvw * d.latent;  // [nope, latent]
+      const float* w_uv = w_uk + d.nope * d.latent;          // [v, latent]
       // q_lat = q_nope · W_UK  (absorb the key up-projection into the query)
       std::fill(q_lat.begin(), q_lat.end(), 0.0f);
       for (int64_t i = 0; i < d.nope; ++i)

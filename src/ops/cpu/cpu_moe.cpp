@@ -21,7 +21,8 @@ void CpuOps::moe_route(const Tensor& x, const LinearWeight& gate, const Tensor& 
   std::vector<float> b(static_cast<size_t>(E));
   core::convert_to_f32(bias.dtype(), bias.raw(), b.data(), b.size());
   core::parallel_for(tokens, [&](int64_t tb, int64_t te) {
-    std::vector<float> score(static_cast<size_t>(E)), biased(static_cast<size_t>(E)), group_score(static_cast<size_t>(G));
+    std::vector<float> score(static_cast<size_t>(E)), biased(static_cast<size_t>(E)),
+        group_score(static_cast<size_t>(G));
     std::vector<int64_t> order(static_cast<size_t>(std::max(E, G)));
     for (int64_t t = tb; t < te; ++t) {
       const float* l = logits.data<float>() + t * E;
@@ -52,8 +53,9 @@ void CpuOps::moe_route(const Tensor& x, const LinearWeight& gate, const Tensor& 
           if (!keep[e / per_group]) biased[e] = -INFINITY;
       }
       std::iota(order.begin(), order.begin() + E, 0);
-      std::partial_sort(order.begin(), order.begin() + K, order.begin() + E,
-                        [&](int64_t a, int64_t c) { return biased[a] > biased[c] || (biased[a] == biased[c] && a < c); });
+      std::partial_sort(order.begin(), order.begin() + K, order.begin() + E, [&](int64_t a, int64_t c) {
+        return biased[a] > biased[c] || (biased[a] == biased[c] && a < c);
+      });
       float sum = 0;
       for (int64_t k = 0; k < K; ++k) sum += score[order[k]];
       for (int64_t k = 0; k < K; ++k) {

@@ -84,8 +84,8 @@ void CpuOps::embedding(const Tensor& table, std::span<const int32_t> ids, Tensor
   const int64_t vocab = table.dim(0), hidden = table.dim(1);
   const size_t es = core::dtype_size(table.dtype());
   for (size_t t = 0; t < ids.size(); ++t) {
-    TESSERA_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} at position {} is outside the vocabulary [0, {})",
-                  ids[t], t, vocab);
+    TESSERA_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} at position {} is outside the vocabulary [0, {})", ids[t],
+                  t, vocab);
     core::convert_to_f32(table.dtype(), table.data<uint8_t>() + static_cast<size_t>(ids[t] * hidden) * es,
                          out.data<float>() + static_cast<int64_t>(t) * hidden, static_cast<size_t>(hidden));
   }
@@ -98,15 +98,18 @@ void CpuOps::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& 
                 col_begin + d, core::shape_str(out.shape()));
   std::vector<float> w(static_cast<size_t>(d));
   core::convert_to_f32(weight.dtype(), weight.raw(), w.data(), w.size());
-  core::parallel_for(rows, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const float* xr = x.data<float>() + r * width + col_begin;
-      float* yr = out_width == d ? out.data<float>() + r * d : out.data<float>() + r * out_width + col_begin;
-      const float ms = dot(xr, xr, d) / static_cast<float>(d);
-      const float inv = 1.0f / std::sqrt(ms + eps);
-      for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * w[i];
-    }
-  }, 16);
+  core::parallel_for(
+      rows,
+      [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const float* xr = x.data<float>() + r * width + col_begin;
+          float* yr = out_width == d ? out.data<float>() + r * d : out.data<float>() + r * out_width + col_begin;
+          const float ms = dot(xr, xr, d) / static_cast<float>(d);
+          const float inv = 1.0f / std::sqrt(ms + eps);
+          for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * w[i];
+        }
+      },
+      16);
 }
 
 void CpuOps::linear(const Tensor& x, const LinearWeight& w, Tensor& out) {
@@ -116,14 +119,17 @@ void CpuOps::linear(const Tensor& x, const LinearWeight& w, Tensor& out) {
                 core::shape_str(out.shape()), w.out, w.in);
   if (rows == 0) return;
   // Each output feature's weight row is dequantized once and applied to every token.
-  core::parallel_for(w.out, [&](int64_t b, int64_t e) {
-    std::vector<float> wrow(static_cast<size_t>(w.in));
-    for (int64_t o = b; o < e; ++o) {
-      w.dequant_row(o, wrow.data());
-      for (int64_t t = 0; t < rows; ++t)
-        out.data<float>()[t * w.out + o] = dot(x.data<float>() + t * w.in, wrow.data(), w.in);
-    }
-  }, 4);
+  core::parallel_for(
+      w.out,
+      [&](int64_t b, int64_t e) {
+        std::vector<float> wrow(static_cast<size_t>(w.in));
+        for (int64_t o = b; o < e; ++o) {
+          w.dequant_row(o, wrow.data());
+          for (int64_t t = 0; t < rows; ++t)
+            out.data<float>()[t * w.out + o] = dot(x.data<float>() + t * w.in, wrow.data(), w.in);
+        }
+      },
+      4);
 }
 
 void CpuOps::add_inplace(Tensor& x, const Tensor& y) {
@@ -139,8 +145,7 @@ void CpuOps::silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   for (int64_t i = 0, n = gate.numel(); i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
-void CpuOps::rope_inplace(Tensor& x, const RopeTables& tables, int64_t col_begin, int64_t col_stride,
-                          int64_t count) {
+void CpuOps::rope_inplace(Tensor& x, const RopeTables& tables, int64_t col_begin, int64_t col_stride, int64_t count) {
   const int64_t rows = x.dim(0), width = x.numel() / std::max<int64_t>(rows, 1), half = tables.cos.dim(1);
   for (int64_t r = 0; r < rows; ++r) {
     const float* c = tables.cos.data<float>() + r * half;
@@ -158,15 +163,15 @@ void CpuOps::rope_inplace(Tensor& x, const RopeTables& tables, int64_t col_begin
 
 void CpuOps::kv_cache_write(KvLayerView& cache, const Tensor& latent, std::span<const AttentionSeq> seqs) {
   const int64_t entry = latent.dim(1), page = cache.page_size;
-  TESSERA_CHECK(cache.pages.dim(2) == entry, "kv_cache_write: cache entry {} != latent width {}",
-                cache.pages.dim(2), entry);
+  TESSERA_CHECK(cache.pages.dim(2) == entry, "kv_cache_write: cache entry {} != latent width {}", cache.pages.dim(2),
+                entry);
   const bool fp8 = kv_is_fp8(cache, "kv_cache_write");
   for (const auto& s : seqs) {
     for (int64_t i = 0; i < s.num_tokens; ++i) {
       const int64_t pos = s.start_pos + i;
       const size_t block = static_cast<size_t>(pos / page);
-      TESSERA_CHECK(block < s.block_table.size(), "kv_cache_write: position {} has no page in the block table ({} pages)",
-                    pos, s.block_table.size());
+      TESSERA_CHECK(block < s.block_table.size(),
+                    "kv_cache_write: position {} has no page in the block table ({} pages)", pos, s.block_table.size());
       const int64_t page_id = s.block_table[block];
       TESSERA_CHECK(page_id >= 0 && page_id < cache.pages.dim(0), "kv_cache_write: page id {} out of range", page_id);
       const int64_t row = page_id * page + pos % page;

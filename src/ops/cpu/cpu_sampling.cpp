@@ -48,9 +48,7 @@ Drawn sample_one(const float* x, int64_t n, const SampleRow& p) {
     for (int64_t i = 0; i < n; ++i)
       order[i] = uint64_t{order_key(s[i])} << 32 | (0xFFFFFFFFu - static_cast<uint32_t>(i));
     std::partial_sort(order.begin(), order.begin() + k, order.end(), std::greater<>());
-    auto id_at = [&](int64_t j) {
-      return static_cast<int64_t>(0xFFFFFFFFu - static_cast<uint32_t>(order[j]));
-    };
+    auto id_at = [&](int64_t j) { return static_cast<int64_t>(0xFFFFFFFFu - static_cast<uint32_t>(order[j])); };
     int64_t keep = k;
     if (p.top_p < 1.0f) {
       uint64_t top_k_mass = 0;
@@ -74,16 +72,15 @@ Drawn sample_one(const float* x, int64_t n, const SampleRow& p) {
   for (int64_t i = 0; i < n; ++i) {
     if (!kept[i]) continue;
     cumulative += mass[i];
-    if (cumulative > target)
-      return {static_cast<int32_t>(i), kept_logprob(log_weight(s[i], s_max), kept_mass)};
+    if (cumulative > target) return {static_cast<int32_t>(i), kept_logprob(log_weight(s[i], s_max), kept_mass)};
   }
   return {static_cast<int32_t>(argmax), 0.0f};  // unreachable: target < kept_mass
 }
 
 }  // namespace
 
-void CpuOps::sample(const core::Tensor& logits, std::span<const SampleRow> rows,
-                    core::Tensor& ids_out, core::Tensor* logprob_out) {
+void CpuOps::sample(const core::Tensor& logits, std::span<const SampleRow> rows, core::Tensor& ids_out,
+                    core::Tensor* logprob_out) {
   check_sample_args(logits, rows, ids_out, logprob_out);
   const int64_t n = logits.dim(1);
   core::parallel_for(

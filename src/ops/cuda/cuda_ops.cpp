@@ -58,13 +58,14 @@ KernelChoice weight_group_row(const WeightGroup& g) {
   const std::string mv = nvfp4 ? "W4A16" : "W8A16";
   const std::string kernel =
       g.name == "routed experts"
-          ? fmt::format("{} stored; {} {} over expert-sorted pairs (steps <= {} tokens), dequantized + cuBLASLt "
-                        "per expert beyond",
-                        g.format_name, mv,
-                        nvfp4 ? "nvfp4_expert_mma_kernel (mma.sync, 16 pairs a tile; widths multiples of 128) or "
-                                "quant_expert_kernel"
-                              : "quant_expert_kernel",
-                        kGroupedMoeMaxTokens)
+          ? fmt::format(
+                "{} stored; {} {} over expert-sorted pairs (steps <= {} tokens), dequantized + cuBLASLt "
+                "per expert beyond",
+                g.format_name, mv,
+                nvfp4 ? "nvfp4_expert_mma_kernel (mma.sync, 16 pairs a tile; widths multiples of 128) or "
+                        "quant_expert_kernel"
+                      : "quant_expert_kernel",
+                kGroupedMoeMaxTokens)
           : fmt::format("{} stored; {} quant_gemv_kernel (<= {} tokens), dequantized + cuBLASLt GEMM beyond",
                         g.format_name, mv, kQuantGemvMaxTokens);
   return {"weights: " + g.name, kernel, size + "; dequantized in registers, fp32 accumulation", true};
@@ -207,8 +208,8 @@ class CudaOps final : public Ops {
                  Tensor& weights) override {
     cuda::moe_route(ctx_, moe_, x, gate, bias, cfg, ids, weights);
   }
-  void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts, const Tensor& ids,
-                   const Tensor& weights, Tensor& out, const ExpertWeights* shared) override {
+  void moe_experts(const Tensor& x, const std::vector<ExpertWeights>& experts, const Tensor& ids, const Tensor& weights,
+                   Tensor& out, const ExpertWeights* shared) override {
     cuda::moe_experts(ctx_, moe_, *this, x, experts, ids, weights, out, shared);
   }
   void moe(const Tensor& x, const LinearWeight& router, const Tensor& bias, const RouterConfig& cfg,

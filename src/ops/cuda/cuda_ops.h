@@ -29,10 +29,10 @@ std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels = "", bool step_gr
 
 // How the CUDA backend's decode steps ran (step_graph.h); all zero for other backends.
 struct StepGraphStats {
-  int64_t eager = 0;     // steps run as usual: first sight of a key, or a key that cannot be captured
-  int64_t recorded = 0;  // steps captured into a graph (and launched)
-  int64_t replayed = 0;  // steps that launched a recorded graph
-  int64_t stale = 0;     // replays refused because the step's operations differed from the recording
+  int64_t eager = 0;               // steps run as usual: first sight of a key, or a key that cannot be captured
+  int64_t recorded = 0;            // steps captured into a graph (and launched)
+  int64_t replayed = 0;            // steps that launched a recorded graph
+  int64_t stale = 0;               // replays refused because the step's operations differed from the recording
   double replay_host_seconds = 0;  // host time of the replays' checking passes (the GPU waits for it)
 };
 StepGraphStats step_graph_stats(const Ops& ops);

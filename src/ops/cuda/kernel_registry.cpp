@@ -60,9 +60,10 @@ std::string architecture_problem(int sm) {
     const bool arch_specific = item.find('a') != std::string::npos && item.find('a') < item.find('-');
     if (is_virtual ? sm >= arch : arch_specific ? sm == arch : (sm / 10 == arch / 10 && sm >= arch)) return "";
   }
-  return fmt::format("this build has no kernels for sm_{} (it carries {}); rebuild with "
-                     "-DCMAKE_CUDA_ARCHITECTURES={}-real",
-                     sm, compiled_architectures(), sm);
+  return fmt::format(
+      "this build has no kernels for sm_{} (it carries {}); rebuild with "
+      "-DCMAKE_CUDA_ARCHITECTURES={}-real",
+      sm, compiled_architectures(), sm);
 }
 
 int64_t mla_mma_smem_bytes(int64_t latent, int64_t rope) {
@@ -89,14 +90,16 @@ bool has_sm90a_code() {
 
 std::string mla_wgmma_problem(int sm, int64_t smem_per_block_optin, int64_t heads, int64_t latent, int64_t rope) {
   if (!mla_attend_wgmma_supported(latent, rope, heads))
-    return fmt::format("the wgmma kernel needs latent 512 + rope 64 and a multiple of 64 heads (got latent {} + rope "
-                       "{}, {} heads)",
-                       latent, rope, heads);
+    return fmt::format(
+        "the wgmma kernel needs latent 512 + rope 64 and a multiple of 64 heads (got latent {} + rope "
+        "{}, {} heads)",
+        latent, rope, heads);
   if (sm != 90) return fmt::format("the wgmma kernel needs an sm_90 (Hopper) GPU, this one is sm_{}", sm);
   if (!has_sm90a_code())
-    return fmt::format("the wgmma kernel needs sm_90a code, this build carries {} (rebuild with "
-                       "-DCMAKE_CUDA_ARCHITECTURES=90a-real)",
-                       compiled_architectures());
+    return fmt::format(
+        "the wgmma kernel needs sm_90a code, this build carries {} (rebuild with "
+        "-DCMAKE_CUDA_ARCHITECTURES=90a-real)",
+        compiled_architectures());
   if (mla_wgmma_smem_bytes() > smem_per_block_optin)
     return fmt::format("the wgmma kernel needs {} KB of shared memory, the GPU allows {} KB",
                        mla_wgmma_smem_bytes() / 1024, smem_per_block_optin / 1024);

@@ -18,7 +18,7 @@ namespace tessera::ops::cuda {
 
 struct DeviceCaps {
   std::string name;
-  int sm = 0;                   // compute capability, e.g. 90
+  int sm = 0;  // compute capability, e.g. 90
   int num_sms = 0;
   int64_t smem_per_block_optin = 0;
   uint64_t total_bytes = 0, free_bytes = 0;

@@ -72,8 +72,7 @@ std::vector<Pass> plan_passes(std::span<const AttentionSeq> prefill, const std::
         weighted.push_back({keys, {i32(static_cast<int64_t>(c)), i32(q0)}});
       }
     }
-    std::stable_sort(weighted.begin(), weighted.end(),
-                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::stable_sort(weighted.begin(), weighted.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     for (const auto& w : weighted) p.tiles.push_back(w.second);
   }
   return passes;
@@ -102,8 +101,8 @@ void decompress(const MlaPrefillEnv& env, const __nv_bfloat16* w, int64_t m, int
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   TESSERA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(env.lt, op, la, lb, lc, lc, pref, 1, &heur, &found));
-  TESSERA_CHECK(found > 0, "mla prefill: cuBLASLt has no bf16 GEMM algorithm to decompress K/V (m={} n={} k={})", m,
-                n, k);
+  TESSERA_CHECK(found > 0, "mla prefill: cuBLASLt has no bf16 GEMM algorithm to decompress K/V (m={} n={} k={})", m, n,
+                k);
   TESSERA_CHECK(heur.workspaceSize <= env.workspace_bytes, "mla prefill: the K/V GEMM wants {} bytes of workspace",
                 heur.workspaceSize);
   const float beta = 0.0f;
@@ -128,8 +127,8 @@ void check_args(const Tensor& q, const KvLayerView& cache, const LinearWeight& k
   TESSERA_CHECK(kv_b.weight.dtype() == DType::kBF16 && kv_b.out == d.heads * (d.nope + d.v) && kv_b.in == d.latent,
                 "mla prefill: kv_b {} [{}, {}] is not bf16 [{} heads x ({} + {}), latent {}]", kv_b.name, kv_b.out,
                 kv_b.in, d.heads, d.nope, d.v, d.latent);
-  TESSERA_CHECK((cache.pages.dtype() == DType::kBF16 || cache.pages.dtype() == DType::kU8) &&
-                    cache.pages.rank() == 3 && cache.pages.dim(2) == d.latent + d.rope,
+  TESSERA_CHECK((cache.pages.dtype() == DType::kBF16 || cache.pages.dtype() == DType::kU8) && cache.pages.rank() == 3 &&
+                    cache.pages.dim(2) == d.latent + d.rope,
                 "mla prefill: KV pages {} {} are not bf16 or fp8 (U8) [pages, page, {} + {}]",
                 core::dtype_name(cache.pages.dtype()), core::shape_str(cache.pages.shape()), d.latent, d.rope);
   TESSERA_CHECK(cache.pages.dtype() != DType::kU8 || (std::isfinite(cache.scale) && cache.scale > 0.0f),
@@ -190,8 +189,8 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
     const auto* chunks = reinterpret_cast<const PrefillChunk*>(base + p.chunk_at);
     if (fp8)
       launch_mla_gather_latents_fp8(cache.pages.data<uint8_t>(), cache.page_size, entry, base, chunks,
-                                    static_cast<int64_t>(p.chunks.size()), p.max_chunk_rows,
-                                    lat.data<__nv_bfloat16>(), env.stream);
+                                    static_cast<int64_t>(p.chunks.size()), p.max_chunk_rows, lat.data<__nv_bfloat16>(),
+                                    env.stream);
     else
       launch_mla_gather_latents(cache.pages.data<__nv_bfloat16>(), cache.page_size, entry, base, chunks,
                                 static_cast<int64_t>(p.chunks.size()), p.max_chunk_rows, lat.data<__nv_bfloat16>(),
@@ -200,8 +199,8 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
     if (split) {
       decompress(env, kv_b.weight.data<__nv_bfloat16>(), kv_width, d.latent, lat.data<__nv_bfloat16>(), entry, p.rows,
                  kv_f32.raw(), CUDA_R_32F, kv_scale);
-      launch_split_bf16(kv_f32.data<float>(), p.rows * kv_width, kv.data<__nv_bfloat16>(),
-                        kv_lo.data<__nv_bfloat16>(), env.stream);
+      launch_split_bf16(kv_f32.data<float>(), p.rows * kv_width, kv.data<__nv_bfloat16>(), kv_lo.data<__nv_bfloat16>(),
+                        env.stream);
       TESSERA_CUDA_CHECK_LAUNCH();
     } else {
       decompress(env, kv_b.weight.data<__nv_bfloat16>(), kv_width, d.latent, lat.data<__nv_bfloat16>(), entry, p.rows,
@@ -250,9 +249,9 @@ int64_t mla_prefill_pass_rows(const MlaDims& d, bool split) {
   return std::max<int64_t>(kQueryTileRows, kPassKvBytes / std::max<int64_t>(row_bytes, 1));
 }
 
-void run_mla_prefill_step(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& cache,
-                          const LinearWeight& kv_b, const MlaDims& d, std::span<const AttentionSeq> seqs,
-                          Tensor& out, const MlaDecodeFn& decode) {
+void run_mla_prefill_step(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& cache, const LinearWeight& kv_b,
+                          const MlaDims& d, std::span<const AttentionSeq> seqs, Tensor& out,
+                          const MlaDecodeFn& decode) {
   TESSERA_CHECK(mla_prefill_attend_supported(d.nope, d.rope, d.v, d.latent),
                 "mla prefill: head dims nope {} + rope {}, v {}, latent {} are not supported (qk <= 192, v <= 128, "
                 "multiples of 8)",

@@ -246,14 +246,9 @@ void quantized_grouped_experts(CudaContext& ctx, MoeState& state, const Tensor& 
   Tensor xb = ctx.alloc(DType::kBF16, {T, H}), meta = ctx.alloc(DType::kI32, {2 * E + 2 + P}),
          act = ctx.alloc(mma ? DType::kBF16 : DType::kF32, {P, inter}), y = ctx.alloc(DType::kF32, {P, H});
   int32_t* m = ptr<int32_t>(meta);
-  const MoeGroupedScratch scratch{ptr<__nv_bfloat16>(xb),
-                                  m,
-                                  m + E + 1,
-                                  m + 2 * E + 1,
-                                  m + 2 * E + 2,
-                                  mma ? ptr<__nv_bfloat16>(act) : nullptr,
-                                  ptr<float>(y),
-                                  nullptr};
+  const MoeGroupedScratch scratch{
+      ptr<__nv_bfloat16>(xb), m,      m + E + 1, m + 2 * E + 1, m + 2 * E + 2, mma ? ptr<__nv_bfloat16>(act) : nullptr,
+      ptr<float>(y),          nullptr};
   const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(K), -1};
   if (mma)
     launch_moe_nvfp4_mma_experts(ptr<float>(x), T, H, slots, E, q, q + E, q + 2 * E, inter, scratch, ctx.stream());
@@ -324,8 +319,7 @@ bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight&
          const RouterConfig& cfg, const std::vector<ExpertWeights>& experts, const ExpertWeights* shared, Tensor& out) {
   const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
   if (!shared || T == 0 || E == 0 || quantized_experts(experts) || !shared_expert_stream_enabled() ||
-      !moe_grouped_applies(ctx, x, experts) ||
-      !shared_expert_groups_with(x, experts, *shared))
+      !moe_grouped_applies(ctx, x, experts) || !shared_expert_groups_with(x, experts, *shared))
     return false;
   const ExpertTable& table = expert_table(ctx, state, experts, shared);
   const int64_t inter = experts[0].gate.out;

@@ -88,8 +88,7 @@ QuantMatrix quant_matrix(const LinearWeight& w) {
 }
 
 Tensor dequantized_bf16(CudaContext& ctx, const LinearWeight& w, bool resident) {
-  TESSERA_CHECK(w.in % 8 == 0, "{}: dequantizing needs an input width that is a multiple of 8 (got {})", w.name,
-                w.in);
+  TESSERA_CHECK(w.in % 8 == 0, "{}: dequantizing needs an input width that is a multiple of 8 (got {})", w.name, w.in);
   Tensor out = resident ? ctx.alloc_resident(DType::kBF16, {w.out, w.in}) : ctx.alloc(DType::kBF16, {w.out, w.in});
   launch_dequant_bf16(quant_matrix(w), ptr<__nv_bfloat16>(out), ctx.stream());
   TESSERA_CUDA_CHECK_LAUNCH();

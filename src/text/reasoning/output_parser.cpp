@@ -9,7 +9,10 @@ void OutputDelta::append(OutputDelta&& o) {
 }
 
 OutputParser::OutputParser(const Tokenizer& tokenizer, OutputParserOptions options)
-    : tok_(tokenizer), opt_(std::move(options)), reasoning_(opt_.reasoning, opt_.start), tools_(opt_.tools, opt_.tool_call_id_prefix, opt_.tool_names) {}
+    : tok_(tokenizer),
+      opt_(std::move(options)),
+      reasoning_(opt_.reasoning, opt_.start),
+      tools_(opt_.tools, opt_.tool_call_id_prefix, opt_.tool_names) {}
 
 OutputParser::Segment OutputParser::current_segment() const {
   if (reasoning_.state() == ReasoningState::kReasoning) return Segment::kReasoning;

@@ -171,7 +171,8 @@ std::string ToolCallParser::visible_args(bool final) const {
   while (b < s.size() && is_space(s[b])) ++b;
   s = s.substr(b);
   if (fenced) {
-    if (s.substr(0, std::min(s.size(), kFenceOpen.size())) == kFenceOpen.substr(0, std::min(s.size(), kFenceOpen.size()))) {
+    if (s.substr(0, std::min(s.size(), kFenceOpen.size())) ==
+        kFenceOpen.substr(0, std::min(s.size(), kFenceOpen.size()))) {
       if (s.size() < kFenceOpen.size() && !final) return "";
       s = s.substr(std::min(s.size(), kFenceOpen.size()));
     }
@@ -182,7 +183,10 @@ std::string ToolCallParser::visible_args(bool final) const {
     // While streaming, hold back a tail that could be the start of the closing fence.
     if (!final)
       for (size_t k = std::min(kFenceClose.size(), s.size()); k > 0; --k)
-        if (s.substr(s.size() - k) == kFenceClose.substr(0, k)) { e = s.size() - k; break; }
+        if (s.substr(s.size() - k) == kFenceClose.substr(0, k)) {
+          e = s.size() - k;
+          break;
+        }
   }
   while (e > 0 && is_space(s[e - 1])) --e;
   return std::string(s.substr(0, e));

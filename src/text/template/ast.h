@@ -40,11 +40,11 @@ enum class ExprKind {
 struct Expr {
   ExprKind kind;
   int line = 0;
-  Value value;                 // Const
-  std::string name;            // Name, GetAttr attr, Filter/Test name, Binary op
-  ExprPtr a;                   // operand / object / callee
-  std::vector<ExprPtr> items;  // list/tuple items, dict values, call args, slice parts, ...
-  std::vector<ExprPtr> keys;   // dict keys
+  Value value;                                          // Const
+  std::string name;                                     // Name, GetAttr attr, Filter/Test name, Binary op
+  ExprPtr a;                                            // operand / object / callee
+  std::vector<ExprPtr> items;                           // list/tuple items, dict values, call args, slice parts, ...
+  std::vector<ExprPtr> keys;                            // dict keys
   std::vector<std::pair<std::string, ExprPtr>> kwargs;  // call/filter/test keyword arguments
   ExprPtr star_args, star_kwargs;                       // *args, **kwargs
   std::vector<std::string> ops;                         // Compare operators
@@ -90,7 +90,7 @@ struct Stmt {
   ExprPtr filter;    // SetBlock/FilterBlock: Filter chain applied to the block output
   Target target;
   Body body, else_body;
-  std::unique_ptr<MacroStmt> macro;  // Macro, and the caller of CallBlock
+  std::unique_ptr<MacroStmt> macro;                 // Macro, and the caller of CallBlock
   std::vector<std::pair<Target, ExprPtr>> assigns;  // With
   bool recursive = false;
 

@@ -37,7 +37,8 @@ const std::string& str_arg(const Value& v, const char* fn) {
 }
 
 int64_t int_arg(const Value& v, const char* fn) {
-  if (!v.is_int()) type_error(std::string("'") + type_name(v) + "' object cannot be interpreted as an integer (" + fn + ")");
+  if (!v.is_int())
+    type_error(std::string("'") + type_name(v) + "' object cannot be interpreted as an integer (" + fn + ")");
   return v.as_int();
 }
 
@@ -132,7 +133,8 @@ bool starts_or_ends(const std::string& s, const Value& arg, bool ends) {
   return one(arg);
 }
 
-std::string py_replace(Interpreter& in, const std::string& s, const std::string& old, const std::string& rep, int64_t count) {
+std::string py_replace(Interpreter& in, const std::string& s, const std::string& old, const std::string& rep,
+                       int64_t count) {
   std::string out;
   in.heap().charge(s.size() / 16);
   if (old.empty()) {
@@ -239,7 +241,8 @@ int64_t py_mod(int64_t a, int64_t b) {
 Value repeat(Interpreter& in, const Value& seq, int64_t n) {
   if (n < 0) n = 0;
   if (seq.kind == Kind::String) {
-    if (n > 0 && seq.s.size() > in.limits().max_string_bytes / static_cast<uint64_t>(n)) in.heap().check_string(SIZE_MAX);
+    if (n > 0 && seq.s.size() > in.limits().max_string_bytes / static_cast<uint64_t>(n))
+      in.heap().check_string(SIZE_MAX);
     in.heap().charge(seq.s.size() * n / 16);
     in.heap().charge_string(seq.s.size() * static_cast<uint64_t>(n));
     std::string out;
@@ -291,7 +294,8 @@ std::string percent_format(Interpreter& in, const std::string& fmt, const Value&
       out += py_repr(v, &in.heap());
     } else if (c == 'd' || c == 'i') {
       if (!v.is_number()) type_error(std::string("%d format: a real number is required, not ") + type_name(v));
-      if (v.kind == Kind::Float && !(std::fabs(v.f) < 9.2e18)) throw TemplateError("OverflowError: cannot convert float to integer");
+      if (v.kind == Kind::Float && !(std::fabs(v.f) < 9.2e18))
+        throw TemplateError("OverflowError: cannot convert float to integer");
       out += std::to_string(v.kind == Kind::Float ? static_cast<int64_t>(std::trunc(v.f)) : v.as_int());
     } else if (c == 'f') {
       if (!v.is_number()) type_error("must be real number, not " + std::string(type_name(v)));
@@ -472,14 +476,16 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
       return Value::integer(checked(kAdd, a.as_int(), b.as_int()));
     }
     if (a.kind == Kind::String) {
-      if (b.kind != Kind::String) type_error(std::string("can only concatenate str (not \"") + type_name(b) + "\") to str");
+      if (b.kind != Kind::String)
+        type_error(std::string("can only concatenate str (not \"") + type_name(b) + "\") to str");
       in.heap().charge_string(a.s.size() + b.s.size());
       in.heap().charge((a.s.size() + b.s.size()) / 64);
       return Value::string(a.s + b.s);
     }
     if (a.kind == Kind::List) {
       if (b.kind != Kind::List || b.list()->tuple != a.list()->tuple)
-        type_error(std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) + "\") to " + type_name(a));
+        type_error(std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) + "\") to " +
+                   type_name(a));
       uint64_t bytes = 0;
       for (const auto* l : {a.list(), b.list()})
         for (const auto& v : l->items) bytes += Heap::value_bytes(v);
@@ -603,10 +609,10 @@ Value call_global(Interpreter& in, const std::string& name, Args& args) {
 }
 
 bool is_method(const Value& self, const std::string& name) {
-  static const char* kStr[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith",
-                               "endswith", "replace", "upper", "lower", "title", "capitalize", "find",
-                               "rfind", "count", "join", "isdigit", "isalpha", "isalnum", "isspace",
-                               "isupper", "islower", "format", "removeprefix", "removesuffix", "index"};
+  static const char* kStr[] = {
+      "strip",   "lstrip",  "rstrip",  "split",      "rsplit",  "splitlines", "startswith",   "endswith",     "replace",
+      "upper",   "lower",   "title",   "capitalize", "find",    "rfind",      "count",        "join",         "isdigit",
+      "isalpha", "isalnum", "isspace", "isupper",    "islower", "format",     "removeprefix", "removesuffix", "index"};
   static const char* kDict[] = {"get", "items", "keys", "values", "pop", "update", "copy", "setdefault"};
   static const char* kList[] = {"append", "pop", "extend", "insert", "remove", "index", "count", "copy", "reverse"};
   auto in_list = [&](auto& arr) {
@@ -615,12 +621,15 @@ bool is_method(const Value& self, const std::string& name) {
     return false;
   };
   switch (self.kind) {
-    case Kind::String: return in_list(kStr);
-    case Kind::Dict: return in_list(kDict);
+    case Kind::String:
+      return in_list(kStr);
+    case Kind::Dict:
+      return in_list(kDict);
     case Kind::List:
       if (self.list()->tuple) return name == "index" || name == "count";
       return in_list(kList);
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -680,10 +689,12 @@ Value call_method(Interpreter& in, const Value& self, const std::string& name, A
       }
       return string_list(in, parts);
     }
-    if (name == "startswith" || name == "endswith") return Value::boolean(starts_or_ends(s, a.get(0, "prefix"), name == "endswith"));
+    if (name == "startswith" || name == "endswith")
+      return Value::boolean(starts_or_ends(s, a.get(0, "prefix"), name == "endswith"));
     if (name == "replace") {
       int64_t count = int_arg(a.get(2, "count", Value::integer(-1)), "replace");
-      return Value::string(py_replace(in, s, str_arg(a.get(0, "old"), "replace"), str_arg(a.get(1, "new"), "replace"), count));
+      return Value::string(
+          py_replace(in, s, str_arg(a.get(0, "old"), "replace"), str_arg(a.get(1, "new"), "replace"), count));
     }
     if (name == "upper") return Value::string(py_upper(s));
     if (name == "lower") return Value::string(py_lower(s));
@@ -709,7 +720,8 @@ Value call_method(Interpreter& in, const Value& self, const std::string& name, A
       std::string out;
       bool first = true;
       for (const auto& v : in.iterate(a.get(0, "iterable"))) {
-        if (v.kind != Kind::String) type_error(std::string("sequence item: expected str instance, ") + type_name(v) + " found");
+        if (v.kind != Kind::String)
+          type_error(std::string("sequence item: expected str instance, ") + type_name(v) + " found");
         if (!first) out += s;
         first = false;
         out += v.s;
@@ -743,7 +755,8 @@ Value call_method(Interpreter& in, const Value& self, const std::string& name, A
     if (name == "removeprefix" || name == "removesuffix") {
       const std::string& x = str_arg(a.get(0, "prefix"), name.c_str());
       if (name == "removeprefix" && s.compare(0, x.size(), x) == 0) return Value::string(s.substr(x.size()));
-      if (name == "removesuffix" && x.size() <= s.size() && !x.empty() && s.compare(s.size() - x.size(), x.size(), x) == 0)
+      if (name == "removesuffix" && x.size() <= s.size() && !x.empty() &&
+          s.compare(s.size() - x.size(), x.size(), x) == 0)
         return Value::string(s.substr(0, s.size() - x.size()));
       return self;
     }
@@ -862,7 +875,8 @@ Value call_method(Interpreter& in, const Value& self, const std::string& name, A
         }
       }
       if (name == "count") return Value::integer(count);
-      throw TemplateError(name == "remove" ? "ValueError: list.remove(x): x not in list" : "ValueError: value is not in list");
+      throw TemplateError(name == "remove" ? "ValueError: list.remove(x): x not in list"
+                                           : "ValueError: value is not in list");
     }
     if (name == "copy") return heap.new_list(items);
     if (name == "reverse") {

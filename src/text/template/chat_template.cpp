@@ -104,7 +104,8 @@ ChatTemplateSource find_chat_template(const std::filesystem::path& model_dir, bo
   }
   const auto cfg_path = model_dir / "tokenizer_config.json";
   if (!std::filesystem::exists(cfg_path))
-    core::fail("{}: no chat template (neither chat_template.jinja nor tokenizer_config.json exists)", model_dir.string());
+    core::fail("{}: no chat template (neither chat_template.jinja nor tokenizer_config.json exists)",
+               model_dir.string());
   const auto cfg = read_json(cfg_path);
   if (!cfg.is_object() || !cfg.contains("chat_template") || cfg["chat_template"].is_null())
     core::fail("{}: no chat_template field; pass a template file", cfg_path.string());
@@ -118,14 +119,16 @@ ChatTemplateSource find_chat_template(const std::filesystem::path& model_dir, bo
     const nlohmann::ordered_json* chosen = nullptr;
     const nlohmann::ordered_json* fallback = nullptr;
     for (const auto& entry : ct) {
-      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") || !entry["template"].is_string())
+      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
+          !entry["template"].is_string())
         core::fail("{}: chat_template list entries need string 'name' and 'template'", cfg_path.string());
       if (entry["name"] == "tool_use" && has_tools) chosen = &entry;
       if (entry["name"] == "default") fallback = &entry;
     }
     if (!chosen) chosen = fallback;
     if (!chosen)
-      core::fail("{}: chat_template list has no 'default' entry{}", cfg_path.string(), has_tools ? " and no 'tool_use' entry" : "");
+      core::fail("{}: chat_template list has no 'default' entry{}", cfg_path.string(),
+                 has_tools ? " and no 'tool_use' entry" : "");
     out.source = (*chosen)["template"].get<std::string>();
     out.origin = cfg_path.string() + ":chat_template[" + (*chosen)["name"].get<std::string>() + "]";
     return out;

@@ -50,7 +50,7 @@ class ChatTemplate {
 // Where a template came from and how to render it.
 struct ChatTemplateSource {
   std::string source;
-  std::string origin;         // file (and entry) it was read from, for messages
+  std::string origin;           // file (and entry) it was read from, for messages
   bool sort_tool_keys = false;  // Kimi-style tokenizer detected
 };
 

@@ -13,17 +13,17 @@
 namespace tessera::text::tpl {
 namespace {
 
-const char* kFilters[] = {"abs", "attr", "capitalize", "center", "count", "d", "default", "dictsort",
-                          "e", "escape", "first", "float", "forceescape", "format", "indent", "int",
-                          "items", "join", "last", "length", "list", "lower", "map", "max", "min",
-                          "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
-                          "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique",
-                          "upper", "wordcount"};
-const char* kTests[] = {"boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped",
-                        "even", "false", "filter", "float", "ge", "gt", "greaterthan", "in", "integer",
-                        "iterable", "le", "lessthan", "lower", "lt", "mapping", "ne", "none", "number",
-                        "odd", "sameas", "sequence", "string", "test", "true", "undefined", "upper",
-                        "==", "!=", "<", "<=", ">", ">="};
+const char* kFilters[] = {"abs",      "attr",  "capitalize", "center", "count",      "d",           "default",
+                          "dictsort", "e",     "escape",     "first",  "float",      "forceescape", "format",
+                          "indent",   "int",   "items",      "join",   "last",       "length",      "list",
+                          "lower",    "map",   "max",        "min",    "reject",     "rejectattr",  "replace",
+                          "reverse",  "round", "safe",       "select", "selectattr", "sort",        "string",
+                          "sum",      "title", "tojson",     "trim",   "unique",     "upper",       "wordcount"};
+const char* kTests[] = {
+    "boolean", "callable",  "defined", "divisibleby", "eq",     "equalto", "escaped",  "even",     "false",    "filter",
+    "float",   "ge",        "gt",      "greaterthan", "in",     "integer", "iterable", "le",       "lessthan", "lower",
+    "lt",      "mapping",   "ne",      "none",        "number", "odd",     "sameas",   "sequence", "string",   "test",
+    "true",    "undefined", "upper",   "==",          "!=",     "<",       "<=",       ">",        ">="};
 
 template <size_t N>
 bool listed(const char* (&names)[N], std::string_view name) {
@@ -38,12 +38,23 @@ std::string html_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
@@ -51,11 +62,16 @@ std::string html_escape(std::string_view s) {
 
 int64_t len_of(const Value& v) {
   switch (v.kind) {
-    case Kind::Undefined: return 0;
-    case Kind::String: return static_cast<int64_t>(utf8_length(v.s));
-    case Kind::List: return static_cast<int64_t>(v.list()->items.size());
-    case Kind::Dict: return static_cast<int64_t>(v.dict()->entries.size());
-    default: throw TemplateError(std::string("TypeError: object of type '") + type_name(v) + "' has no len()");
+    case Kind::Undefined:
+      return 0;
+    case Kind::String:
+      return static_cast<int64_t>(utf8_length(v.s));
+    case Kind::List:
+      return static_cast<int64_t>(v.list()->items.size());
+    case Kind::Dict:
+      return static_cast<int64_t>(v.dict()->entries.size());
+    default:
+      throw TemplateError(std::string("TypeError: object of type '") + type_name(v) + "' has no len()");
   }
 }
 
@@ -69,7 +85,8 @@ Value attr_path(Interpreter& in, const Value& v, const Value& attribute) {
     size_t q = path.find('.', p);
     std::string part = path.substr(p, q == std::string::npos ? std::string::npos : q - p);
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    cur = numeric ? in.get_item(cur, Value::integer(std::strtoll(part.c_str(), nullptr, 10))) : in.get_item(cur, Value::string(part));
+    cur = numeric ? in.get_item(cur, Value::integer(std::strtoll(part.c_str(), nullptr, 10)))
+                  : in.get_item(cur, Value::string(part));
     if (q == std::string::npos) break;
     p = q + 1;
   }
@@ -83,7 +100,8 @@ Value sort_key(Interpreter& in, const Value& v, const Value& attribute, bool cas
   return k;
 }
 
-void sort_values(Interpreter& in, std::vector<Value>& items, const Value& attribute, bool case_sensitive, bool reverse) {
+void sort_values(Interpreter& in, std::vector<Value>& items, const Value& attribute, bool case_sensitive,
+                 bool reverse) {
   std::vector<std::pair<Value, size_t>> keyed;
   for (size_t k = 0; k < items.size(); ++k) keyed.emplace_back(sort_key(in, items[k], attribute, case_sensitive), k);
   in.heap().charge(items.size() * 4);
@@ -168,7 +186,8 @@ Value do_float(const Value& v, const Value& def) {
 }
 
 Value do_round(const Value& v, int64_t precision, const std::string& method) {
-  if (!v.is_number()) throw TemplateError(std::string("TypeError: type ") + type_name(v) + " doesn't define __round__ method");
+  if (!v.is_number())
+    throw TemplateError(std::string("TypeError: type ") + type_name(v) + " doesn't define __round__ method");
   if (method != "common" && method != "ceil" && method != "floor")
     throw TemplateError("FilterArgumentError: method must be common, ceil or floor");
   precision = std::clamp<int64_t>(precision, -20, 20);
@@ -196,7 +215,9 @@ Value do_round(const Value& v, int64_t precision, const std::string& method) {
 }
 
 std::string do_indent(const std::string& s0, const Value& width, bool first, bool blank) {
-  std::string indention = width.kind == Kind::String ? width.s : std::string(static_cast<size_t>(std::clamp<int64_t>(width.as_int(), 0, 256)), ' ');
+  std::string indention = width.kind == Kind::String
+                              ? width.s
+                              : std::string(static_cast<size_t>(std::clamp<int64_t>(width.as_int(), 0, 256)), ' ');
   std::string s = s0 + "\n";
   std::vector<std::string> lines;
   size_t p = 0;
@@ -314,7 +335,8 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
   }
   if (name == "sort") {
     auto items = iterate(v);
-    sort_values(*this, items, a.get(2, "attribute", Value::none()), truthy(a.get(1, "case_sensitive", Value::boolean(false))),
+    sort_values(*this, items, a.get(2, "attribute", Value::none()),
+                truthy(a.get(1, "case_sensitive", Value::boolean(false))),
                 truthy(a.get(0, "reverse", Value::boolean(false))));
     return heap_.new_list(std::move(items));
   }
@@ -337,13 +359,15 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
   if (name == "min" || name == "max") {
     auto items = iterate(v);
     if (items.empty()) return Value::undefined(std::string("No aggregated item, sequence was empty."));
-    sort_values(*this, items, a.get(1, "attribute", Value::none()), truthy(a.get(0, "case_sensitive", Value::boolean(false))), false);
+    sort_values(*this, items, a.get(1, "attribute", Value::none()),
+                truthy(a.get(0, "case_sensitive", Value::boolean(false))), false);
     return name == "min" ? items.front() : items.back();
   }
   if (name == "sum") {
     Value attribute = a.get(0, "attribute", Value::none());
     Value total = a.get(1, "start", Value::integer(0));
-    for (const auto& x : iterate(v)) total = binary_op(*this, "+", total, attribute.is_none() ? x : attr_path(*this, x, attribute));
+    for (const auto& x : iterate(v))
+      total = binary_op(*this, "+", total, attribute.is_none() ? x : attr_path(*this, x, attribute));
     return total;
   }
   if (name == "map") {
@@ -406,7 +430,8 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
     throw TemplateError(std::string("TypeError: bad operand type for abs(): '") + type_name(v) + "'");
   }
   if (name == "round") {
-    return do_round(v, a.get(0, "precision", Value::integer(0)).as_int(), py_str(a.get(1, "method", Value::string("common")), &heap_));
+    return do_round(v, a.get(0, "precision", Value::integer(0)).as_int(),
+                    py_str(a.get(1, "method", Value::string("common")), &heap_));
   }
   if (name == "indent") {
     Value width = a.get(0, "width", Value::integer(4));
@@ -434,11 +459,13 @@ Value Interpreter::apply_filter(const std::string& name, const Value& v, Args& a
   }
   if (name == "wordcount") {
     Args none;
-    return Value::integer(static_cast<int64_t>(call_method(*this, Value::string(py_str(v, &heap_)), "split", none).list()->items.size()));
+    return Value::integer(
+        static_cast<int64_t>(call_method(*this, Value::string(py_str(v, &heap_)), "split", none).list()->items.size()));
   }
   if (name == "attr") return get_attr(v, py_str(a.get(0, "name"), &heap_));
   if (name == "format") {
-    if (!a.kw.empty() && !a.pos.empty()) filter_error("FilterArgumentError: can't handle positional and keyword arguments at the same time");
+    if (!a.kw.empty() && !a.pos.empty())
+      filter_error("FilterArgumentError: can't handle positional and keyword arguments at the same time");
     Value args = heap_.new_list(a.pos, true);
     return binary_op(*this, "%", Value::string(py_str(v, &heap_)), args);
   }
@@ -459,7 +486,8 @@ bool Interpreter::apply_test(const std::string& name, const Value& v, Args& a) {
   if (name == "true") return v.kind == Kind::Bool && v.b;
   if (name == "false") return v.kind == Kind::Bool && !v.b;
   if (name == "callable") return v.kind == Kind::Callable;
-  if (name == "iterable") return v.kind == Kind::String || v.kind == Kind::List || v.kind == Kind::Dict || v.is_undefined();
+  if (name == "iterable")
+    return v.kind == Kind::String || v.kind == Kind::List || v.kind == Kind::Dict || v.is_undefined();
   if (name == "sequence") return v.kind == Kind::String || v.kind == Kind::List || v.kind == Kind::Dict;
   if (name == "escaped") return false;
   if (name == "lower" || name == "upper") {
@@ -467,7 +495,9 @@ bool Interpreter::apply_test(const std::string& name, const Value& v, Args& a) {
     return truthy(call_method(*this, Value::string(py_str(v, &heap_)), name == "lower" ? "islower" : "isupper", none));
   }
   if (name == "odd" || name == "even" || name == "divisibleby") {
-    if (!v.is_int()) throw TemplateError(std::string("TypeError: unsupported operand type(s) for %: '") + type_name(v) + "' and 'int'");
+    if (!v.is_int())
+      throw TemplateError(std::string("TypeError: unsupported operand type(s) for %: '") + type_name(v) +
+                          "' and 'int'");
     if (name == "divisibleby") {
       Value d = a.get(0, "num");
       if (!d.is_int()) throw TemplateError("TypeError: divisibleby needs an integer");
@@ -487,12 +517,18 @@ bool Interpreter::apply_test(const std::string& name, const Value& v, Args& a) {
     if (v.kind != other.kind) return false;
     switch (v.kind) {
       case Kind::None:
-      case Kind::Undefined: return true;
-      case Kind::Bool: return v.b == other.b;
-      case Kind::Int: return v.i == other.i;
-      case Kind::Float: return false;
-      case Kind::String: return v.s == other.s;
-      default: return v.obj == other.obj;
+      case Kind::Undefined:
+        return true;
+      case Kind::Bool:
+        return v.b == other.b;
+      case Kind::Int:
+        return v.i == other.i;
+      case Kind::Float:
+        return false;
+      case Kind::String:
+        return v.s == other.s;
+      default:
+        return v.obj == other.obj;
     }
   }
   int c;

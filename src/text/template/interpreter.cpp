@@ -229,9 +229,10 @@ void Interpreter::assign(const Target& t, const Value& v, Scope* s) {
       std::vector<Value> items = iterate(v);
       if (items.size() != t.items.size()) {
         throw TemplateError(items.size() > t.items.size()
-                                ? "ValueError: too many values to unpack (expected " + std::to_string(t.items.size()) + ")"
-                                : "ValueError: not enough values to unpack (expected " + std::to_string(t.items.size()) +
-                                      ", got " + std::to_string(items.size()) + ")");
+                                ? "ValueError: too many values to unpack (expected " + std::to_string(t.items.size()) +
+                                      ")"
+                                : "ValueError: not enough values to unpack (expected " +
+                                      std::to_string(t.items.size()) + ", got " + std::to_string(items.size()) + ")");
       }
       for (size_t k = 0; k < items.size(); ++k) assign(t.items[k], items[k], s);
       return;

@@ -23,8 +23,7 @@ Value from_json(const nlohmann::ordered_json& j, Heap& heap, int depth) {
       return Value::integer(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const auto u = j.get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        return Value::number(static_cast<double>(u));
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return Value::number(static_cast<double>(u));
       return Value::integer(static_cast<int64_t>(u));
     }
     case nlohmann::ordered_json::value_t::number_float:
@@ -59,14 +58,29 @@ std::string json_quote(std::string_view s, bool ensure_ascii) {
     const size_t start = p;
     uint32_t cp = utf8_next(s, p);
     switch (cp) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      default:
+        break;
     }
     if (cp < 0x20 || (cp >= 0xDC80 && cp <= 0xDCFF)) {
       std::snprintf(buf, sizeof buf, "\\u%04x", cp);
@@ -107,14 +121,18 @@ struct Dumper {
 
   std::string key_text(const Value& k) {
     switch (k.kind) {
-      case Kind::String: return k.s;
-      case Kind::Int: return std::to_string(k.i);
-      case Kind::Bool: return k.b ? "true" : "false";
-      case Kind::None: return "null";
-      case Kind::Float: return float_json(k.f);
+      case Kind::String:
+        return k.s;
+      case Kind::Int:
+        return std::to_string(k.i);
+      case Kind::Bool:
+        return k.b ? "true" : "false";
+      case Kind::None:
+        return "null";
+      case Kind::Float:
+        return float_json(k.f);
       default:
-        throw TemplateError(std::string("TypeError: keys must be str, int, float, bool or None, not ") +
-                            type_name(k));
+        throw TemplateError(std::string("TypeError: keys must be str, int, float, bool or None, not ") + type_name(k));
     }
   }
 
@@ -125,10 +143,18 @@ struct Dumper {
       heap->check_string(out.size());
     }
     switch (v.kind) {
-      case Kind::None: out += "null"; return;
-      case Kind::Bool: out += v.b ? "true" : "false"; return;
-      case Kind::Int: out += std::to_string(v.i); return;
-      case Kind::Float: out += float_json(v.f); return;
+      case Kind::None:
+        out += "null";
+        return;
+      case Kind::Bool:
+        out += v.b ? "true" : "false";
+        return;
+      case Kind::Int:
+        out += std::to_string(v.i);
+        return;
+      case Kind::Float:
+        out += float_json(v.f);
+        return;
       case Kind::String:
         if (heap) heap->charge(v.s.size() / 16);
         out += json_quote(v.s, o.ensure_ascii);
@@ -159,8 +185,7 @@ struct Dumper {
         items.reserve(entries.size());
         for (const auto& [k, x] : entries) items.emplace_back(key_text(k), &x);
         if (o.sort_keys) {
-          std::stable_sort(items.begin(), items.end(),
-                           [](const auto& a, const auto& b) { return a.first < b.first; });
+          std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
         }
         out.push_back('{');
         for (size_t k = 0; k < items.size(); ++k) {
@@ -175,8 +200,7 @@ struct Dumper {
         return;
       }
       default:
-        throw TemplateError(std::string("TypeError: Object of type ") + type_name(v) +
-                            " is not JSON serializable");
+        throw TemplateError(std::string("TypeError: Object of type ") + type_name(v) + " is not JSON serializable");
     }
   }
 };

@@ -54,8 +54,7 @@ class Lexer {
       } else if (ctrl != '+' && o_.lstrip_blocks && kind != '{') {
         size_t l_pos = text.rfind('\n');
         l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
-        if ((l_pos > 0 || line_starting) && all_space(std::string_view(text).substr(l_pos)))
-          text.resize(l_pos);
+        if ((l_pos > 0 || line_starting) && all_space(std::string_view(text).substr(l_pos))) text.resize(l_pos);
       }
       line_ += count_newlines(pos, open);
       emit_data(std::move(text));
@@ -182,7 +181,9 @@ class Lexer {
       size_t n = space_run(s_, p);
       line_ += count_newlines(p, p + n);
       p += n;
-      if (p >= s_.size()) lex_fail(is_var ? "unexpected end of template, expected '}}'" : "unexpected end of template, expected '%}'", line_);
+      if (p >= s_.size())
+        lex_fail(is_var ? "unexpected end of template, expected '}}'" : "unexpected end of template, expected '%}'",
+                 line_);
       if (balance == 0) {
         const char* end = is_var ? "}}" : "%}";
         char ctrl = '\0';
@@ -205,9 +206,8 @@ class Lexer {
         emit(Tok::Name, s_.substr(p, q - p));
         p = q;
       } else {
-        static const char* kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%",
-                                     "~", "[", "]", "(", ")", "{", "}", ">", "<", "=", ".", ":",
-                                     "|", ",", ";"};
+        static const char* kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
+                                     "]",  "(",  ")",  "{",  "}",  ">",  "<", "=", ".", ":", "|", ",", ";"};
         bool matched = false;
         for (const char* op : kOps) {
           size_t len = std::char_traits<char>::length(op);
@@ -244,17 +244,39 @@ class Lexer {
       char e = s_[k + 1];
       k += 2;
       switch (e) {
-        case 'n': out.push_back('\n'); break;
-        case 't': out.push_back('\t'); break;
-        case 'r': out.push_back('\r'); break;
-        case '\\': out.push_back('\\'); break;
-        case '\'': out.push_back('\''); break;
-        case '"': out.push_back('"'); break;
-        case 'a': out.push_back('\a'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'v': out.push_back('\v'); break;
-        case '\n': ++line_; break;  // backslash-newline continues the line
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '\'':
+          out.push_back('\'');
+          break;
+        case '"':
+          out.push_back('"');
+          break;
+        case 'a':
+          out.push_back('\a');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'v':
+          out.push_back('\v');
+          break;
+        case '\n':
+          ++line_;
+          break;  // backslash-newline continues the line
         case 'x':
         case 'u':
         case 'U': {
@@ -262,11 +284,15 @@ class Lexer {
           uint32_t cp = 0;
           for (int d = 0; d < digits; ++d, ++k) {
             char h = k < s_.size() ? s_[k] : '\0';
-            int v = is_digit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+            int v = is_digit(h)              ? h - '0'
+                    : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                    : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                             : -1;
             if (v < 0) lex_fail("truncated \\" + std::string(1, e) + " escape in string", start_line);
             cp = cp * 16 + static_cast<uint32_t>(v);
           }
-          if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) lex_fail("invalid code point in string escape", start_line);
+          if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            lex_fail("invalid code point in string escape", start_line);
           utf8_append(out, cp);
           break;
         }

@@ -58,11 +58,16 @@ class Parser {
   }
   std::string describe(const Token& t) const {
     switch (t.type) {
-      case Tok::Eof: return "end of template";
-      case Tok::VarEnd: return "end of print statement";
-      case Tok::BlockEnd: return "end of statement block";
-      case Tok::Data: return "template data";
-      default: return "'" + t.text + "'";
+      case Tok::Eof:
+        return "end of template";
+      case Tok::VarEnd:
+        return "end of print statement";
+      case Tok::BlockEnd:
+        return "end of statement block";
+      case Tok::Data:
+        return "template data";
+      default:
+        return "'" + t.text + "'";
     }
   }
   void expect_op(const char* op) {

@@ -73,9 +73,24 @@ size_t utf8_length(std::string_view s) {
 
 bool py_isspace(uint32_t cp) {
   switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x1C: case 0x1D: case 0x1E:
-    case 0x1F: case 0x20: case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029:
-    case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x1C:
+    case 0x1D:
+    case 0x1E:
+    case 0x1F:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return cp >= 0x2000 && cp <= 0x200A;
@@ -99,16 +114,12 @@ std::string strip_if(std::string_view s, bool left, bool right, Pred is_strip) {
 }
 }  // namespace
 
-std::string py_strip(std::string_view s, bool left, bool right) {
-  return strip_if(s, left, right, py_isspace);
-}
+std::string py_strip(std::string_view s, bool left, bool right) { return strip_if(s, left, right, py_isspace); }
 
 std::string py_strip_chars(std::string_view s, std::string_view chars, bool left, bool right) {
   std::vector<uint32_t> set;
   for (size_t p = 0; p < chars.size();) set.push_back(utf8_next(chars, p));
-  return strip_if(s, left, right, [&](uint32_t cp) {
-    return std::find(set.begin(), set.end(), cp) != set.end();
-  });
+  return strip_if(s, left, right, [&](uint32_t cp) { return std::find(set.begin(), set.end(), cp) != set.end(); });
 }
 
 // Case mapping covers ASCII, Latin-1, Greek and Cyrillic: what chat templates plausibly touch.

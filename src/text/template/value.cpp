@@ -13,9 +13,7 @@ ListObj* Value::list() const { return kind == Kind::List ? static_cast<ListObj*>
 DictObj* Value::dict() const {
   return kind == Kind::Dict || kind == Kind::Namespace ? static_cast<DictObj*>(obj) : nullptr;
 }
-CallableObj* Value::callable() const {
-  return kind == Kind::Callable ? static_cast<CallableObj*>(obj) : nullptr;
-}
+CallableObj* Value::callable() const { return kind == Kind::Callable ? static_cast<CallableObj*>(obj) : nullptr; }
 LoopObj* Value::loop() const { return kind == Kind::Loop ? static_cast<LoopObj*>(obj) : nullptr; }
 
 Value* DictObj::find(std::string_view key) {
@@ -164,23 +162,34 @@ int py_compare(const Value& a, const Value& b, Heap* heap, int depth) {
   }
   if (a.is_undefined() || b.is_undefined())
     throw TemplateError(a.is_undefined() && !a.s.empty() ? a.s : (!b.s.empty() ? b.s : "value is undefined"));
-  throw TemplateError(std::string("TypeError: '<' not supported between instances of '") +
-                      type_name(a) + "' and '" + type_name(b) + "'");
+  throw TemplateError(std::string("TypeError: '<' not supported between instances of '") + type_name(a) + "' and '" +
+                      type_name(b) + "'");
 }
 
 const char* type_name(const Value& v) {
   switch (v.kind) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "NoneType";
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "int";
-    case Kind::Float: return "float";
-    case Kind::String: return "str";
-    case Kind::List: return v.list()->tuple ? "tuple" : "list";
-    case Kind::Dict: return "dict";
-    case Kind::Namespace: return "Namespace";
-    case Kind::Callable: return v.callable()->type == CallableObj::Type::Macro ? "Macro" : "function";
-    case Kind::Loop: return "LoopContext";
+    case Kind::Undefined:
+      return "Undefined";
+    case Kind::None:
+      return "NoneType";
+    case Kind::Bool:
+      return "bool";
+    case Kind::Int:
+      return "int";
+    case Kind::Float:
+      return "float";
+    case Kind::String:
+      return "str";
+    case Kind::List:
+      return v.list()->tuple ? "tuple" : "list";
+    case Kind::Dict:
+      return "dict";
+    case Kind::Namespace:
+      return "Namespace";
+    case Kind::Callable:
+      return v.callable()->type == CallableObj::Type::Macro ? "Macro" : "function";
+    case Kind::Loop:
+      return "LoopContext";
   }
   return "object";
 }
@@ -240,12 +249,10 @@ bool py_unprintable(uint32_t cp) {
   if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) return true;
   if (cp >= 0xDC80 && cp <= 0xDCFF) return true;  // invalid byte carried through
   if (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) ||
-      (cp >= 0x205F && cp <= 0x206F) || cp == 0x3000 || cp == 0xFEFF ||
-      (cp >= 0xFFF9 && cp <= 0xFFFB) || cp == 0x180E || (cp >= 0x600 && cp <= 0x605) ||
-      cp == 0x61C || cp == 0x6DD || cp == 0x70F)
+      (cp >= 0x205F && cp <= 0x206F) || cp == 0x3000 || cp == 0xFEFF || (cp >= 0xFFF9 && cp <= 0xFFFB) ||
+      cp == 0x180E || (cp >= 0x600 && cp <= 0x605) || cp == 0x61C || cp == 0x6DD || cp == 0x70F)
     return true;
-  if ((cp >= 0xE000 && cp <= 0xF8FF) || cp >= 0xF0000 || (cp >= 0xE0000 && cp <= 0xE007F))
-    return true;
+  if ((cp >= 0xE000 && cp <= 0xF8FF) || cp >= 0xF0000 || (cp >= 0xE0000 && cp <= 0xE007F)) return true;
   return false;
 }
 }  // namespace

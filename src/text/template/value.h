@@ -28,7 +28,7 @@ enum class Kind : uint8_t {
   Int,
   Float,
   String,
-  List,       // list, or tuple when ListObj::tuple
+  List,  // list, or tuple when ListObj::tuple
   Dict,
   Namespace,  // jinja2 namespace(): a dict whose attributes can be assigned
   Callable,   // macro, builtin function, bound method

@@ -13,10 +13,10 @@ struct AddedToken {
   int32_t id = -1;
   std::string content;
   bool special = false;
-  bool lstrip = false;      // also swallow whitespace before the match
-  bool rstrip = false;      // also swallow whitespace after the match
-  bool single_word = false; // only match when not inside a word
-  bool normalized = false;  // HF: matched after normalization instead of on the raw text
+  bool lstrip = false;       // also swallow whitespace before the match
+  bool rstrip = false;       // also swallow whitespace after the match
+  bool single_word = false;  // only match when not inside a word
+  bool normalized = false;   // HF: matched after normalization instead of on the raw text
 };
 
 struct Segment {

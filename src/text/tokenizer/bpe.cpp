@@ -25,8 +25,7 @@ void PairMap::rehash(size_t capacity) {
   size_ = 0;
   for (size_t i = 0; i < old_keys.size(); ++i) {
     if (old_keys[i] != kEmpty) {
-      insert(static_cast<int32_t>(old_keys[i] >> 32), static_cast<int32_t>(old_keys[i] & 0xFFFFFFFFu),
-             old_values[i]);
+      insert(static_cast<int32_t>(old_keys[i] >> 32), static_cast<int32_t>(old_keys[i] & 0xFFFFFFFFu), old_values[i]);
     }
   }
 }

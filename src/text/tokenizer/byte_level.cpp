@@ -33,9 +33,7 @@ const Tables& tables() {
 
 char32_t byte_to_unicode(unsigned char b) { return tables().to_unicode[b]; }
 
-int unicode_to_byte(char32_t cp) {
-  return cp < tables().to_byte.size() ? tables().to_byte[cp] : -1;
-}
+int unicode_to_byte(char32_t cp) { return cp < tables().to_byte.size() ? tables().to_byte[cp] : -1; }
 
 std::string byte_level_encode(std::string_view bytes) {
   std::string out;

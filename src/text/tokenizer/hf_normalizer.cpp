@@ -30,10 +30,14 @@ class UnicodeNormalizer : public Normalizer {
  public:
   UnicodeNormalizer(const std::string& form, const std::string& where) {
     UErrorCode status = U_ZERO_ERROR;
-    if (form == "NFC") norm_ = icu::Normalizer2::getNFCInstance(status);
-    else if (form == "NFD") norm_ = icu::Normalizer2::getNFDInstance(status);
-    else if (form == "NFKC") norm_ = icu::Normalizer2::getNFKCInstance(status);
-    else norm_ = icu::Normalizer2::getNFKDInstance(status);
+    if (form == "NFC")
+      norm_ = icu::Normalizer2::getNFCInstance(status);
+    else if (form == "NFD")
+      norm_ = icu::Normalizer2::getNFDInstance(status);
+    else if (form == "NFKC")
+      norm_ = icu::Normalizer2::getNFKCInstance(status);
+    else
+      norm_ = icu::Normalizer2::getNFKDInstance(status);
     if (U_FAILURE(status)) core::fail("{}: cannot load the ICU {} normalizer", where, form);
   }
   std::string normalize(std::string_view text) const override {
@@ -74,8 +78,10 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, const st
 #ifdef TESSERA_HAVE_ICU
     return std::make_unique<UnicodeNormalizer>(type, where);
 #else
-    core::fail("{}: normalizer '{}' needs Unicode normalization tables; this build of tessera has no ICU "
-               "(install libicu-dev and rebuild)", where, type);
+    core::fail(
+        "{}: normalizer '{}' needs Unicode normalization tables; this build of tessera has no ICU "
+        "(install libicu-dev and rebuild)",
+        where, type);
 #endif
   }
   core::fail("{}: unsupported normalizer type '{}' (supported: Sequence, NFC, NFD, NFKC, NFKD)", where, type);

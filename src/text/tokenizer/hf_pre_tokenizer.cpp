@@ -112,8 +112,7 @@ constexpr std::string_view kGpt2Pattern =
 
 class ByteLevelPre : public PreTokenizer {
  public:
-  ByteLevelPre(bool add_prefix_space, bool use_regex, const std::string& where)
-      : add_prefix_space_(add_prefix_space) {
+  ByteLevelPre(bool add_prefix_space, bool use_regex, const std::string& where) : add_prefix_space_(add_prefix_space) {
     if (use_regex) re_ = std::make_unique<Regex>(kGpt2Pattern, where);
   }
   void split(std::string_view piece, Arena& arena, std::vector<std::string_view>& out) const override {
@@ -223,8 +222,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec, con
   core::fail("{}: unsupported pre-tokenizer type '{}' (supported: Sequence, Split, ByteLevel)", where, type);
 }
 
-void pre_tokenize(const PreTokenizer* pre, std::string_view text, Arena& arena,
-                  std::vector<std::string_view>& out) {
+void pre_tokenize(const PreTokenizer* pre, std::string_view text, Arena& arena, std::vector<std::string_view>& out) {
   if (!pre) {
     if (!text.empty()) out.push_back(text);
     return;

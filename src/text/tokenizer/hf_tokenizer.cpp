@@ -114,8 +114,8 @@ class HfTokenizer : public Tokenizer {
     }
     if (model.contains("dropout") && model["dropout"].is_number() && model["dropout"].get<double>() > 0)
       core::fail("{}: model.dropout is not supported at inference", file);
-    const bool ignore_merges = model.contains("ignore_merges") && model["ignore_merges"].is_boolean() &&
-                               model["ignore_merges"].get<bool>();
+    const bool ignore_merges =
+        model.contains("ignore_merges") && model["ignore_merges"].is_boolean() && model["ignore_merges"].get<bool>();
 
     // Vocabulary: strings in the byte-level alphabet, converted to bytes for BPE.
     auto vocab_it = model.find("vocab");
@@ -125,10 +125,10 @@ class HfTokenizer : public Tokenizer {
     token_ids_.reserve(vocab_it->size() + 1024);
     std::string bytes;
     for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
-      if (!it.value().is_number_integer())
-        core::fail("{}: model.vocab['{}'] is not an integer id", file, it.key());
+      if (!it.value().is_number_integer()) core::fail("{}: model.vocab['{}'] is not an integer id", file, it.key());
       const int64_t id64 = it.value().get<int64_t>();
-      if (id64 < 0 || id64 > (1 << 30)) core::fail("{}: model.vocab['{}'] has out-of-range id {}", file, it.key(), id64);
+      if (id64 < 0 || id64 > (1 << 30))
+        core::fail("{}: model.vocab['{}'] has out-of-range id {}", file, it.key(), id64);
       const auto id = static_cast<int32_t>(id64);
       const std::string& tok = it.key();
       if (byte_level_decode(tok, bytes)) {

@@ -21,8 +21,7 @@ nlohmann::json parse_json_file(const std::filesystem::path& path) {
 
 namespace {
 
-std::optional<std::string> token_string(const nlohmann::json& cfg, const char* key,
-                                        const std::filesystem::path& path) {
+std::optional<std::string> token_string(const nlohmann::json& cfg, const char* key, const std::filesystem::path& path) {
   auto it = cfg.find(key);
   if (it == cfg.end() || it->is_null()) return std::nullopt;
   if (it->is_string()) return it->get<std::string>();

@@ -18,9 +18,8 @@ constexpr std::string_view kWhiteSpaceItems =
 
 bool is_general_category(std::string_view name) {
   static constexpr std::array<std::string_view, 38> kCategories = {
-      "L",  "Lu", "Ll", "Lt", "Lm", "Lo", "LC", "L&", "M",  "Mn", "Mc", "Me", "N",
-      "Nd", "Nl", "No", "P",  "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "S",  "Sm",
-      "Sc", "Sk", "So", "Z",  "Zs", "Zl", "Zp", "C",  "Cc", "Cf", "Co", "Cn"};
+      "L",  "Lu", "Ll", "Lt", "Lm", "Lo", "LC", "L&", "M",  "Mn", "Mc", "Me", "N",  "Nd", "Nl", "No", "P",  "Pc", "Pd",
+      "Ps", "Pe", "Pi", "Pf", "Po", "S",  "Sm", "Sc", "Sk", "So", "Z",  "Zs", "Zl", "Zp", "C",  "Cc", "Cf", "Co", "Cn"};
   for (auto c : kCategories)
     if (c == name) return true;
   return name == "Any" || name == "Cs";

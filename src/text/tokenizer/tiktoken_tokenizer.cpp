@@ -29,8 +29,7 @@ constexpr int kNumReservedSpecial = 256;
 // Python's str.isspace (what Kimi's slicing uses): White_Space plus the separators U+001C..U+001F.
 bool python_isspace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 int base64_value(unsigned char c) {
@@ -194,7 +193,8 @@ class TiktokenTokenizer : public Tokenizer {
         AddedToken& slot = slots[id - num_base_];
         slot.content = v["content"];
         slot.special = v.contains("special") && v["special"].is_boolean() ? v["special"].get<bool>() : true;
-        if (slot.content.empty()) core::fail("{}: added_tokens_decoder['{}'] has empty content", cfg_path.string(), it.key());
+        if (slot.content.empty())
+          core::fail("{}: added_tokens_decoder['{}'] has empty content", cfg_path.string(), it.key());
       }
     }
     for (const AddedToken& t : slots) {

@@ -33,8 +33,7 @@ void launch_read_stream(const void* p, size_t bytes, void* sink, int num_sms, cu
 // Deterministic pseudo-random bf16 values in [-scale, scale) (benchmark and test data).
 void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t s);
 // Deterministic pseudo-random bytes, each (random & and_mask) | or_mask.
-void launch_fill_random_bytes(uint8_t* p, int64_t n, uint64_t seed, uint8_t and_mask, uint8_t or_mask,
-                              cudaStream_t s);
+void launch_fill_random_bytes(uint8_t* p, int64_t n, uint64_t seed, uint8_t and_mask, uint8_t or_mask, cudaStream_t s);
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s);
 // in = hi + lo to ~2^-17 relative: two bf16 GEMMs over hi and lo reproduce an fp32-input product.
 void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t n, cudaStream_t s);
@@ -42,13 +41,12 @@ void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int6
 // out[rows[i], :] += weights[i] * y[i, :]
 void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
                              float* out, cudaStream_t s);
-void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out,
-                            cudaStream_t s);
+void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out, cudaStream_t s);
 
 // --- attention/attention.cu ---
 // Per-token metadata of a step, uploaded once per attention call.
 struct TokenInfo {
-  int32_t pos;          // absolute position of this token
+  int32_t pos;           // absolute position of this token
   int32_t table_offset;  // offset of its sequence's block table in the flat table array
 };
 // cache [pages, page, entry] bf16; latent [T, entry] fp32.
@@ -80,10 +78,10 @@ struct MlaPrepareArgs {
 // size check fails when a field is added, so that it is added here too.
 inline void add_fields(Signature& s, const MlaPrepareArgs& a) {
   static_assert(sizeof(MlaPrepareArgs) == 112, "a field was added: add it to the signature");
-  for (const void* p : {static_cast<const void*>(a.q), static_cast<const void*>(a.kv),
-                        static_cast<const void*>(a.norm_weight), static_cast<const void*>(a.cos),
-                        static_cast<const void*>(a.sin), static_cast<const void*>(a.info),
-                        static_cast<const void*>(a.tables)})
+  for (const void* p :
+       {static_cast<const void*>(a.q), static_cast<const void*>(a.kv), static_cast<const void*>(a.norm_weight),
+        static_cast<const void*>(a.cos), static_cast<const void*>(a.sin), static_cast<const void*>(a.info),
+        static_cast<const void*>(a.tables)})
     s.add(p);
   for (int64_t v : {a.q_row, a.page, a.tokens, int64_t{a.heads}, int64_t{a.nope}, int64_t{a.rope}, int64_t{a.latent}})
     s.add(v);
@@ -241,10 +239,10 @@ bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts);
 // round trip: x [tokens, hidden] fp32 (rounded to bf16 into scratch.xb); gate_w/up_w [experts] →
 // [inter, hidden], down_w [experts] → [hidden, inter] (device arrays of device pointers, bf16).
 // With one slot per token (top_k 0, extra_id 0) scratch.y is [tokens, hidden]: one expert's output.
-void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
-                                int64_t experts, const __nv_bfloat16* const* gate_w,
-                                const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
-                                const MoeGroupedScratch& scratch, cudaStream_t s);
+void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
+                                const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w,
+                                const __nv_bfloat16* const* down_w, int64_t inter, const MoeGroupedScratch& scratch,
+                                cudaStream_t s);
 // out[t] = Σ_k weights[t, k] · y[pair (t, k)] in slot order, then + add[t] when add is given
 // (y: scratch.y of launch_moe_grouped_experts; add [tokens, hidden] or null).
 void launch_moe_combine(const float* y, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
@@ -280,9 +278,9 @@ struct GemvArgs {
 };
 inline void add_fields(Signature& s, const GemvArgs& g) {
   static_assert(sizeof(GemvArgs) == 144, "a field was added: add it to the signature");
-  for (const void* p : {static_cast<const void*>(g.x), static_cast<const void*>(g.w), static_cast<const void*>(g.out),
-                        static_cast<const void*>(g.w2), static_cast<const void*>(g.out2),
-                        static_cast<const void*>(g.norm_weight)})
+  for (const void* p :
+       {static_cast<const void*>(g.x), static_cast<const void*>(g.w), static_cast<const void*>(g.out),
+        static_cast<const void*>(g.w2), static_cast<const void*>(g.out2), static_cast<const void*>(g.norm_weight)})
     s.add(p);
   for (int64_t v : {g.x_row, g.x_batch, g.w_row, g.w_batch, g.out_row, g.out_batch, g.w2_row, g.out2_row, int64_t{g.k},
                     int64_t{g.n}, int64_t{g.tokens}, int64_t{g.n2}, int64_t{g.pass_through}})
@@ -326,7 +324,7 @@ struct QuantMatrix {
   float global_scale = 1.0f;  // NVFP4 weight_scale_2; 1 for FP8
   QuantFormat format = QuantFormat::kFp8Block;
   int32_t n = 0, k = 0;
-  int32_t scale_cols = 0;  // scales per row of the scale tensor
+  int32_t scale_cols = 0;                      // scales per row of the scale tensor
   int32_t block_rows = 128, block_cols = 128;  // FP8
 };
 inline void add_fields(Signature& s, const QuantMatrix& m) {
@@ -346,8 +344,8 @@ constexpr int64_t kQuantGemvMaxTokens = 8;
 // block_cols a multiple of 16), n a multiple of 4.
 bool quant_gemv_supported(const QuantMatrix& w);
 // out [tokens, n] = x [tokens, k] · Wᵀ (x fp32, rows x_row apart), tokens <= kQuantGemvMaxTokens.
-void launch_quant_gemv(const QuantMatrix& w, const float* x, int64_t x_row, int64_t tokens, float* out,
-                       int num_sms, cudaStream_t s);
+void launch_quant_gemv(const QuantMatrix& w, const float* x, int64_t x_row, int64_t tokens, float* out, int num_sms,
+                       cudaStream_t s);
 // The routed experts of launch_moe_grouped_experts with quantized weights (tables of QuantMatrix
 // [experts] on the device, one format): the pairs sorted by expert into `scratch`, then
 // matrix-vector kernels over each expert's pairs with fp32 activations (gate/up write act

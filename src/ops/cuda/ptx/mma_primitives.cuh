@@ -38,8 +38,7 @@ __device__ inline void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* p) {
 // 16-byte asynchronous copy global -> shared; with valid == false the destination is zero-filled
 // (nothing is read).
 __device__ inline void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
                : "memory");
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

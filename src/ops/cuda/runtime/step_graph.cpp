@@ -38,8 +38,8 @@ struct GraphMemory::State {
     std::set<size_t> free;      // indices into blocks
   };
   struct Chunk {
-    char* host = nullptr;    // pinned
-    char* device = nullptr;  // its mirror, which the graphs read
+    char* host = nullptr;                     // pinned
+    char* device = nullptr;                   // its mirror, which the graphs read
     size_t size = 0, used = 0, uploaded = 0;  // bytes staged by this step, and of those copied
   };
   std::map<size_t, SizeClass> classes;

@@ -166,61 +166,63 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
   // the heads-as-M kernel read bf16 only.
   const DeviceCaps caps = query_device_caps();
   for (MlaKernel kernel : {MlaKernel::kWgmma, MlaKernel::kKvMajor, MlaKernel::kTensorCore, MlaKernel::kCudaCore})
-  for (bool fp8 : {false, true})
-  for (int64_t heads : o.heads)
-    for (int64_t B : o.batches)
-      for (int64_t ctx : o.contexts) {
-        if (fp8 && (kernel == MlaKernel::kTensorCore || kernel == MlaKernel::kWgmma)) continue;
-        const std::string name = fmt::format("mla_decode {}{} h{} b{} ctx{}",
-                                             kernel == MlaKernel::kWgmma        ? "wgmma"
-                                             : kernel == MlaKernel::kKvMajor    ? "kvmajor"
-                                             : kernel == MlaKernel::kTensorCore ? "mma"
-                                                                                : "fp32",
-                                             fp8 ? "-fp8" : "", heads, B, ctx);
-        if (!wanted(name)) continue;
-        if (kernel == MlaKernel::kWgmma &&
-            !mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, heads, latent, rope).empty())
-          continue;
-        const int64_t pages_per_seq = (ctx + page - 1) / page, pages = B * pages_per_seq;
-        const int64_t elem = fp8 ? 1 : 2;
-        DeviceMem cache(pages * page * entry * elem), q(B * heads * entry * 4), out(B * heads * latent * 4);
-        if (fp8)
-          fill_random_fp8(cache.p, pages * page * entry, 3);
-        else
-          fill_random_bf16(cache.p, pages * page * entry, 3);
-        fill_random_f32(q.p, B * heads * entry, 4);
-        std::vector<int32_t> table(static_cast<size_t>(pages));
-        std::iota(table.begin(), table.end(), 0);
-        std::shuffle(table.begin(), table.end(), std::mt19937_64(5));
-        std::vector<TokenInfo> info;
-        for (int64_t b = 0; b < B; ++b) info.push_back({static_cast<int32_t>(ctx - 1), static_cast<int32_t>(b * pages_per_seq)});
-        DeviceMem d_table(table.size() * 4), d_info(info.size() * sizeof(TokenInfo));
-        int sms = 1;
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-        const int64_t chosen = mla_attend_splits(B, heads, ctx, sms, kernel);
-        cudaMemcpy(d_table.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
-        cudaMemcpy(d_info.p, info.data(), info.size() * sizeof(TokenInfo), cudaMemcpyHostToDevice);
-        // At batch 1 the context split decides the time; the other counts are timed beside the
-        // policy's choice (marked *).
-        std::vector<int64_t> split_counts = {chosen};
-        if (B == 1)
-          for (int64_t s : {16, 32, 64, 128})
-            if (s != chosen && s <= ctx / 64) split_counts.push_back(s);
-        for (int64_t splits : split_counts) {
-          DeviceMem scratch(mla_attend_scratch_floats(B, heads, latent, splits) * 4);
-          KernelBenchRow r;
-          r.name = fmt::format("{} (splits {}){}", name, splits, split_counts.size() > 1 && splits == chosen ? " *" : "");
-          r.seconds = time_it(o.iterations, [&] {
-            launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
-                              KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, pages, page, splits, scale,
-                              out.as<float>(), scratch.as<float>(), kernel, 0);
-          });
-          // The bytes read: the cache (2 or 1 a value), q in and the latent output.
-          r.bytes = double(B) * ctx * entry * elem + double(B) * heads * (entry + latent) * 4;
-          r.flops = 2.0 * B * heads * ctx * (entry + latent);
-          report(r);
-        }
-      }
+    for (bool fp8 : {false, true})
+      for (int64_t heads : o.heads)
+        for (int64_t B : o.batches)
+          for (int64_t ctx : o.contexts) {
+            if (fp8 && (kernel == MlaKernel::kTensorCore || kernel == MlaKernel::kWgmma)) continue;
+            const std::string name = fmt::format("mla_decode {}{} h{} b{} ctx{}",
+                                                 kernel == MlaKernel::kWgmma        ? "wgmma"
+                                                 : kernel == MlaKernel::kKvMajor    ? "kvmajor"
+                                                 : kernel == MlaKernel::kTensorCore ? "mma"
+                                                                                    : "fp32",
+                                                 fp8 ? "-fp8" : "", heads, B, ctx);
+            if (!wanted(name)) continue;
+            if (kernel == MlaKernel::kWgmma &&
+                !mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, heads, latent, rope).empty())
+              continue;
+            const int64_t pages_per_seq = (ctx + page - 1) / page, pages = B * pages_per_seq;
+            const int64_t elem = fp8 ? 1 : 2;
+            DeviceMem cache(pages * page * entry * elem), q(B * heads * entry * 4), out(B * heads * latent * 4);
+            if (fp8)
+              fill_random_fp8(cache.p, pages * page * entry, 3);
+            else
+              fill_random_bf16(cache.p, pages * page * entry, 3);
+            fill_random_f32(q.p, B * heads * entry, 4);
+            std::vector<int32_t> table(static_cast<size_t>(pages));
+            std::iota(table.begin(), table.end(), 0);
+            std::shuffle(table.begin(), table.end(), std::mt19937_64(5));
+            std::vector<TokenInfo> info;
+            for (int64_t b = 0; b < B; ++b)
+              info.push_back({static_cast<int32_t>(ctx - 1), static_cast<int32_t>(b * pages_per_seq)});
+            DeviceMem d_table(table.size() * 4), d_info(info.size() * sizeof(TokenInfo));
+            int sms = 1;
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+            const int64_t chosen = mla_attend_splits(B, heads, ctx, sms, kernel);
+            cudaMemcpy(d_table.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
+            cudaMemcpy(d_info.p, info.data(), info.size() * sizeof(TokenInfo), cudaMemcpyHostToDevice);
+            // At batch 1 the context split decides the time; the other counts are timed beside the
+            // policy's choice (marked *).
+            std::vector<int64_t> split_counts = {chosen};
+            if (B == 1)
+              for (int64_t s : {16, 32, 64, 128})
+                if (s != chosen && s <= ctx / 64) split_counts.push_back(s);
+            for (int64_t splits : split_counts) {
+              DeviceMem scratch(mla_attend_scratch_floats(B, heads, latent, splits) * 4);
+              KernelBenchRow r;
+              r.name = fmt::format("{} (splits {}){}", name, splits,
+                                   split_counts.size() > 1 && splits == chosen ? " *" : "");
+              r.seconds = time_it(o.iterations, [&] {
+                launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
+                                  KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, pages, page, splits, scale,
+                                  out.as<float>(), scratch.as<float>(), kernel, 0);
+              });
+              // The bytes read: the cache (2 or 1 a value), q in and the latent output.
+              r.bytes = double(B) * ctx * entry * elem + double(B) * heads * (entry + latent) * 4;
+              r.flops = 2.0 * B * heads * ctx * (entry + latent);
+              report(r);
+            }
+          }
 
   // Decode matrix-vector products of one token at Kimi-K2.5's attention shapes, for every K split
   // (the row marked * is launch_gemv's own choice). The weights rotate over copies of >= 256 MB in
@@ -230,10 +232,10 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
     int64_t n, n2, k;
     bool norm;
   };
-  for (const GemvCase& c : {GemvCase{"q_a+kv_a (one launch)", 1536, 576, 7168, false},
-                            GemvCase{"q_b (q_a norm folded in)", 12288, 0, 1536, true},
-                            GemvCase{"q_b (without the norm)", 12288, 0, 1536, false},
-                            GemvCase{"o_proj", 7168, 0, 8192, false}}) {
+  for (const GemvCase& c :
+       {GemvCase{"q_a+kv_a (one launch)", 1536, 576, 7168, false},
+        GemvCase{"q_b (q_a norm folded in)", 12288, 0, 1536, true},
+        GemvCase{"q_b (without the norm)", 12288, 0, 1536, false}, GemvCase{"o_proj", 7168, 0, 8192, false}}) {
     const std::string base = fmt::format("gemv t1 {} {}x{}", c.name, c.n + c.n2, c.k);
     if (!wanted(base)) continue;
     const int64_t rows = c.n + c.n2, bytes = rows * c.k * 2;
@@ -246,7 +248,7 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
     DeviceMem x(c.k * 4), nw(c.k * 4), out(rows * 4);
     fill_random_f32(x.p, c.k, 11);
     fill_random_f32(nw.p, c.k, 12);
-    GemvArgs g{x.as<float>(), c.k, 0, nullptr, c.k, 0, out.as<float>(), c.n, 0, static_cast<int>(c.k),
+    GemvArgs g{x.as<float>(),         c.k, 0, nullptr, c.k, 0, out.as<float>(), c.n, 0, static_cast<int>(c.k),
                static_cast<int>(c.n), 1};
     if (c.n2 > 0) {
       g.w2_row = c.k;
@@ -286,9 +288,8 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
     fill_random_f32(w.p, H, 7);
     KernelBenchRow r;
     r.name = "rms_norm t128 h7168 (fp32)";
-    r.seconds = time_it(o.iterations, [&] {
-      launch_rms_norm(x.as<float>(), T, H, 0, w.as<float>(), H, 1e-6f, y.as<float>(), H, 0);
-    });
+    r.seconds = time_it(o.iterations,
+                        [&] { launch_rms_norm(x.as<float>(), T, H, 0, w.as<float>(), H, 1e-6f, y.as<float>(), H, 0); });
     r.bytes = 2.0 * T * H * 4 + H * 4;
     report(r);
   }
@@ -306,8 +307,8 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
     KernelBenchRow r;
     r.name = name;
     r.seconds = time_it(o.iterations, [&] {
-      launch_router_fused(x.as<float>(), T, H, w.as<__nv_bfloat16>(), E, l.as<float>(), bias.as<float>(), K, 1, 1,
-                          true, 2.827f, ids.as<int32_t>(), wts.as<float>(), static_cast<unsigned*>(done.p), 0);
+      launch_router_fused(x.as<float>(), T, H, w.as<__nv_bfloat16>(), E, l.as<float>(), bias.as<float>(), K, 1, 1, true,
+                          2.827f, ids.as<int32_t>(), wts.as<float>(), static_cast<unsigned*>(done.p), 0);
     });
     r.bytes = double(E) * H * 2 + double(T) * H * 4;
     r.flops = 2.0 * T * E * H;

@@ -41,9 +41,10 @@ const Cupti& cupti() {
     for (const auto& name : tried)
       if ((c.library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
     if (c.library == nullptr)
-      core::fail("kernel trace: cannot load CUPTI (tried {}); set TESSERA_CUPTI_LIBRARY to the CUDA toolkit's "
-                 "libcupti.so",
-                 fmt::join(tried, ", "));
+      core::fail(
+          "kernel trace: cannot load CUPTI (tried {}); set TESSERA_CUPTI_LIBRARY to the CUDA toolkit's "
+          "libcupti.so",
+          fmt::join(tried, ", "));
     auto resolve = [&](auto& fn, const char* symbol) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(c.library, symbol));
       if (fn == nullptr) core::fail("kernel trace: the CUPTI library has no {}", symbol);
@@ -99,8 +100,8 @@ std::string kernel_display_name(const char* mangled) {
 namespace {
 
 constexpr size_t kBufferBytes = size_t{8} << 20;
-std::mutex g_mu;                // guards the two below: CUPTI completes buffers on its own thread
-bool g_recording = false;       // a trace is running
+std::mutex g_mu;                  // guards the two below: CUPTI completes buffers on its own thread
+bool g_recording = false;         // a trace is running
 std::vector<KernelSpan> g_spans;  // its kernels so far
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
@@ -163,7 +164,8 @@ std::vector<KernelSpan> KernelTrace::stop() {
   }
   check(flushed, "cuptiActivityFlushAll");
   check(disabled, "cuptiActivityDisable");
-  std::sort(spans.begin(), spans.end(), [](const KernelSpan& a, const KernelSpan& b) { return a.start_ns < b.start_ns; });
+  std::sort(spans.begin(), spans.end(),
+            [](const KernelSpan& a, const KernelSpan& b) { return a.start_ns < b.start_ns; });
   return spans;
 }
 

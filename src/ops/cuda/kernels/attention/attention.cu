@@ -50,8 +50,8 @@ constexpr int kMaxLatentPerLane = 16;  // latent <= 512
 // Cache row `row` (entry elements) -> fp32 `dst` (shared memory), with 16-byte loads where the
 // entry allows. bf16: 8 elements a load. fp8: 16 a load, each q · kv_scale (fp32 product, as the
 // CPU reference reads it).
-__device__ inline void load_row_f32(const __nv_bfloat16* cache, int64_t row, int entry, float /*kv_scale*/,
-                                    float* dst, int lane) {
+__device__ inline void load_row_f32(const __nv_bfloat16* cache, int64_t row, int entry, float /*kv_scale*/, float* dst,
+                                    int lane) {
   if (entry % 8 != 0) {
     for (int i = lane; i < entry; i += 32) dst[i] = __bfloat162float(cache[row * entry + i]);
     return;
@@ -101,9 +101,9 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
                               float kv_scale, float* o_part, float* ml_part) {
   extern __shared__ float smem[];
   const int entry = latent + rope;
-  const int row_stride = entry + 1;  // +1 float: lanes reading different rows hit different banks
-  float* tile = smem;                                   // [kTile, row_stride]
-  float* qs = smem + kTile * row_stride;                // [heads_per_block, entry]
+  const int row_stride = entry + 1;       // +1 float: lanes reading different rows hit different banks
+  float* tile = smem;                     // [kTile, row_stride]
+  float* qs = smem + kTile * row_stride;  // [heads_per_block, entry]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int split = blockIdx.x, t = blockIdx.y, h = blockIdx.z * heads_per_block + warp;
   const int tokens = gridDim.y;
@@ -112,7 +112,8 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
   const MlaSplitRange range = mla_split_range(ti.pos, split, gridDim.x, kTile);
   const int begin = range.begin, end = range.end;
   if (active)
-    for (int i = lane; i < entry; i += 32) qs[warp * entry + i] = q_full[(static_cast<int64_t>(t) * heads + h) * entry + i];
+    for (int i = lane; i < entry; i += 32)
+      qs[warp * entry + i] = q_full[(static_cast<int64_t>(t) * heads + h) * entry + i];
   float acc[kMaxLatentPerLane];
 #pragma unroll
   for (int i = 0; i < kMaxLatentPerLane; ++i) acc[i] = 0.0f;
@@ -179,7 +180,7 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
 constexpr int kMaxSplits = 128;
 constexpr int kCombineCols = 32;   // float4 columns a block covers
 constexpr int kCombineGroups = 4;  // groups of splits a column is summed in
-__global__ void __launch_bounds__(kCombineCols * kCombineGroups)
+__global__ void __launch_bounds__(kCombineCols* kCombineGroups)
     combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
                    float* o_lat) {
   pdl_wait();  // first: launched with launch_dependent
@@ -244,8 +245,7 @@ __global__ void __launch_bounds__(kCombineCols * kCombineGroups)
         sum.z += red[g][col].z;
         sum.w += red[g][col].w;
       }
-      reinterpret_cast<float4*>(dst)[d4] =
-          make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv);
+      reinterpret_cast<float4*>(dst)[d4] = make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv);
     }
     return;
   }

@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(kThreads) prefill_attend_kernel(PrefillAttendA
   constexpr int kParts = SPLIT ? 2 : 1;            // hi (and lo) copies
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kRowsQ][kQs] (then the lo copy)
-  __nv_bfloat16* ks = qs + kParts * kRowsQ * kQs;                   // [kRowsK][kQs] (then the lo copy)
-  __nv_bfloat16* vs = ks + kParts * kRowsK * kQs;                   // [kRowsK][kVs] (then the lo copy)
+  __nv_bfloat16* ks = qs + kParts * kRowsQ * kQs;                  // [kRowsK][kQs] (then the lo copy)
+  __nv_bfloat16* vs = ks + kParts * kRowsK * kQs;                  // [kRowsK][kVs] (then the lo copy)
   __nv_bfloat16* qs_lo = qs + kRowsQ * kQs;
   __nv_bfloat16* ks_lo = ks + kRowsK * kQs;
   __nv_bfloat16* vs_lo = vs + kRowsK * kVs;
@@ -423,12 +423,18 @@ bool mla_prefill_attend_supported(int64_t nope, int64_t rope, int64_t v, int64_t
 
 int64_t mla_prefill_attend_smem_bytes(int64_t nope, int64_t rope, int64_t v, bool split) {
   switch (pick_shape(nope + rope, v)) {
-    case 0: return smem_for<32, 32>(split);
-    case 1: return smem_for<64, 32>(split);
-    case 2: return smem_for<64, 64>(split);
-    case 3: return smem_for<128, 128>(split);
-    case 4: return smem_for<192, 128>(split);
-    default: return 0;
+    case 0:
+      return smem_for<32, 32>(split);
+    case 1:
+      return smem_for<64, 32>(split);
+    case 2:
+      return smem_for<64, 64>(split);
+    case 3:
+      return smem_for<128, 128>(split);
+    case 4:
+      return smem_for<192, 128>(split);
+    default:
+      return 0;
   }
 }
 
@@ -439,20 +445,31 @@ void launch_mla_gather_latents(const __nv_bfloat16* cache, int64_t page, int64_t
 }
 
 void launch_mla_gather_latents_fp8(const uint8_t* cache, int64_t page, int64_t entry, const int32_t* tables,
-                                   const PrefillChunk* chunks, int64_t num_chunks, int64_t max_rows,
-                                   __nv_bfloat16* lat, cudaStream_t s) {
+                                   const PrefillChunk* chunks, int64_t num_chunks, int64_t max_rows, __nv_bfloat16* lat,
+                                   cudaStream_t s) {
   launch_gather(cache, page, entry, tables, chunks, num_chunks, max_rows, lat, s);
 }
 
 void launch_mla_prefill_attend(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s) {
   if (num_tiles == 0) return;
   switch (pick_shape(a.nope + a.rope, a.v)) {
-    case 0: launch_precision<32, 32>(a, num_tiles, s); break;
-    case 1: launch_precision<64, 32>(a, num_tiles, s); break;
-    case 2: launch_precision<64, 64>(a, num_tiles, s); break;
-    case 3: launch_precision<128, 128>(a, num_tiles, s); break;
-    case 4: launch_precision<192, 128>(a, num_tiles, s); break;
-    default: break;  // the host side checked mla_prefill_attend_supported
+    case 0:
+      launch_precision<32, 32>(a, num_tiles, s);
+      break;
+    case 1:
+      launch_precision<64, 32>(a, num_tiles, s);
+      break;
+    case 2:
+      launch_precision<64, 64>(a, num_tiles, s);
+      break;
+    case 3:
+      launch_precision<128, 128>(a, num_tiles, s);
+      break;
+    case 4:
+      launch_precision<192, 128>(a, num_tiles, s);
+      break;
+    default:
+      break;  // the host side checked mla_prefill_attend_supported
   }
 }
 

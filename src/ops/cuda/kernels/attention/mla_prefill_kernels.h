@@ -47,8 +47,8 @@ void launch_mla_gather_latents(const __nv_bfloat16* cache, int64_t page, int64_t
 // value is a bf16 value; q · scale would not be). The caller applies the scale where it is exact
 // to fp32: the K/V GEMM's alpha and the query's rope part (PrefillAttendArgs::q_rope_scale).
 void launch_mla_gather_latents_fp8(const uint8_t* cache, int64_t page, int64_t entry, const int32_t* tables,
-                                   const PrefillChunk* chunks, int64_t num_chunks, int64_t max_rows,
-                                   __nv_bfloat16* lat, cudaStream_t s);
+                                   const PrefillChunk* chunks, int64_t num_chunks, int64_t max_rows, __nv_bfloat16* lat,
+                                   cudaStream_t s);
 
 // The attention kernel handles qk = nope + rope <= 192 and v <= 128 (padded up to the nearest
 // compiled tile shape) with nope, rope, v and latent multiples of 8.
@@ -62,27 +62,27 @@ int64_t mla_prefill_attend_smem_bytes(int64_t nope, int64_t rope, int64_t v, boo
 //    hi·hi + hi·lo + lo·hi (three MMAs), ~2^-16 relative: close to fp32 attention, at three times
 //    the tensor-core work and twice the K/V bytes.
 struct PrefillAttendArgs {
-  const float* q;               // [T, heads, nope + rope] fp32 (rope part rotated)
-  const __nv_bfloat16* lat;     // [rows, latent + rope]: the pass's latents (k_pe read from here)
-  const __nv_bfloat16* kv;      // [rows, heads, nope + v]: decompressed K_nope | V (split: the hi part)
-  const __nv_bfloat16* kv_lo;   // split: the lo part, same layout; bf16: unused
+  const float* q;              // [T, heads, nope + rope] fp32 (rope part rotated)
+  const __nv_bfloat16* lat;    // [rows, latent + rope]: the pass's latents (k_pe read from here)
+  const __nv_bfloat16* kv;     // [rows, heads, nope + v]: decompressed K_nope | V (split: the hi part)
+  const __nv_bfloat16* kv_lo;  // split: the lo part, same layout; bf16: unused
   bool split;
   const PrefillChunk* chunks;
   const PrefillTile* tiles;
-  float* out;                // [T, heads * v]
-  float* ml;                 // [T, heads, 2] softmax (max, sum) between slices; unused with one slice
+  float* out;  // [T, heads * v]
+  float* ml;   // [T, heads, 2] softmax (max, sum) between slices; unused with one slice
   int heads, nope, rope, v, latent;
-  float scale;               // softmax scale
+  float scale;  // softmax scale
   // Multiplies q's rope part (fp32, before any rounding): the fp8 cache's scale, since the k_pe
   // read from `lat` is unscaled there (see launch_mla_gather_latents_fp8); 1 for a bf16 cache.
   float q_rope_scale = 1.0f;
 };
 inline void add_fields(Signature& s, const PrefillAttendArgs& a) {
   static_assert(sizeof(PrefillAttendArgs) == 104, "a field was added: add it to the signature");
-  for (const void* p : {static_cast<const void*>(a.q), static_cast<const void*>(a.lat), static_cast<const void*>(a.kv),
-                        static_cast<const void*>(a.kv_lo), static_cast<const void*>(a.chunks),
-                        static_cast<const void*>(a.tiles), static_cast<const void*>(a.out),
-                        static_cast<const void*>(a.ml)})
+  for (const void* p :
+       {static_cast<const void*>(a.q), static_cast<const void*>(a.lat), static_cast<const void*>(a.kv),
+        static_cast<const void*>(a.kv_lo), static_cast<const void*>(a.chunks), static_cast<const void*>(a.tiles),
+        static_cast<const void*>(a.out), static_cast<const void*>(a.ml)})
     s.add(p);
   for (int v : {int{a.split}, a.heads, a.nope, a.rope, a.v, a.latent}) s.add(v);
   s.add(a.scale);

@@ -27,18 +27,18 @@ namespace tessera::ops::cuda {
 
 namespace {
 
-constexpr int kTp = 32;     // cache positions per tile
+constexpr int kTp = 32;  // cache positions per tile
 constexpr int kWarps = 4;
-constexpr int kPad = 8;     // bf16 padding per shared row: row strides become an odd number of 16-byte units
+constexpr int kPad = 8;  // bf16 padding per shared row: row strides become an odd number of 16-byte units
 
 using namespace mma;
 
 template <int NH, int LAT, int ROPE, int STAGES, bool FP8 = false>
 struct Layout {
   static constexpr int kEntry = LAT + ROPE;
-  static constexpr int kStride = kEntry + kPad;    // Q and K rows
-  static constexpr int kPStride = kTp + kPad;      // P rows ([head][pos])
-  static constexpr int kKSteps = kEntry / 16;      // of Sᵀ
+  static constexpr int kStride = kEntry + kPad;     // Q and K rows
+  static constexpr int kPStride = kTp + kPad;       // P rows ([head][pos])
+  static constexpr int kKSteps = kEntry / 16;       // of Sᵀ
   static constexpr int kLatPerWarp = LAT / kWarps;  // Oᵀ rows owned by each warp
   static constexpr int kMTiles = kLatPerWarp / 16;
   static constexpr int kNTiles = NH / 8;
@@ -48,7 +48,7 @@ struct Layout {
   static constexpr size_t kKBytes = (FP8 ? 1 : STAGES) * kTp * kStride * 2;
   static constexpr size_t kStageBytes = FP8 ? STAGES * kTp * kEntry : 0;
   static constexpr size_t kPBytes = NH * kPStride * 2;
-  static constexpr size_t kSredBytes = 2 * 16 * NH * 4;  // Sᵀ partials of warps 2 and 3
+  static constexpr size_t kSredBytes = 2 * 16 * NH * 4;            // Sᵀ partials of warps 2 and 3
   static constexpr size_t kStatBytes = (2 * 2 * NH + 4 * NH) * 4;  // col max/sum of warps 0,1; m, l, alpha, spare
   static constexpr size_t kSmem = kQBytes + kKBytes + kStageBytes + kPBytes + kSredBytes + kStatBytes;
   static_assert(LAT % (16 * kWarps) == 0 && ROPE % 16 == 0, "latent must split into 16-row tiles over 4 warps");
@@ -64,14 +64,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);                        // [NH][S]
-  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kQBytes);           // [STAGES or 1][kTp][S]
-  uint8_t* stage_bytes = smem_raw + L::kQBytes + L::kKBytes;                             // fp8: [STAGES][kTp][E]
-  __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(stage_bytes + L::kStageBytes);    // [NH][PS]
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);                             // [NH][S]
+  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kQBytes);                // [STAGES or 1][kTp][S]
+  uint8_t* stage_bytes = smem_raw + L::kQBytes + L::kKBytes;                                  // fp8: [STAGES][kTp][E]
+  __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(stage_bytes + L::kStageBytes);         // [NH][PS]
   float* sred = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(ps) + L::kPBytes);  // [2][16][NH]
-  float* colmax = sred + 2 * 16 * NH;  // [2][NH]
-  float* colsum = colmax + 2 * NH;     // [2][NH]
-  float* m_s = colsum + 2 * NH;        // [NH]
+  float* colmax = sred + 2 * 16 * NH;                                                         // [2][NH]
+  float* colsum = colmax + 2 * NH;                                                            // [2][NH]
+  float* m_s = colsum + 2 * NH;                                                               // [NH]
   float* l_s = m_s + NH;
   float* alpha_s = l_s + NH;
 
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   // dependent L2 round trip in front of every copy.
   static_assert(kTp * 4 == kWarps * 32, "4 threads per tile row");
   constexpr int kPerPiece = 16 / static_cast<int>(sizeof(CacheT));  // elements per 16-byte piece
-  constexpr int kChunks = E / kPerPiece;                           // 16-byte pieces per row
+  constexpr int kChunks = E / kPerPiece;                            // 16-byte pieces per row
   const int my_row = threadIdx.x >> 2, my_sub = threadIdx.x & 3;
   auto row_source = [&](int tile) -> const CacheT* {
     const int pos = begin + tile * kTp + my_row;
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int tile = 0; tile < ntiles; ++tile) {
     const int stage = tile % STAGES;
     cp_async_wait<STAGES - 2>();  // tile `tile` has landed (for this thread's copies)
-    __syncthreads();               // ... for every thread's; and every warp is done with tile - 1
+    __syncthreads();              // ... for every thread's; and every warp is done with tile - 1
     // Refill the stage tile - 1 used with tile + STAGES - 1.
     load_tile(next_src, (tile + STAGES - 1) % STAGES);
     next_src = row_source(tile + STAGES);
@@ -371,7 +371,8 @@ int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope, boo
   return small ? Layout<8, 64, 16, kStages>::kSmem : Layout<16, 64, 16, kStages>::kSmem;
 }
 // SM120 allows 99 KB a block: every instance must fit.
-static_assert(Layout<16, 512, 64, kStages>::kSmem <= 99 * 1024 && Layout<16, 512, 64, kStages, true>::kSmem <= 99 * 1024,
+static_assert(Layout<16, 512, 64, kStages>::kSmem <= 99 * 1024 &&
+                  Layout<16, 512, 64, kStages, true>::kSmem <= 99 * 1024,
               "the KV-major kernel must fit SM120's shared memory");
 
 void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,

@@ -15,10 +15,10 @@ namespace tessera::ops::cuda {
 
 namespace {
 
-constexpr int kRows = 16;    // heads per block (MMA M)
-constexpr int kTile = 32;    // cache positions per tile (4 warps x 8 = MMA N of Q·Kᵀ)
+constexpr int kRows = 16;  // heads per block (MMA M)
+constexpr int kTile = 32;  // cache positions per tile (4 warps x 8 = MMA N of Q·Kᵀ)
 constexpr int kWarps = 4;
-constexpr int kPad = 8;      // bf16 elements of padding per shared row (keeps 16-byte alignment)
+constexpr int kPad = 8;  // bf16 elements of padding per shared row (keeps 16-byte alignment)
 
 using mma::mma_bf16;
 
@@ -37,10 +37,10 @@ __global__ void __launch_bounds__(kWarps * 32)
                       float* ml_part) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int entry = latent + rope, stride = entry + kPad;
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);            // [kRows][stride]
-  __nv_bfloat16* ks = qs + kRows * stride;                                   // [kTile][stride]
-  __nv_bfloat16* ps = ks + kTile * stride;                                   // [kRows][kTile + kPad]
-  float* red = reinterpret_cast<float*>(ps + kRows * (kTile + kPad));        // [kWarps][kRows]
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);      // [kRows][stride]
+  __nv_bfloat16* ks = qs + kRows * stride;                             // [kTile][stride]
+  __nv_bfloat16* ps = ks + kTile * stride;                             // [kRows][kTile + kPad]
+  float* red = reinterpret_cast<float*>(ps + kRows * (kTile + kPad));  // [kWarps][kRows]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int split = blockIdx.x, t = blockIdx.y, h0 = blockIdx.z * kRows;
   const int tokens = gridDim.y;

@@ -46,22 +46,22 @@ namespace tessera::ops::cuda {
 
 namespace {
 
-constexpr int kHeads = 64;                   // heads per block = wgmma M
+constexpr int kHeads = 64;  // heads per block = wgmma M
 constexpr int kLat = 512, kRope = 64, kEntry = kLat + kRope;
-constexpr int kTp = 64;                      // cache positions per tile
-constexpr int kBlockCols = 64;               // bf16 columns per 128-byte swizzled block
-constexpr int kBlocks = kEntry / kBlockCols;  // 9 column blocks per row of Q or K
-constexpr int kBlockBytes = 64 * 128;        // 64 rows (heads or positions) x 128 bytes
+constexpr int kTp = 64;                            // cache positions per tile
+constexpr int kBlockCols = 64;                     // bf16 columns per 128-byte swizzled block
+constexpr int kBlocks = kEntry / kBlockCols;       // 9 column blocks per row of Q or K
+constexpr int kBlockBytes = 64 * 128;              // 64 rows (heads or positions) x 128 bytes
 constexpr int kTileBytes = kBlocks * kBlockBytes;  // one 64 x 576 bf16 matrix: 72 KB
 constexpr int kStages = 2;
-constexpr int kThreads = 256;                // two warpgroups
+constexpr int kThreads = 256;  // two warpgroups
 constexpr int kQOff = 0;
 constexpr int kKOff = kQOff + kTileBytes;
 constexpr int kPOff = kKOff + kStages * kTileBytes;
-constexpr int kAlphaOff = kPOff + kBlockBytes;  // float[64]: this tile's rescale factor per head
+constexpr int kAlphaOff = kPOff + kBlockBytes;   // float[64]: this tile's rescale factor per head
 constexpr int kBarOff = kAlphaOff + kHeads * 4;  // TMA variant: mbarrier [stage][warpgroup], 8 bytes each
 constexpr int kSmemUsed = kBarOff + kStages * 2 * 8;
-constexpr int kSmemBytes = kSmemUsed + 1024;    // the dynamic base is only 16-byte aligned
+constexpr int kSmemBytes = kSmemUsed + 1024;  // the dynamic base is only 16-byte aligned
 static_assert(kSmemBytes <= 227 * 1024, "must fit the 227 KB a block may opt in to on sm_90");
 static_assert(kTp == 64 && kHeads == 64, "the MMA shapes below are m64n64k16 (S) and m64n256k16 x 2 (O)");
 static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kTileBytes % 1024 == 0, "swizzle atoms are 1024-aligned");
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             *reinterpret_cast<uint4*>(smem + kKOff + stage * kTileBytes + blk * kBlockBytes +
                                       wgmma::sw128_offset(row, ch)) = make_uint4(0, 0, 0, 0);
           }
-          wgmma::fence_proxy_async();  // the zeros are read by wgmma
+          wgmma::fence_proxy_async();               // the zeros are read by wgmma
           wgmma::named_barrier_sync(kBarWg0, 128);  // ... by every warp of this warpgroup
         }
         // kBarKReady (warpgroup 1 is done with the previous P) waits until P is written below, so
@@ -451,8 +451,8 @@ bool encode_cache_map(CUtensorMap* map, const __nv_bfloat16* cache, int64_t rows
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
 #if CUDART_VERSION >= 12050
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                             cudaEnableDefault, &found);
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
 #else
     const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
 #endif

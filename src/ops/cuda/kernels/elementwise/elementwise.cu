@@ -96,8 +96,8 @@ __global__ void silu_mul_kernel(const float* g, const float* u, float* out, int6
   if (i < n) out[i] = g[i] / (1.0f + __expf(-g[i])) * u[i];
 }
 
-__global__ void rope_kernel(float* x, int64_t width, const float* cos, const float* sin, int64_t half, int64_t col_begin,
-                            int64_t col_stride, int64_t count) {
+__global__ void rope_kernel(float* x, int64_t width, const float* cos, const float* sin, int64_t half,
+                            int64_t col_begin, int64_t col_stride, int64_t count) {
   pdl_wait();  // first: launched with launch_dependent
   const int64_t r = blockIdx.x;
   for (int64_t j = threadIdx.x; j < count * half; j += blockDim.x) {
@@ -198,8 +198,7 @@ void launch_fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float s
   if (n > 0) launch_plain(fill_random_bf16_kernel, 1024, kThreads, 0, s, p, n, seed, scale);
 }
 
-void launch_fill_random_bytes(uint8_t* p, int64_t n, uint64_t seed, uint8_t and_mask, uint8_t or_mask,
-                              cudaStream_t s) {
+void launch_fill_random_bytes(uint8_t* p, int64_t n, uint64_t seed, uint8_t and_mask, uint8_t or_mask, cudaStream_t s) {
   if (n > 0) launch_plain(fill_random_bytes_kernel, 1024, kThreads, 0, s, p, n, seed, and_mask, or_mask);
 }
 
@@ -220,8 +219,8 @@ void launch_rms_norm(const float* x, int64_t rows, int64_t width, int64_t col_be
 void launch_add_rms_norm(float* x, const float* add, int64_t rows, int64_t width, const float* weight, float eps,
                          float* out, cudaStream_t s) {
   if (rows > 0)
-    launch_dependent(rms_norm_kernel, dim3(static_cast<unsigned>(rows)), kRowThreads, 0, s, x, add, width,
-                     int64_t{0}, weight, width, eps, out, width);
+    launch_dependent(rms_norm_kernel, dim3(static_cast<unsigned>(rows)), kRowThreads, 0, s, x, add, width, int64_t{0},
+                     weight, width, eps, out, width);
 }
 
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t s) {
@@ -240,8 +239,8 @@ void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const 
   const int64_t pairs = count * half;
   const unsigned threads = static_cast<unsigned>(std::clamp<int64_t>((pairs + 31) / 32 * 32, 32, 1024));
   if (rows > 0)
-    launch_dependent(rope_kernel, dim3(static_cast<unsigned>(rows)), threads, 0, s, x, width, cos, sin, half,
-                     col_begin, col_stride, count);
+    launch_dependent(rope_kernel, dim3(static_cast<unsigned>(rows)), threads, 0, s, x, width, cos, sin, half, col_begin,
+                     col_stride, count);
 }
 
 void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t s) {
@@ -257,8 +256,7 @@ void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int6
     launch_plain(gather_rows_kernel<int64_t>, static_cast<unsigned>(n), kRowThreads, 0, s, x, width, rows, out);
 }
 
-void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out,
-                            cudaStream_t s) {
+void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out, cudaStream_t s) {
   if (n > 0) launch_plain(gather_rows_kernel<int32_t>, static_cast<unsigned>(n), kThreads, 0, s, x, width, rows, out);
 }
 

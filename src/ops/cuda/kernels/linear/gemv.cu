@@ -61,22 +61,26 @@ struct RowRange {
 };
 __device__ inline RowRange rows_at(const GemvArgs& g, int64_t b, int n0) {
   if (n0 < g.n)
-    return {g.w + b * g.w_batch + static_cast<int64_t>(n0) * g.w_row, g.w_row, g.out + b * g.out_batch, g.out_row, n0,
+    return {g.w + b * g.w_batch + static_cast<int64_t>(n0) * g.w_row,
+            g.w_row,
+            g.out + b * g.out_batch,
+            g.out_row,
+            n0,
             true};
   const int m = n0 - g.n;
   return {g.w2 + static_cast<int64_t>(m) * g.w2_row, g.w2_row, g.out2, g.out2_row, m, m < g.n2};
 }
 
 // Chunks c0, c0 + slices, ... (kUnroll of them) of kRows weight rows, all loads in flight at once.
-__device__ __forceinline__ void load_chunks(uint4 (&raw)[kRows][kUnroll], const __nv_bfloat16* w, int64_t w_row,
-                                            int c0, int slices, int chunks, uint64_t policy) {
+__device__ __forceinline__ void load_chunks(uint4 (&raw)[kRows][kUnroll], const __nv_bfloat16* w, int64_t w_row, int c0,
+                                            int slices, int chunks, uint64_t policy) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int c = c0 + u * slices;
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
-      raw[r][u] = c < chunks ? load_stream(w + r * w_row + static_cast<int64_t>(c) * kChunk, policy)
-                             : make_uint4(0, 0, 0, 0);
+      raw[r][u] =
+          c < chunks ? load_stream(w + r * w_row + static_cast<int64_t>(c) * kChunk, policy) : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -230,8 +234,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_transposed_kernel(GemvArgs g
   auto load = [&](int n0) {
 #pragma unroll
     for (int u = 0; u < kAhead; ++u)
-      raw[u] = n0 + u < n_end ? load_stream(w + static_cast<int64_t>(n0 + u) * g.w_row, policy)
-                              : make_uint4(0, 0, 0, 0);
+      raw[u] =
+          n0 + u < n_end ? load_stream(w + static_cast<int64_t>(n0 + u) * g.w_row, policy) : make_uint4(0, 0, 0, 0);
   };
   load(n_begin);  // weights only, before the previous kernel has finished (launch.cuh)
   pdl_wait();     // launched with launch_dependent: x is the previous kernel's output

@@ -41,9 +41,8 @@ __device__ inline void fma8(float& acc, const uint4& w, const uint4& x) {
 template <int NT, bool kGateUp>
 __device__ inline void project_pairs(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k,
                                      const int32_t* __restrict__ sorted, int m0, int end,
-                                     const __nv_bfloat16* const (&wrow)[kStreams], uint64_t policy,
-                                     int n0, int n_dim, __nv_bfloat16* __restrict__ act_out,
-                                     float* __restrict__ y_out) {
+                                     const __nv_bfloat16* const (&wrow)[kStreams], uint64_t policy, int n0, int n_dim,
+                                     __nv_bfloat16* __restrict__ act_out, float* __restrict__ y_out) {
   constexpr int kRows = kGateUp ? kStreams / 2 : kStreams;
   const int lane = threadIdx.x & 31;
   const __nv_bfloat16* arow[NT];
@@ -89,8 +88,7 @@ __device__ inline void project_pairs(const __nv_bfloat16* __restrict__ a, int k_
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1)
-        acc[s][j] += __shfl_xor_sync(0xffffffffu, acc[s][j], off);
+      for (int off = 16; off > 0; off >>= 1) acc[s][j] += __shfl_xor_sync(0xffffffffu, acc[s][j], off);
   if (lane == 0) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -100,8 +98,7 @@ __device__ inline void project_pairs(const __nv_bfloat16* __restrict__ a, int k_
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           const float g = acc[2 * r][j], u = acc[2 * r + 1][j];
-          act_out[static_cast<int64_t>(m) * n_dim + n0 + r] =
-              __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
+          act_out[static_cast<int64_t>(m) * n_dim + n0 + r] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
         }
       } else {
         const int64_t pair = sorted[m];
@@ -118,10 +115,9 @@ __device__ inline void project_pairs(const __nv_bfloat16* __restrict__ a, int k_
 // time with NT fitted to what is left (1, 2 or 4), so an expert with one token does one token's work.
 template <bool kGateUp>
 __global__ void __launch_bounds__(kWarps * 32)
-    expert_gemv_kernel(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k,
-                       const int32_t* __restrict__ sorted, const int32_t* __restrict__ offsets,
-                       const int32_t* __restrict__ active, const int32_t* __restrict__ num_active,
-                       const __nv_bfloat16* const* __restrict__ w0,
+    expert_gemv_kernel(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k, const int32_t* __restrict__ sorted,
+                       const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
+                       const int32_t* __restrict__ num_active, const __nv_bfloat16* const* __restrict__ w0,
                        const __nv_bfloat16* const* __restrict__ w1, int n_dim, int max_pairs,
                        __nv_bfloat16* __restrict__ act_out, float* __restrict__ y_out) {
   pdl_wait();  // first: launched with launch_dependent
@@ -156,29 +152,26 @@ __global__ void __launch_bounds__(kWarps * 32)
 }  // namespace
 
 bool moe_gemv_supported(int64_t hidden, int64_t inter) {
-  return hidden % kChunk == 0 && inter % kChunk == 0 && hidden % kStreams == 0 &&
-         inter % (kStreams / 2) == 0;
+  return hidden % kChunk == 0 && inter % kChunk == 0 && hidden % kStreams == 0 && inter % (kStreams / 2) == 0;
 }
 
-void launch_moe_gemv_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top_k,
-                             const MoeGroupedScratch& s, unsigned expert_slots, int max_pairs,
-                             const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w,
-                             int64_t inter, cudaStream_t stream) {
+void launch_moe_gemv_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top_k, const MoeGroupedScratch& s,
+                             unsigned expert_slots, int max_pairs, const __nv_bfloat16* const* gate_w,
+                             const __nv_bfloat16* const* up_w, int64_t inter, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarps * kStreams / 2;
   dim3 grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
-  launch_dependent(expert_gemv_kernel<true>, grid, kWarps * 32, 0, stream,
-      x, static_cast<int>(hidden), static_cast<int>(top_k), s.sorted, s.offsets, s.active,
-      s.num_active, gate_w, up_w, static_cast<int>(inter), max_pairs, s.act, nullptr);
+  launch_dependent(expert_gemv_kernel<true>, grid, kWarps * 32, 0, stream, x, static_cast<int>(hidden),
+                   static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, gate_w, up_w,
+                   static_cast<int>(inter), max_pairs, s.act, nullptr);
 }
 
-void launch_moe_gemv_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s,
-                          unsigned expert_slots, int max_pairs, const __nv_bfloat16* const* down_w,
-                          int64_t inter, cudaStream_t stream) {
+void launch_moe_gemv_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, unsigned expert_slots,
+                          int max_pairs, const __nv_bfloat16* const* down_w, int64_t inter, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarps * kStreams;
   dim3 grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
-  launch_dependent(expert_gemv_kernel<false>, grid, kWarps * 32, 0, stream,
-      s.act, static_cast<int>(inter), static_cast<int>(top_k), s.sorted, s.offsets, s.active,
-      s.num_active, down_w, nullptr, static_cast<int>(hidden), max_pairs, nullptr, s.y);
+  launch_dependent(expert_gemv_kernel<false>, grid, kWarps * 32, 0, stream, s.act, static_cast<int>(inter),
+                   static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, down_w, nullptr,
+                   static_cast<int>(hidden), max_pairs, nullptr, s.y);
 }
 
 }  // namespace tessera::ops::cuda

@@ -25,9 +25,9 @@ namespace {
 
 constexpr int kMaxExperts = 1024;
 constexpr int kWarpsPerBlock = 8;
-constexpr int kRowsPerWarp = 8;     // MMA N
+constexpr int kRowsPerWarp = 8;  // MMA N
 constexpr int kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
-constexpr int kUnroll = 8;          // 32-wide K chunks loaded ahead (memory-level parallelism)
+constexpr int kUnroll = 8;  // 32-wide K chunks loaded ahead (memory-level parallelism)
 
 __device__ inline void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                 uint32_t b1) {
@@ -125,11 +125,10 @@ __global__ void __launch_bounds__(1024)
 // 16 rows 14 KB apart per warp ran at ~57% of the bandwidth, 8 at ~80%).
 template <bool kTokenRows, bool kPairRowsOut>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    expert_project_kernel(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k,
-                          const int32_t* __restrict__ sorted, const int32_t* __restrict__ offsets,
-                          const int32_t* __restrict__ active, const int32_t* __restrict__ num_active,
-                          const __nv_bfloat16* const* __restrict__ w, int n_dim, float* __restrict__ out,
-                          int64_t out_slice, int min_pairs) {
+    expert_project_kernel(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k, const int32_t* __restrict__ sorted,
+                          const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
+                          const int32_t* __restrict__ num_active, const __nv_bfloat16* const* __restrict__ w, int n_dim,
+                          float* __restrict__ out, int64_t out_slice, int min_pairs) {
   if (static_cast<int>(blockIdx.y) >= *num_active) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int n0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
@@ -282,10 +281,10 @@ void launch_moe_prepare(const float* x, int64_t tokens, int64_t hidden, const Mo
                    s.sorted, x, x_elems, s.xb);
 }
 
-void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
-                                int64_t experts, const __nv_bfloat16* const* gate_w,
-                                const __nv_bfloat16* const* up_w, const __nv_bfloat16* const* down_w, int64_t inter,
-                                const MoeGroupedScratch& s, cudaStream_t stream) {
+void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
+                                const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w,
+                                const __nv_bfloat16* const* down_w, int64_t inter, const MoeGroupedScratch& s,
+                                cudaStream_t stream) {
   const int64_t top_k = slots.per_token();
   const int pairs = static_cast<int>(tokens * top_k);
   if (pairs == 0) return;

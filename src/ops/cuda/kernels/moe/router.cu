@@ -65,8 +65,8 @@ __device__ inline void router_logits_block(const float* x, int64_t tokens, int64
           if (tt >= nt) break;
           const float4 a = *reinterpret_cast<const float4*>(x + (t0 + tt) * hidden + i);
           const float4 b = *reinterpret_cast<const float4*>(x + (t0 + tt) * hidden + i + 4);
-          acc[tt] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3] + b.x * wf[4] +
-                     b.y * wf[5] + b.z * wf[6] + b.w * wf[7];
+          acc[tt] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3] + b.x * wf[4] + b.y * wf[5] + b.z * wf[6] +
+                     b.w * wf[7];
         }
       };
       for (int64_t c0 = slice; c0 < chunks; c0 += kSliceWarps * kAhead) {
@@ -159,8 +159,8 @@ __device__ void router_select_token(const float* logits, const float* bias, int6
   const int lane = threadIdx.x & 31;
   const float* l = logits + t * experts;
   const int E = static_cast<int>(experts);
-  float score[kPerLane];     // unbiased sigmoid scores
-  uint64_t key[kPerLane];    // of the biased scores; 0 once taken or past the last expert
+  float score[kPerLane];   // unbiased sigmoid scores
+  uint64_t key[kPerLane];  // of the biased scores; 0 once taken or past the last expert
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int e = lane + 32 * j;
@@ -302,8 +302,8 @@ void launch_router_select(const float* logits, const float* bias, int64_t tokens
   with_experts_per_lane(experts, [&](auto per_lane) {
     constexpr int kPerLane = decltype(per_lane)::value;
     auto kernel = groups > 1 ? router_select_kernel<kPerLane, true> : router_select_kernel<kPerLane, false>;
-    launch_dependent(kernel, blocks, kSelectWarps * 32, 0, s, logits, bias, tokens, experts, top_k, groups,
-                     top_groups, normalize, scaling, ids, weights);
+    launch_dependent(kernel, blocks, kSelectWarps * 32, 0, s, logits, bias, tokens, experts, top_k, groups, top_groups,
+                     normalize, scaling, ids, weights);
   });
 }
 

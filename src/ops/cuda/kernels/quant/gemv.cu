@@ -106,9 +106,9 @@ __device__ __forceinline__ void stream_rows(const QuantMatrix* const (&W)[kStrea
       const bool in = c < chunks && k < K;
 #pragma unroll
       for (int s = 0; s < kStreams; ++s) {
-        raw[s][u] = in ? load_stream(reinterpret_cast<const __nv_bfloat16*>(ref[s].data + quant::row_byte<F>(k)),
-                                     policy)
-                       : make_uint4(0, 0, 0, 0);
+        raw[s][u] =
+            in ? load_stream(reinterpret_cast<const __nv_bfloat16*>(ref[s].data + quant::row_byte<F>(k)), policy)
+               : make_uint4(0, 0, 0, 0);
         raw_scale[s][u] = in ? quant::load_scales<F>(ref[s], k, block_cols) : 0u;
       }
     }
@@ -315,8 +315,8 @@ void launch_experts(const float* x, float* act, int64_t hidden, int64_t top_k, c
   constexpr int kGateUpRows = kWarps * kStreams / 2, kDownRows = kWarps * kStreams;
   launch_dependent(quant_expert_kernel<F, Mode::kGateUp>,
                    dim3(static_cast<unsigned>((inter + kGateUpRows - 1) / kGateUpRows), expert_slots), kWarps * 32, 0,
-                   stream, x, static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, gate_w, up_w,
-                   act, static_cast<float*>(nullptr));
+                   stream, x, static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, gate_w, up_w, act,
+                   static_cast<float*>(nullptr));
   launch_dependent(quant_expert_kernel<F, Mode::kDown>,
                    dim3(static_cast<unsigned>((hidden + kDownRows - 1) / kDownRows), expert_slots), kWarps * 32, 0,
                    stream, static_cast<const float*>(act), static_cast<int>(top_k), s.sorted, s.offsets, s.active,
@@ -383,11 +383,11 @@ void launch_moe_quant_experts(const float* x, int64_t tokens, int64_t hidden, co
   launch_moe_prepare(x, tokens, hidden, slots, experts, s, stream);
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
   if (format == QuantFormat::kNvfp4)
-    launch_experts<QuantFormat::kNvfp4>(x, act, hidden, slots.per_token(), s, expert_slots, gate_w, up_w, down_w,
-                                        inter, stream);
+    launch_experts<QuantFormat::kNvfp4>(x, act, hidden, slots.per_token(), s, expert_slots, gate_w, up_w, down_w, inter,
+                                        stream);
   else
-    launch_experts<QuantFormat::kFp8Block>(x, act, hidden, slots.per_token(), s, expert_slots, gate_w, up_w,
-                                           down_w, inter, stream);
+    launch_experts<QuantFormat::kFp8Block>(x, act, hidden, slots.per_token(), s, expert_slots, gate_w, up_w, down_w,
+                                           inter, stream);
 }
 
 }  // namespace tessera::ops::cuda

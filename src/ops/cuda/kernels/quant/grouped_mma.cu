@@ -32,11 +32,11 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 8;  // MMA N
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
-constexpr int kBlockK = 128;     // values of a row the warp's 4 lanes of a row cover per load
-constexpr int kAhead = 4;        // K blocks of loads in flight (8: 168 registers, one block an SM, slower)
+constexpr int kBlockK = 128;  // values of a row the warp's 4 lanes of a row cover per load
+constexpr int kAhead = 4;     // K blocks of loads in flight (8: 168 registers, one block an SM, slower)
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -214,14 +214,14 @@ void launch_moe_nvfp4_mma_experts(const float* x, int64_t tokens, int64_t hidden
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
   const int top_k = slots.per_token();
   launch_dependent(nvfp4_expert_mma_kernel<true>,
-                   dim3(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots),
-                   kWarps * 32, 0, stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets,
-                   s.active, s.num_active, gate_w, up_w, s.act, static_cast<float*>(nullptr));
+                   dim3(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots), kWarps * 32,
+                   0, stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets, s.active,
+                   s.num_active, gate_w, up_w, s.act, static_cast<float*>(nullptr));
   launch_dependent(nvfp4_expert_mma_kernel<false>,
-                   dim3(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots),
-                   kWarps * 32, 0, stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets,
-                   s.active, s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr),
-                   static_cast<__nv_bfloat16*>(nullptr), s.y);
+                   dim3(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots), kWarps * 32,
+                   0, stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets, s.active,
+                   s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr), static_cast<__nv_bfloat16*>(nullptr),
+                   s.y);
 }
 
 }  // namespace tessera::ops::cuda

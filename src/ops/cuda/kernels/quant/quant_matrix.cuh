@@ -21,14 +21,14 @@ template <QuantFormat F>
 struct Layout;
 template <>
 struct Layout<QuantFormat::kNvfp4> {
-  static constexpr int kVals = 32;   // 16 bytes of two codes each
-  static constexpr int kGroups = 2;  // one e4m3 scale per 16 values
+  static constexpr int kVals = 32;             // 16 bytes of two codes each
+  static constexpr int kGroups = 2;            // one e4m3 scale per 16 values
   static constexpr float kUnscale = 16384.0f;  // 2^14
 };
 template <>
 struct Layout<QuantFormat::kFp8Block> {
   static constexpr int kVals = 16;
-  static constexpr int kGroups = 1;  // block_cols is a multiple of 16: one fp32 scale
+  static constexpr int kGroups = 1;          // block_cols is a multiple of 16: one fp32 scale
   static constexpr float kUnscale = 256.0f;  // 2^8
 };
 

@@ -43,9 +43,7 @@ struct Cut {
 
 __device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
 __device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }
-__device__ __forceinline__ float s_at(const Row& row, int i) {
-  return scaled_logit(__ldg(row.x + i), row.inv_t);
-}
+__device__ __forceinline__ float s_at(const Row& row, int i) { return scaled_logit(__ldg(row.x + i), row.inv_t); }
 
 template <class T>
 __device__ __forceinline__ T warp_sum(T v) {
@@ -103,8 +101,7 @@ __device__ __forceinline__ void histogram_add(uint32_t digit, u64 q, Shared& sh)
 // count) or the running mass, after `mass_before`, reaches the top-p threshold (by mass); and what
 // lies in the bins above it. The lowest bin is taken if none qualifies (it cannot happen: the
 // selection only ever descends into a bin that reaches).
-__device__ void pick_digit(bool by_mass, int64_t need, u64 mass_before, double threshold,
-                           Shared& sh) {
+__device__ void pick_digit(bool by_mass, int64_t need, u64 mass_before, double threshold, Shared& sh) {
   const int lane = lane_id();
   uint32_t c[8], csum = 0;
   u64 m[8], msum = 0;
@@ -121,8 +118,8 @@ __device__ void pick_digit(bool by_mass, int64_t need, u64 mass_before, double t
   uint32_t hit_count = 0, hit_above_count = 0;
   u64 hit_above_mass = 0;
   for (int j = 0; j < 8 && hit < 0; ++j) {
-    const bool reached = by_mass ? reaches_top_p(mass_before + ms + m[j], threshold)
-                                 : static_cast<int64_t>(cnt + c[j]) >= need;
+    const bool reached =
+        by_mass ? reaches_top_p(mass_before + ms + m[j], threshold) : static_cast<int64_t>(cnt + c[j]) >= need;
     if (reached || (lane == 31 && j == 7)) {
       hit = j;
       hit_count = c[j];
@@ -144,8 +141,7 @@ __device__ void pick_digit(bool by_mass, int64_t need, u64 mass_before, double t
 // The kept prefix of the (s descending, id ascending) order: the first `k` tokens (by count), or
 // the shortest prefix whose mass reaches `threshold` (by mass). Radix selection over the order
 // key, 8 bits a pass from the top; each pass histograms the tokens that match the digits found.
-__device__ Cut select_prefix(const Row& row, bool by_mass, int64_t k, double threshold,
-                             Shared& sh) {
+__device__ Cut select_prefix(const Row& row, bool by_mass, int64_t k, double threshold, Shared& sh) {
   uint32_t prefix = 0, mask = 0, digit_count = 0;
   int64_t need = k;
   u64 above_mass = 0;
@@ -202,8 +198,8 @@ __device__ Cut select_prefix(const Row& row, bool by_mass, int64_t k, double thr
 // The kept token whose cumulative mass in id order first exceeds `target`. Each warp owns one
 // contiguous segment of ids: the warps total their segments, warp 0 finds the segment that holds
 // the target, and its warp scans it 32 ids at a time.
-__device__ void draw(const Row& row, const Cut& cut, u64 target, int32_t fallback, Shared& sh,
-                     int32_t* id_out, float* logprob_out) {
+__device__ void draw(const Row& row, const Cut& cut, u64 target, int32_t fallback, Shared& sh, int32_t* id_out,
+                     float* logprob_out) {
   const int lane = lane_id(), warp = warp_id();
   const int seg = (row.n + kWarps - 1) / kWarps;
   const int lo = min(row.n, warp * seg), hi = min(row.n, lo + seg);
@@ -276,21 +272,18 @@ __device__ void draw(const Row& row, const Cut& cut, u64 target, int32_t fallbac
 }
 
 __global__ void __launch_bounds__(kThreads)
-    sample_kernel(const float* logits, int64_t vocab, const SampleRow* params, int32_t* ids,
-                  float* logprobs) {
+    sample_kernel(const float* logits, int64_t vocab, const SampleRow* params, int32_t* ids, float* logprobs) {
   __shared__ Shared sh;
   const int64_t r = blockIdx.x;
   const SampleRow p = params[r];
   const bool greedy = p.temperature == 0.0f;
-  Row row{logits + r * vocab, static_cast<int>(vocab), greedy ? 1.0f : f_recip(p.temperature),
-          0.0f};
+  Row row{logits + r * vocab, static_cast<int>(vocab), greedy ? 1.0f : f_recip(p.temperature), 0.0f};
   float* logprob = logprobs ? logprobs + r : nullptr;
 
   // The first argmax: the largest (key, inverted id) as one integer.
   u64 best = 0;
   for (int i = threadIdx.x; i < row.n; i += kThreads)
-    best = max(best, static_cast<u64>(order_key(s_at(row, i))) << 32 |
-                         (0xFFFFFFFFu - static_cast<uint32_t>(i)));
+    best = max(best, static_cast<u64>(order_key(s_at(row, i))) << 32 | (0xFFFFFFFFu - static_cast<uint32_t>(i)));
   best = block_reduce<true>(best, sh);
   const auto argmax = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(best));
   row.s_max = key_value(static_cast<uint32_t>(best >> 32));
@@ -318,8 +311,8 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void launch_sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params,
-                   int32_t* ids, float* logprobs, cudaStream_t s) {
+void launch_sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* ids,
+                   float* logprobs, cudaStream_t s) {
   if (rows == 0) return;
   launch_plain(sample_kernel, static_cast<unsigned>(rows), kThreads, 0, s, logits, vocab, params, ids, logprobs);
 }
