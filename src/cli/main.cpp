@@ -46,11 +46,11 @@ void check_numeric_options(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) check_numeric_options(*sub);
 }
 
-// What the command line check needs to know of a numeric option, by its long name.
+// What the command line check needs to know of the options of one long name, over every command.
 struct NumericName {
-  bool is_float = false;
-  char delimiter = '\0';
-  bool consistent = true;  // the same in every command that has an option of this name
+  bool all_numeric = true;  // every option of this name takes numbers: an empty value is never one
+  bool all_float = true;    // and floating-point ones: nan and inf are refused
+  char delimiter = '\0';    // a list separator one of them splits on
 };
 
 void numeric_names(CLI::App& app, std::map<std::string, NumericName>& out) {
@@ -60,12 +60,10 @@ void numeric_names(CLI::App& app, std::map<std::string, NumericName>& out) {
     const bool is_float = base.find("FLOAT") != std::string::npos;
     const bool numeric = is_float || base.find("INT") != std::string::npos;
     for (const std::string& name : opt->get_lnames()) {
-      const NumericName here{is_float, opt->get_delimiter(), numeric};
-      auto [it, added] = out.emplace("--" + name, here);
-      if (!added && (it->second.is_float != here.is_float || it->second.delimiter != here.delimiter ||
-                     it->second.consistent != here.consistent))
-        it->second.consistent = false;
-      if (added && !numeric) it->second.consistent = false;
+      NumericName& n = out["--" + name];
+      n.all_numeric &= numeric;
+      n.all_float &= is_float;
+      if (opt->get_delimiter() != '\0') n.delimiter = opt->get_delimiter();
     }
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) numeric_names(*sub, out);
@@ -73,8 +71,8 @@ void numeric_names(CLI::App& app, std::map<std::string, NumericName>& out) {
 
 // The same checks on the command line itself, before CLI11 parses it: CLI11 drops the empty items
 // of a delimited list ("1,,16" reads as 1,16) before any validator sees them, and its range checks
-// would otherwise answer `nan` or "" first with a less helpful message. Names that are numeric in
-// one command and not in another are left to the validators.
+// would otherwise answer `nan` or "" first with a less helpful message. A name that is numeric in
+// one command and text in another is left to the validators.
 void check_command_line(CLI::App& app, int argc, char** argv) {
   std::map<std::string, NumericName> names;
   numeric_names(app, names);
@@ -91,7 +89,7 @@ void check_command_line(CLI::App& app, int argc, char** argv) {
       continue;
     }
     const auto it = names.find(arg);
-    if (it == names.end() || !it->second.consistent) continue;
+    if (it == names.end() || !it->second.all_numeric) continue;
     const char d = it->second.delimiter;
     size_t item = 1, start = 0;
     for (;;) {
@@ -101,7 +99,7 @@ void check_command_line(CLI::App& app, int argc, char** argv) {
         throw CLI::ValidationError(arg, d == '\0' ? std::string("an empty value is not a number")
                                                   : "item " + std::to_string(item) + " of '" + value +
                                                         "' is empty (a leading, trailing or doubled delimiter?)");
-      if (it->second.is_float) {
+      if (it->second.all_float) {
         char* stop = nullptr;
         const double x = std::strtod(piece.c_str(), &stop);
         if (stop != piece.c_str() && !std::isfinite(x))
