@@ -202,29 +202,61 @@ TEST(ServerHttp, ChatStreamingFramingAndUsage) {
 }
 
 TEST(ServerHttp, QueueFullGets429WithRetryAfter) {
+  // Two streamed requests hold both admission slots until the third has its answer, then hang up.
+  // Holding by a fixed generation length would race the third request: 2 x 1000 tokens took over
+  // 120 s under AddressSanitizer beside other tests on a 2-core CI machine.
   ServerProcess srv({"--max-in-flight", "2"});
   httplib::Client c("127.0.0.1", srv.port());
-  std::atomic<int> ok{0};
+  std::atomic<bool> release{false};
+  std::atomic<int> streaming{0};
   std::vector<std::thread> hold;
-  // Two long requests hold both admission slots (started one after the other).
+  struct HangUp {  // also when an assertion returns early
+    std::atomic<bool>& release;
+    std::vector<std::thread>& hold;
+    ~HangUp() {
+      release = true;
+      for (auto& t : hold)
+        if (t.joinable()) t.join();
+    }
+  } hang_up{release, hold};
   for (int i = 0; i < 2; ++i) {
     hold.emplace_back([&] {
       httplib::Client h("127.0.0.1", srv.port());
       h.set_read_timeout(120, 0);
-      auto r = post_json(h, "/v1/completions", R"({"prompt":"x","max_tokens":1000,"ignore_eos":true})");
-      if (r && r->status == 200) ok++;
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/v1/completions";
+      req.body = R"({"prompt":"x","max_tokens":4000,"ignore_eos":true,"stream":true})";
+      req.set_header("Content-Type", "application/json");
+      int status = 0;
+      bool counted = false;
+      req.response_handler = [&](const httplib::Response& r) {
+        status = r.status;
+        return true;
+      };
+      req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+        if (!counted && status == 200) counted = true, streaming++;
+        return !release.load();
+      };
+      h.send(req);
     });
     for (int k = 0; k < 1000 && metric(c, "tessera_requests_in_flight") < i + 1; ++k)
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  for (int k = 0; k < 3000 && streaming.load() < 2; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(streaming.load(), 2);
   ASSERT_EQ(metric(c, "tessera_requests_in_flight"), 2);
   auto r = post_json(c, "/v1/completions", R"({"prompt":"y","max_tokens":1})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429);
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");
   EXPECT_EQ(Json::parse(r->body)["error"]["code"], 429);
+  release = true;
   for (auto& t : hold) t.join();
-  EXPECT_EQ(ok.load(), 2);
+  // Both holders hung up: their slots come back and the next request is served.
+  for (int k = 0; k < 3000 && metric(c, "tessera_requests_in_flight") > 0; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(metric(c, "tessera_requests_in_flight"), 0);
   r = post_json(c, "/v1/completions", R"({"prompt":"y","max_tokens":1})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
