@@ -445,7 +445,10 @@ void add_backend_queries(Table& tb) {
   for (const ModelShape* m : {&kKimi, &kDsv3})
     if (tb.wants(m->family)) plan_case(m->family, model_config(*m), "61 layers, native KV cache");
 
-  for (auto [family, shape] : {std::pair<const char*, core::Shape>{kTiny, {5, 7}}, {kKimi.family, {4, 7168}}}) {
+  for (const auto& family_shape : {std::pair<const char*, core::Shape>{kTiny, {5, 7}}, {kKimi.family, {4, 7168}}}) {
+    // Named copies, not a structured binding: clang before 16 (the fuzz build) cannot capture one.
+    const char* family = family_shape.first;
+    const core::Shape shape = family_shape.second;
     const std::string sn = core::shape_str(shape);
     tb.add("empty", family, sn, 0, [shape](Ctx& c) {
       auto t = std::make_shared<Tensor>();
@@ -562,8 +565,11 @@ void add_backend_queries(Table& tb) {
                        return std::vector{flag("pages", o->empty_kv_pages({2, 16, 48}, *d).numel() == 2 * 16 * 48)};
                      }};
   });
-  for (auto [family, shape] : {std::pair<const char*, core::Shape>{kTiny, {3, 16, 48}}, {kKimi.family, {8, 64, 576}}})
+  for (const auto& family_shape :
+       {std::pair<const char*, core::Shape>{kTiny, {3, 16, 48}}, {kKimi.family, {8, 64, 576}}})
     for (bool fp8 : {false, true}) {
+      const char* family = family_shape.first;  // not a structured binding: see add_backend_queries
+      const core::Shape shape = family_shape.second;
       tb.add("empty_kv_pages", family, core::shape_str(shape) + (fp8 ? " fp8" : " native"), 0, [shape, fp8](Ctx& c) {
         auto kv = std::make_shared<ops::KvLayerView>();
         Ops* o = &c.o();
@@ -616,7 +622,9 @@ void add_uploads(Table& tb) {
                               }};
            });
   }
-  for (auto [family, n] : {std::pair<const char*, int64_t>{kTiny, 96}, {kKimi.family, 7168}}) {
+  for (const auto& family_n : {std::pair<const char*, int64_t>{kTiny, 96}, {kKimi.family, 7168}}) {
+    const char* family = family_n.first;  // not a structured binding: see add_backend_queries
+    const int64_t n = family_n.second;
     tb.add("upload_vector", family, fmt::format("bf16 [{}] through rms_norm", n), 1e-6, [n](Ctx& c) {
       struct S {
         std::vector<uint16_t> bits;
@@ -635,7 +643,10 @@ void add_uploads(Table& tb) {
                        }};
     });
   }
-  for (auto [family, V, H] : {std::tuple<const char*, int64_t, int64_t>{kTiny, 300, 96}, {kKimi.family, 1024, 7168}}) {
+  for (const auto& family_v_h :
+       {std::tuple<const char*, int64_t, int64_t>{kTiny, 300, 96}, {kKimi.family, 1024, 7168}}) {
+    const char* family = std::get<0>(family_v_h);  // not a structured binding: see add_backend_queries
+    const int64_t V = std::get<1>(family_v_h), H = std::get<2>(family_v_h);
     tb.add("upload_table", family, fmt::format("bf16 {}x{} through embedding of every row", V, H), 0, [V, H](Ctx& c) {
       struct S {
         HostLinearPtr table;
