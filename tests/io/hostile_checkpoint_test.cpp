@@ -27,7 +27,9 @@
 #include "model/model.h"
 #include "model/random_checkpoint.h"
 #include "ops/cpu/cpu_ops.h"
+#include "support/copying_cpu_ops.h"
 #include "support/test_support.h"
+#include "support/tiny_checkpoint.h"
 
 namespace tessera {
 namespace {
@@ -40,20 +42,9 @@ using nlohmann::json;
 // Writes a tiny checkpoint of `like` (a make-checkpoint --like name) into a new directory.
 fs::path write_tiny(const std::string& like, const std::string& tag) {
   const fs::path dir = test::make_temp_dir("tessera-hostile-" + tag);
-  const auto kind = model::parse_checkpoint_kind(like);
-  EXPECT_TRUE(kind.has_value()) << like;
-  model::CheckpointDims dims = model::real_dims(*kind);
-  dims.layers = 2;
-  dims.experts = 8;
-  dims.hidden = 256;
-  dims.vocab = 1024;
-  dims.moe_intermediate = 128;
-  dims.intermediate = 256;
-  dims.heads = 2;
-  model::finalize_dims(*kind, dims);
   model::RandomCheckpointOptions o;
   o.seed = 7;
-  model::write_random_checkpoint(dir, model::checkpoint_layout(*kind, dims), o);
+  model::write_random_checkpoint(dir, test::tiny_checkpoint_layout(like), o);
   return dir;
 }
 
@@ -108,28 +99,7 @@ std::string byte(uint8_t v) { return std::string(1, static_cast<char>(v)); }
 
 // ---- the two loaders ---------------------------------------------------------------------------------
 
-// The CPU reference, but its uploads copy, so that load_model goes through the staged loader (the
-// path a GPU backend takes) on this machine.
-class CopyingCpuOps : public ops::cpu::CpuOps {
- public:
-  bool uploads_copy_weights() const override { return true; }
-  ops::LinearWeight upload_linear(const ops::LinearWeight& w, ops::LinearUse) override {
-    ops::LinearWeight c = w;
-    c.weight = copy(w.weight);
-    c.scale = copy(w.scale);
-    return c;
-  }
-  core::Tensor upload_vector(const core::Tensor& t) override { return copy(t); }
-  core::Tensor upload_table(const core::Tensor& t) override { return copy(t); }
-
- private:
-  static core::Tensor copy(const core::Tensor& t) {
-    if (!t.defined() || t.nbytes() == 0) return t;
-    auto owner = std::shared_ptr<void>(::operator new(t.nbytes()), [](void* p) { ::operator delete(p); });
-    std::memcpy(owner.get(), t.raw(), t.nbytes());
-    return core::Tensor::adopt(t.dtype(), t.shape(), owner.get(), core::Device::kCpu, owner);
-  }
-};
+using test::CopyingCpuOps;
 
 // The error of loading `dir` on the CPU backend (mapped weights), or "" when it loads.
 std::string cpu_load_error(const fs::path& dir) {
@@ -465,19 +435,7 @@ TEST(HostileCheckpoint, ADirectoryOrADeviceInPlaceOfAShardIsRefused) {
 
 // ---- config.json ranges ------------------------------------------------------------------------------------
 
-json tiny_config() {
-  const auto kind = model::parse_checkpoint_kind("deepseek-v3-bf16");
-  model::CheckpointDims dims = model::real_dims(*kind);
-  dims.layers = 2;
-  dims.experts = 8;
-  dims.hidden = 256;
-  dims.vocab = 1024;
-  dims.moe_intermediate = 128;
-  dims.intermediate = 256;
-  dims.heads = 2;
-  model::finalize_dims(*kind, dims);
-  return json::parse(model::checkpoint_layout(*kind, dims).config.dump());
-}
+json tiny_config() { return json::parse(test::tiny_checkpoint_layout("deepseek-v3-bf16").config.dump()); }
 
 std::string config_error(const json& config) {
   try {

@@ -22,6 +22,7 @@
 #include "model/sequence_runner.h"
 #include "ops/linear_weight.h"
 #include "support/test_support.h"
+#include "support/tiny_checkpoint.h"
 
 namespace tessera {
 namespace {
@@ -33,18 +34,7 @@ const std::string kKinds[] = {"kimi-k2.5-nvfp4", "deepseek-v3-fp8", "deepseek-v3
 
 // The tiny size the tests and CI use: 2 layers (1 dense + 1 MoE), 8 experts.
 model::CheckpointLayout tiny_layout(const std::string& kind_name) {
-  const auto kind = model::parse_checkpoint_kind(kind_name);
-  EXPECT_TRUE(kind.has_value()) << kind_name;
-  model::CheckpointDims d = model::real_dims(*kind);
-  d.layers = 2;
-  d.experts = 8;
-  d.hidden = 256;
-  d.vocab = 1024;
-  d.moe_intermediate = 128;
-  d.intermediate = 512;
-  d.heads = 4;
-  model::finalize_dims(*kind, d);
-  return model::checkpoint_layout(*kind, d);
+  return test::tiny_checkpoint_layout(kind_name, {.heads = 4, .intermediate = 512});
 }
 
 fs::path write_tiny(const std::string& kind_name, uint64_t seed) {

@@ -11,6 +11,7 @@
 
 #include "model/sequence_runner.h"
 #include "ops/cpu/cpu_ops.h"
+#include "support/copying_cpu_ops.h"
 #include "support/test_support.h"
 
 namespace tessera {
@@ -18,30 +19,7 @@ namespace {
 
 using core::Tensor;
 
-// The CPU reference, but uploads copy (as a GPU backend's do) and note where the bytes they were
-// handed lay.
-class CopyingCpuOps : public ops::cpu::CpuOps {
- public:
-  bool uploads_copy_weights() const override { return true; }
-  ops::LinearWeight upload_linear(const ops::LinearWeight& w, ops::LinearUse) override {
-    ops::LinearWeight c = w;
-    c.weight = copy(w.weight);
-    c.scale = copy(w.scale);
-    return c;
-  }
-  Tensor upload_vector(const Tensor& t) override { return copy(t); }
-  Tensor upload_table(const Tensor& t) override { return copy(t); }
-  std::vector<std::pair<const void*, size_t>> sources;
-
- private:
-  Tensor copy(const Tensor& t) {
-    if (!t.defined() || t.nbytes() == 0) return t;
-    sources.emplace_back(t.raw(), t.nbytes());
-    auto owner = std::shared_ptr<void>(::operator new(t.nbytes()), [](void* p) { ::operator delete(p); });
-    std::memcpy(owner.get(), t.raw(), t.nbytes());
-    return Tensor::adopt(t.dtype(), t.shape(), owner.get(), core::Device::kCpu, owner);
-  }
-};
+using test::CopyingCpuOps;
 
 class WeightStagingTest : public ::testing::TestWithParam<std::string> {};
 
