@@ -33,7 +33,7 @@ struct DecodeArgs {
   std::string preset;
   int64_t layers = 0;  // 0: as many as fit
   std::vector<int64_t> batches = {1};
-  int64_t context = 8192;
+  int64_t context = 0;  // 0: kDefaultContext, or less where the preset's positions end sooner
   int steps = 10;
   std::string device = "cuda";
   std::string kernels;
@@ -137,14 +137,25 @@ int64_t layers_that_fit(const std::string& preset, uint64_t free_bytes, int64_t 
 }
 #endif
 
-int run(const DecodeArgs& a) {
-  TESSERA_CHECK(a.context >= 1, "--context {}: at least one cached token", a.context);
+constexpr int64_t kDefaultContext = 8192;
+
+int run(const DecodeArgs& args) {
+  DecodeArgs a = args;
   TESSERA_CHECK(a.steps >= 1, "--steps {}: at least one timed step", a.steps);
+  // Every timed step writes one more position (plus the warm-up steps): the last must stay inside
+  // the preset's max_position_embeddings, or the forward pass refuses it after the model is built.
+  const int64_t positions = model::synthetic_config(a.preset, 1).max_position_embeddings;  // validates the name
+  const int64_t room = positions - (a.steps + 3);
+  if (a.context == 0) a.context = std::min(kDefaultContext, room);
+  TESSERA_CHECK(a.context >= 1, "--context {}: at least one cached token", a.context);
+  TESSERA_CHECK(a.context <= room,
+                "--context {}: with --steps {} the last step reaches position {}, past the {} preset's "
+                "max_position_embeddings {} (at most --context {})",
+                a.context, a.steps, a.context + a.steps + 2, a.preset, positions, room);
   TESSERA_CHECK(!a.trace || a.device == "cuda", "--trace records CUDA kernels: it needs --device cuda (got {})",
                 a.device);
   for (int64_t b : a.batches) TESSERA_CHECK(b >= 1, "--batch {}: at least one sequence", b);
   const int64_t max_batch = *std::max_element(a.batches.begin(), a.batches.end());
-  (void)model::synthetic_config(a.preset, 1);  // validates the preset name first
   const model::SyntheticFormat format = model::parse_synthetic_format(a.weights);
 
   std::unique_ptr<ops::Ops> backend = ops::make_backend(a.device, a.kernels, a.enforce_eager);
@@ -334,7 +345,9 @@ CommandRegistration reg{
        app.add_option("--batch", a->batches, "concurrent sequences, one new token each (several: 1,16,128)")
            ->delimiter(',')
            ->capture_default_str();
-       app.add_option("--context", a->context, "tokens already cached per sequence")->capture_default_str();
+       app.add_option("--context", a->context,
+                      "tokens already cached per sequence (default: 8192, or less where the preset's "
+                      "max_position_embeddings ends sooner)");
        app.add_option("--steps", a->steps, "timed decode steps per batch size (median reported)")
            ->capture_default_str();
        app.add_option("--device", a->device, "cuda, or cpu (the fp32 reference; small presets)")->capture_default_str();

@@ -87,6 +87,21 @@ TEST(BenchDecode, BadFlagsAreRefusedByName) {
   out = tessera("bench decode --synthetic tiny --device cpu --batch 0", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--batch 0"), std::string::npos) << out;
+  // tiny's positions end at 4096: the last of 2 warm-up + 10 timed steps after 5000 cached tokens
+  // is past them, refused before the model is built.
+  out = tessera("bench decode --synthetic tiny --device cpu --context 5000", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--context 5000"), std::string::npos) << out;
+  EXPECT_NE(out.find("max_position_embeddings 4096 (at most --context 4083)"), std::string::npos) << out;
+}
+
+TEST(BenchDecode, DefaultContextStaysInsideThePresetsPositions) {
+  // The default 8192 cached tokens do not fit tiny's 4096 positions: the default becomes the most
+  // that does (4096 - 1 timed - 2 warm-up steps - 1), instead of a forward-pass error after the build.
+  int rc = 0;
+  const std::string out = tessera("bench decode --synthetic tiny --device cpu --steps 1", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("context 4092 per sequence"), std::string::npos) << out;
 }
 
 TEST(BenchDecode, BytesFloorOfAKimiLayer) {
