@@ -224,7 +224,10 @@ TEST(KernelOverrides, ParsesAndRefusesByName) {
   for (const auto& [spec, needle] : std::vector<std::pair<std::string, std::string>>{
            {"mla", "expected op=kernel"},
            {"attn=mma", "unknown op 'attn'"},
-           {"moe=fast", "kernel 'fast' for op 'moe' is not one of auto, grouped, per-expert"}}) {
+           {"moe=fast", "kernel 'fast' for op 'moe' is not one of auto, grouped, per-expert"},
+           {"mla=wgmma,,moe=grouped", "an empty item"},
+           {"mla=wgmma,", "an empty item"},
+           {"mla=wgmma,mla=kv-major", "op 'mla' is given twice"}}) {
     try {
       (void)ops::cuda::parse_kernel_overrides(spec);
       ADD_FAILURE() << spec << " was accepted";

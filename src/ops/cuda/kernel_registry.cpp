@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "core/env.h"
 #include "ops/cuda/kernels/attention/mla_prefill_kernels.h"
@@ -301,14 +302,23 @@ bool reads_fp8_cache(MlaKernel k) { return k == MlaKernel::kKvMajor || k == MlaK
 
 KernelOverrides parse_kernel_overrides(const std::string& spec) {
   KernelOverrides o;
-  std::stringstream ss(spec);
+  std::string compact = spec;
+  compact.erase(std::remove(compact.begin(), compact.end(), ' '), compact.end());
+  if (compact.empty()) return o;
+  // Like every list option: an empty item is a typo, and an op given twice would silently take
+  // the last, so both are refused.
+  if (compact.back() == ',') core::fail("--kernels '{}': an empty item (a stray comma)", spec);
+  std::stringstream ss(compact);
   std::string item;
+  std::vector<std::string> seen;
   while (std::getline(ss, item, ',')) {
-    item.erase(std::remove(item.begin(), item.end(), ' '), item.end());
-    if (item.empty()) continue;
+    if (item.empty()) core::fail("--kernels '{}': an empty item (a stray comma)", spec);
     const auto eq = item.find('=');
     if (eq == std::string::npos) core::fail("--kernels '{}': expected op=kernel, got '{}'", spec, item);
     const std::string op = item.substr(0, eq), kernel = item.substr(eq + 1);
+    if (std::find(seen.begin(), seen.end(), op) != seen.end())
+      core::fail("--kernels '{}': op '{}' is given twice", spec, op);
+    seen.push_back(op);
     // "auto", else one of `all` by its flag name.
     auto pick = [&](auto& slot, auto... all) {
       if (kernel == "auto") return void(slot.reset());
