@@ -67,7 +67,7 @@ KernelChoice weight_group_row(const WeightGroup& g) {
                       : "quant_expert_kernel",
                 kGroupedMoeMaxTokens)
           : fmt::format("{} stored; {} quant_gemv_kernel (<= {} tokens), dequantized + cuBLASLt GEMM beyond",
-                        g.format_name, mv, kQuantGemvMaxTokens);
+                        g.format_name, mv, quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
   return {"weights: " + g.name, kernel, size + "; dequantized in registers, fp32 accumulation", true};
 }
 

@@ -42,7 +42,7 @@ bool quantized(const LinearWeight& w) { return w.format != LinearWeight::Format:
 void quantized_linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& out) {
   const int64_t T = x.dim(0);
   const QuantMatrix m = quant_matrix(w);
-  if (T <= kQuantGemvMaxTokens && quant_gemv_supported(m)) {
+  if (T <= quant_gemv_max_tokens(m.format) && quant_gemv_supported(m)) {
     launch_quant_gemv(m, ptr<float>(x), x.dim(1), T, ptr<float>(out), ctx.num_sms(), ctx.stream());
     TESSERA_CUDA_CHECK_LAUNCH();
     return;

@@ -338,8 +338,15 @@ inline void add_fields(Signature& s, const QuantMatrix& m) {
 // out [n, k] = bf16(exact dequantized value) (what the host did at load before weights stayed
 // quantized): for GEMMs over many tokens and for the ops that read bf16 weights.
 void launch_dequant_bf16(const QuantMatrix& w, __nv_bfloat16* out, cudaStream_t s);
-// Steps of at most this many tokens run quantized projections as matrix-vector kernels.
+// The most tokens launch_quant_gemv takes.
 constexpr int64_t kQuantGemvMaxTokens = 8;
+// Steps of at most this many tokens run quantized projections as matrix-vector kernels; larger
+// ones dequantize to bf16 for one cuBLASLt GEMM. The matrix-vector kernel's time grows with every
+// token while the GEMM's is flat, so the limit is where they cross, measured on the H200 on the
+// real shapes (bench kernels --cases deepseek-v3,kimi-k2.5 --filter linear, docs/PERFORMANCE.md):
+// NVFP4 expert gate/down cross between 4 and 5 tokens; FP8 q_a at 5, o_proj between 6 and 7,
+// q_b at 8 and kv_a past 8, and the four summed between 6 and 7.
+constexpr int64_t quant_gemv_max_tokens(QuantFormat f) { return f == QuantFormat::kNvfp4 ? 4 : 6; }
 // Shapes the quantized matrix-vector kernels take: k a multiple of 32 (NVFP4) or 16 (FP8, and
 // block_cols a multiple of 16), n a multiple of 4.
 bool quant_gemv_supported(const QuantMatrix& w);
