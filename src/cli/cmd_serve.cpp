@@ -66,6 +66,7 @@ struct ServeArgs {
   std::string demo_dir, demo_tokenizer;
   double shutdown_grace = 30;
   int64_t max_body_bytes = 8 << 20;
+  std::vector<std::string> allowed_origins;
   bool check_config = false;
   ServeTestHooks test;
 };
@@ -94,6 +95,7 @@ void apply_config(CLI::App& sub, const std::string& path) {
 
 int run(CLI::App& sub, ServeArgs& a) {
   if (!a.config.empty()) apply_config(sub, a.config);
+  a.server.cors = server::CorsPolicy(a.allowed_origins);
   if (a.check_config) {
     // Parse-only (a unit file's ExecStart, a config file before a restart): the flags and the
     // config file were accepted; nothing is loaded and no port is bound.
@@ -217,6 +219,10 @@ CommandRegistration reg{
        sub.add_option("--api-key", a->server.api_key,
                       "require 'Authorization: Bearer KEY' on /v1/* (or $TESSERA_API_KEY)")
            ->envname("TESSERA_API_KEY");
+       sub.add_option("--allowed-origins", a->allowed_origins,
+                      "origins whose web pages may call the API (CORS), comma-separated: "
+                      "https://app.example.com,http://localhost:3000, or * for any (default: none)")
+           ->delimiter(',');
        sub.add_option("--served-model-name", a->served_model_name,
                       "model id clients send (default: the directory name)");
        sub.add_option("--chat-template", a->chat_template, "Jinja chat template file (overrides the model's)");

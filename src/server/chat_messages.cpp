@@ -41,6 +41,9 @@ OJson normalize_messages(const OJson& msgs) {
     if (!kRoles.count(role))
       bad_request(where + ".role", "{}.role '{}' is not one of system, developer, user, assistant, tool", where, role);
     OJson n = m;
+    // OpenAI's newer name for system instructions; the chat templates know only "system", and a
+    // role they do not know is dropped by most of them.
+    if (role == "developer") n["role"] = "system";
     const bool has_tool_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
     if (!m.contains("content") || m["content"].is_null()) {
       if (role != "assistant") bad_request(where + ".content", "{}.content is required for role '{}'", where, role);

@@ -36,10 +36,14 @@ const char* reason_phrase(int status) {
       return "Continue";
     case 200:
       return "OK";
+    case 204:
+      return "No Content";
     case 400:
       return "Bad Request";
     case 401:
       return "Unauthorized";
+    case 403:
+      return "Forbidden";
     case 404:
       return "Not Found";
     case 405:
@@ -522,11 +526,14 @@ void HttpListener::serve(Conn& c) {
   bool keep = req.wire.keep_alive && !stopping_;
   const bool streamed = static_cast<bool>(res.stream);
   if (streamed && !http11) keep = false;  // an HTTP/1.0 stream ends when the connection does
-  std::string out =
-      fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\n", res.status, reason_phrase(res.status), res.content_type);
+  // 204 No Content has neither a body nor its headers (RFC 9110 §8.6): CORS preflights, OPTIONS.
+  const bool no_content = res.status == 204 && !streamed;
+  if (no_content) res.body.clear();
+  std::string out = fmt::format("HTTP/1.1 {} {}\r\n", res.status, reason_phrase(res.status));
+  if (!no_content) out += fmt::format("Content-Type: {}\r\n", res.content_type);
   if (streamed) {
     if (http11) out += "Transfer-Encoding: chunked\r\n";
-  } else {
+  } else if (!no_content) {
     out += fmt::format("Content-Length: {}\r\n", res.body.size());
   }
   for (const auto& [k, v] : res.headers) out += fmt::format("{}: {}\r\n", k, v);

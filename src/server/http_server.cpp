@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <optional>
 #include <regex>
 #include <thread>
 
@@ -28,6 +29,25 @@ void send_error(HttpResponse& res, int status, const std::string& message, const
                                   param.size() > kMaxParam ? excerpt(param, kMaxParam) : param)),
                   kJson);
   if (status == 429 || status == 503) res.set_header("Retry-After", "1");
+}
+
+// The methods a known path takes ("" for an unknown path): another method gets 405 with Allow.
+std::string route_methods(const std::string& path) {
+  if (path == "/health" || path == "/readyz" || path == "/livez" || path == "/metrics" || path == "/v1/models" ||
+      (path.rfind("/v1/models/", 0) == 0 && path.size() > 11))
+    return "GET, HEAD";
+  if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST";
+  return "";
+}
+
+// The request's id for logs and the X-Request-Id response header: the client's own (a proxy's or
+// an SDK's) when it is a short token of visible ASCII, so both sides can find the same request.
+std::optional<std::string> client_request_id(const WireRequest& w) {
+  const std::string& id = w.header("X-Request-Id");
+  if (id.empty() || id.size() > 128) return std::nullopt;
+  for (char c : id)
+    if (c <= ' ' || c > '~') return std::nullopt;
+  return id;
 }
 
 // Compares in time independent of where the strings differ (API keys).
@@ -168,7 +188,16 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
   const WireRequest& w = req.wire;
   const std::string& path = w.path;
   const bool get = w.method == "GET" || w.method == "HEAD";
+  const std::string methods = route_methods(path);
   auto route = [&] {
+    // A browser's preflight carries no credentials: answered before the API key check.
+    if (CorsPolicy::is_preflight(w) && !methods.empty()) {
+      if (!opt_.cors.answer_preflight(w, methods, res))
+        send_error(res, 403,
+                   fmt::format("cross-origin requests from '{}' are not allowed (serve --allowed-origins)",
+                               excerpt(w.header("Origin"), 200)));
+      return;
+    }
     if (path.rfind("/v1/", 0) == 0) {
       if (!opt_.api_key.empty() && !same_secret(w.header("Authorization"), "Bearer " + opt_.api_key))
         return send_error(res, 401, "a valid API key is required: send 'Authorization: Bearer <key>'");
@@ -219,7 +248,15 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
     const bool post = w.method == "POST";
     if (post && path == "/v1/chat/completions") return generate(req, res, Endpoint::kChat);
     if (post && path == "/v1/completions") return generate(req, res, Endpoint::kCompletion);
-    send_error(res, 404, fmt::format("no route for {} {}", excerpt(w.method, 16), excerpt(path, 80)));
+    if (methods.empty())
+      return send_error(res, 404, fmt::format("no route for {} {}", excerpt(w.method, 16), excerpt(path, 80)));
+    res.set_header("Allow", methods + ", OPTIONS");
+    if (w.method == "OPTIONS") {
+      res.status = 204;
+      return;
+    }
+    send_error(res, 405,
+               fmt::format("{} is not allowed on {} (it takes {})", excerpt(w.method, 16), excerpt(path, 80), methods));
   };
   try {
     route();
@@ -228,6 +265,8 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
     res = HttpResponse{};
     send_error(res, 500, excerpt(e.what(), 400));
   }
+  opt_.cors.add_headers(w, res);
+  res.set_header("X-Request-Id", client_request_id(w).value_or(next_id("req")));
   if (res.status >= 400) metrics_.count_error(res.status);
 }
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "server/cors.h"
 #include "server/http_listener.h"
 #include "server/json_guard.h"
 #include "server/load_status.h"
@@ -31,6 +32,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see HttpServer::bind)
   std::string api_key;
+  CorsPolicy cors;  // --allowed-origins; none by default
   size_t max_body_bytes = 8u << 20;
   int64_t max_in_flight = 256;  // admitted generation requests; more get 429 + Retry-After
   // HTTP worker threads; each request being answered holds one (connections that are idle or

@@ -1,0 +1,186 @@
+// The API surface browsers and proxies rely on: CORS (--allowed-origins; none by default), 405
+// with Allow for a known path and another method, X-Request-Id on every response, and the
+// `developer` role rendered as the system role. CorsPolicy alone, then through `tessera serve`.
+#include "server/cors.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "http_helpers.h"
+#include "server_process.h"
+
+namespace tessera::test {
+namespace {
+
+using server::CorsPolicy;
+
+server::WireRequest request(const std::string& method, std::vector<std::pair<std::string, std::string>> headers) {
+  server::WireRequest w;
+  w.method = method;
+  w.path = "/v1/chat/completions";
+  w.headers = std::move(headers);
+  return w;
+}
+
+std::string header_of(const server::HttpResponse& r, const std::string& name) {
+  for (const auto& [k, v] : r.headers)
+    if (k == name) return v;
+  return "";
+}
+
+TEST(CorsPolicy, OriginsAreRefusedByNameUnlessBrowserShaped) {
+  for (const std::string bad :
+       {"", "app.example.com", "https://app.example.com/", "https://app.example.com/path", "HTTPS://x", "https://"}) {
+    try {
+      CorsPolicy p({bad});
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--allowed-origins '" + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(CorsPolicy({"http://localhost:3000", "https://app.example.com", "*"}));
+}
+
+TEST(CorsPolicy, ExactOriginsOrAny) {
+  const CorsPolicy none;
+  EXPECT_FALSE(none.enabled());
+  EXPECT_FALSE(none.allows("https://app.example.com"));
+  const CorsPolicy one({"https://app.example.com"});
+  EXPECT_TRUE(one.allows("https://app.example.com"));
+  EXPECT_FALSE(one.allows("https://app.example.com:8443"));
+  EXPECT_FALSE(one.allows("https://evil.example.com"));
+  EXPECT_FALSE(one.allows(""));
+  const CorsPolicy any({"*"});
+  EXPECT_TRUE(any.allows("https://anything.example"));
+  EXPECT_FALSE(any.allows(""));  // not a cross-origin request
+}
+
+TEST(CorsPolicy, PreflightAndResponseHeaders) {
+  const CorsPolicy one({"https://app.example.com"});
+  const auto pre =
+      request("OPTIONS", {{"Origin", "https://app.example.com"},
+                          {"Access-Control-Request-Method", "POST"},
+                          {"Access-Control-Request-Headers", "authorization, content-type, x-stainless-os"}});
+  ASSERT_TRUE(CorsPolicy::is_preflight(pre));
+  EXPECT_FALSE(CorsPolicy::is_preflight(request("OPTIONS", {{"Origin", "https://app.example.com"}})));
+  server::HttpResponse res;
+  ASSERT_TRUE(one.answer_preflight(pre, "POST", res));
+  EXPECT_EQ(res.status, 204);
+  EXPECT_EQ(header_of(res, "Access-Control-Allow-Origin"), "https://app.example.com");
+  EXPECT_EQ(header_of(res, "Access-Control-Allow-Methods"), "POST, OPTIONS");
+  EXPECT_EQ(header_of(res, "Access-Control-Allow-Headers"), "authorization, content-type, x-stainless-os");
+  EXPECT_EQ(header_of(res, "Vary"), "Origin");
+  server::HttpResponse refused;
+  EXPECT_FALSE(one.answer_preflight(
+      request("OPTIONS", {{"Origin", "https://evil.example.com"}, {"Access-Control-Request-Method", "POST"}}), "POST",
+      refused));
+  EXPECT_TRUE(refused.headers.empty());
+
+  server::HttpResponse actual;
+  one.add_headers(request("POST", {{"Origin", "https://app.example.com"}}), actual);
+  EXPECT_EQ(header_of(actual, "Access-Control-Allow-Origin"), "https://app.example.com");
+  server::HttpResponse other;
+  one.add_headers(request("POST", {{"Origin", "https://evil.example.com"}}), other);
+  EXPECT_TRUE(other.headers.empty());
+  server::HttpResponse star;
+  CorsPolicy({"*"}).add_headers(request("POST", {{"Origin", "https://x.example"}}), star);
+  EXPECT_EQ(header_of(star, "Access-Control-Allow-Origin"), "*");
+  EXPECT_EQ(header_of(star, "Vary"), "");
+}
+
+TEST(ServerApiSurface, CorsThroughTheServer) {
+  ServerProcess srv({"--allowed-origins", "https://app.example.com,http://localhost:3000", "--api-key", "k"});
+  httplib::Client c("127.0.0.1", srv.port());
+  // A browser's preflight has no Authorization: answered before the key check.
+  auto r = c.Options("/v1/chat/completions", {{"Origin", "http://localhost:3000"},
+                                              {"Access-Control-Request-Method", "POST"},
+                                              {"Access-Control-Request-Headers", "authorization,content-type"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 204);
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "http://localhost:3000");
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Methods"), "POST, OPTIONS");
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Headers"), "authorization,content-type");
+  EXPECT_TRUE(r->body.empty());
+  r = c.Options("/v1/chat/completions",
+                {{"Origin", "https://evil.example.com"}, {"Access-Control-Request-Method", "POST"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
+  EXPECT_NE(Json::parse(r->body)["error"]["message"].get<std::string>().find("--allowed-origins"), std::string::npos);
+  // The actual request, and its error answers too, carry the header the page needs to read them.
+  r = c.Post("/v1/chat/completions", {{"Origin", "https://app.example.com"}, {"Authorization", "Bearer k"}},
+             R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://app.example.com");
+  r = c.Post("/v1/chat/completions", {{"Origin", "https://app.example.com"}}, "{}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://app.example.com");
+  r = c.Get("/health", {{"Origin", "https://evil.example.com"}});
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
+}
+
+TEST(ServerApiSurface, NoCorsByDefaultAnd405AndRequestIds) {
+  ServerProcess srv;
+  httplib::Client c("127.0.0.1", srv.port());
+  auto r = c.Options("/v1/chat/completions",
+                     {{"Origin", "http://localhost:3000"}, {"Access-Control-Request-Method", "POST"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
+  r = c.Post("/v1/completions", {{"Origin", "http://localhost:3000"}}, R"({"prompt":"x","max_tokens":1})",
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
+
+  // A known path with another method: 405 and what it takes; an unknown path stays 404.
+  r = c.Get("/v1/chat/completions");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST, OPTIONS");
+  EXPECT_EQ(Json::parse(r->body)["error"]["code"], 405);
+  r = c.Post("/health", "{}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "GET, HEAD, OPTIONS");
+  r = c.Get("/v1/nothing");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+
+  // X-Request-Id: the client's own echoed, else one made up; unusable values are replaced.
+  r = c.Get("/health", {{"X-Request-Id", "trace-42"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->get_header_value("X-Request-Id"), "trace-42");
+  r = c.Get("/health", {{"X-Request-Id", std::string(200, 'a')}});
+  ASSERT_TRUE(r);
+  const std::string made = r->get_header_value("X-Request-Id");
+  EXPECT_EQ(made.rfind("req-", 0), 0u) << made;
+  r = c.Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->get_header_value("X-Request-Id").rfind("req-", 0), 0u);
+  EXPECT_NE(r->get_header_value("X-Request-Id"), made);
+}
+
+TEST(ServerApiSurface, DeveloperRoleIsTheSystemRole) {
+  ServerProcess srv;
+  httplib::Client c("127.0.0.1", srv.port());
+  auto prompt_tokens = [&](const std::string& role) {
+    auto r = post_json(c, "/v1/chat/completions",
+                       R"({"messages":[{"role":")" + role +
+                           R"(","content":"Answer in French."},{"role":"user","content":"hi"}],"max_tokens":1})");
+    EXPECT_TRUE(r && r->status == 200) << role;
+    return r && r->status == 200 ? Json::parse(r->body)["usage"]["prompt_tokens"].get<int>() : -1;
+  };
+  const int system = prompt_tokens("system"), developer = prompt_tokens("developer");
+  EXPECT_EQ(developer, system);
+  // Not vacuous: the instruction is in the prompt, so without it the prompt is shorter.
+  auto r = post_json(c, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1})");
+  ASSERT_TRUE(r && r->status == 200);
+  EXPECT_LT(Json::parse(r->body)["usage"]["prompt_tokens"].get<int>(), system);
+}
+
+}  // namespace
+}  // namespace tessera::test
