@@ -35,8 +35,11 @@ OJson completion_logprobs(const std::vector<engine::SampledToken>& tokens, int64
     const std::string s = str(t.token);
     toks.push_back(s);
     lps.push_back(t.logprob);
+    // The legacy completions API always lists the sampled token beside the top `logprobs` (up to
+    // logprobs + 1 entries, as OpenAI and vLLM do), so `logprobs: 0` still gives one entry a token.
     OJson top = OJson::object();
     for (const auto& a : t.top) top[str(a.token)] = a.logprob;
+    if (!top.contains(s)) top[s] = t.logprob;
     tops.push_back(std::move(top));
     offs.push_back(offset);
     offset += static_cast<int64_t>(s.size());

@@ -1,6 +1,7 @@
-// The API surface browsers and proxies rely on: CORS (--allowed-origins; none by default), 405
-// with Allow for a known path and another method, X-Request-Id on every response, and the
-// `developer` role rendered as the system role. CorsPolicy alone, then through `tessera serve`.
+// The API surface browsers, proxies and SDKs rely on: CORS (--allowed-origins; none by default),
+// 405 with Allow for a known path and another method, X-Request-Id on every response, the
+// `developer` role rendered as the system role, and the legacy completions' logprobs listing the
+// sampled token. CorsPolicy alone, then through `tessera serve`.
 #include "server/cors.h"
 
 #include <gtest/gtest.h>
@@ -180,6 +181,26 @@ TEST(ServerApiSurface, DeveloperRoleIsTheSystemRole) {
   auto r = post_json(c, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1})");
   ASSERT_TRUE(r && r->status == 200);
   EXPECT_LT(Json::parse(r->body)["usage"]["prompt_tokens"].get<int>(), system);
+}
+
+TEST(ServerApiSurface, CompletionLogprobsListTheSampledToken) {
+  ServerProcess srv;
+  httplib::Client c("127.0.0.1", srv.port());
+  for (int k : {0, 2}) {
+    auto r = post_json(c, "/v1/completions", R"({"prompt":"hi","max_tokens":4,"logprobs":)" + std::to_string(k) + "}");
+    ASSERT_TRUE(r && r->status == 200) << k;
+    const Json lp = Json::parse(r->body)["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), 4u) << lp;
+    for (size_t i = 0; i < 4; ++i) {
+      const Json& top = lp["top_logprobs"][i];
+      const std::string token = lp["tokens"][i];
+      // The top k, plus the sampled token when it is not among them.
+      EXPECT_GE(top.size(), static_cast<size_t>(std::max(k, 1))) << top;
+      EXPECT_LE(top.size(), static_cast<size_t>(k + 1)) << top;
+      ASSERT_TRUE(top.contains(token)) << k << ": " << top;
+      EXPECT_FLOAT_EQ(top[token].get<float>(), lp["token_logprobs"][i].get<float>());
+    }
+  }
 }
 
 }  // namespace
