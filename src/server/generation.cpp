@@ -70,7 +70,10 @@ void Generation::finish_choice(int64_t index, const std::string& reason, ChoiceE
   Choice& c = choices_[static_cast<size_t>(index)];
   ev.delta.append(c.parser->finish());
   std::string r = reason;
-  if (c.parser->stopped()) r = "stop";
+  if (c.parser->stopped()) {
+    r = "stop";
+    ev.stop_string = c.parser->stop_string();
+  }
   if (r == "stop" && !c.parser->tool_calls().empty() && !job_.named_tool_choice) r = "tool_calls";
   ev.finish_reason = r;
   if (c.parser->tool_call_cut()) ev.complete_tool_calls = static_cast<int64_t>(c.parser->tool_calls().size());

@@ -23,6 +23,8 @@ struct ChoiceEvent {
   text::OutputDelta delta;
   std::vector<engine::SampledToken> tokens;  // generated in this event (for logprobs)
   std::optional<std::string> finish_reason;
+  // With finish_reason "stop" from a stop string: that string (Anthropic's stop_sequence).
+  std::optional<std::string> stop_string;
   // Set at the end when max_tokens cut a tool call short: calls with index >= this are incomplete
   // (non-streamed responses drop them; streamed ones already sent their deltas, flagged by
   // finish_reason "length").

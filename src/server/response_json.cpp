@@ -87,6 +87,7 @@ void accumulate(ChoiceAccum& acc, const ChoiceEvent& ev) {
   }
   acc.tokens.insert(acc.tokens.end(), ev.tokens.begin(), ev.tokens.end());
   if (ev.finish_reason) acc.finish_reason = ev.finish_reason;
+  if (ev.stop_string) acc.stop_string = ev.stop_string;
   if (ev.complete_tool_calls)
     acc.tool_calls.erase(acc.tool_calls.lower_bound(*ev.complete_tool_calls), acc.tool_calls.end());
 }

@@ -27,7 +27,7 @@ struct ChoiceAccum {
   std::string content, reasoning;
   std::map<int64_t, text::ToolCall> tool_calls;  // by tool-call index
   std::vector<engine::SampledToken> tokens;
-  std::optional<std::string> finish_reason;
+  std::optional<std::string> finish_reason, stop_string;
   int64_t text_offset = 0;  // completions logprobs: bytes of text before the next token
 };
 void accumulate(ChoiceAccum& acc, const ChoiceEvent& ev);

@@ -39,7 +39,10 @@ void OutputParser::route_text(Segment seg, std::string text, OutputDelta& out) {
 void OutputParser::flush_segment(OutputDelta& out) {
   if (!detok_) return;
   std::string rest = detok_->finish();
-  if (detok_segment_ == Segment::kContent && detok_->stopped()) stopped_ = true;
+  if (detok_segment_ == Segment::kContent && detok_->stopped()) {
+    stopped_ = true;
+    stop_string_ = detok_->stop_string();
+  }
   const Segment seg = detok_segment_;
   detok_.reset();
   route_text(seg, std::move(rest), out);
@@ -76,7 +79,10 @@ OutputDelta OutputParser::add(int32_t id) {
     detok_segment_ = seg;
   }
   std::string text = detok_->add(id);
-  if (detok_->stopped()) stopped_ = true;
+  if (detok_->stopped()) {
+    stopped_ = true;
+    stop_string_ = detok_->stop_string();
+  }
   route_text(seg, std::move(text), out);
   return out;
 }

@@ -49,6 +49,8 @@ class OutputParser {
   OutputDelta finish();
 
   bool stopped() const { return stopped_; }  // a stop string matched in the content
+  // The stop string that matched ("" before a stop): Anthropic's stop_sequence names it.
+  const std::string& stop_string() const { return stop_string_; }
   const std::string& content() const { return content_; }
   const std::string& reasoning() const { return reasoning_text_; }
   const std::vector<ToolCall>& tool_calls() const { return tools_.calls(); }
@@ -68,7 +70,7 @@ class OutputParser {
   ToolCallParser tools_;
   std::unique_ptr<IncrementalDetokenizer> detok_;
   Segment detok_segment_ = Segment::kContent;
-  std::string content_, reasoning_text_;
+  std::string content_, reasoning_text_, stop_string_;
   bool stopped_ = false, finished_ = false, tool_call_cut_ = false;
 };
 

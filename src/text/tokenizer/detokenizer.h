@@ -38,6 +38,8 @@ class IncrementalDetokenizer {
   bool stopped() const { return stop_index_.has_value(); }
   // Index into options.stop_strings of the stop string that matched.
   std::optional<size_t> stop_index() const { return stop_index_; }
+  // The stop string that matched ("" before a stop).
+  std::string stop_string() const { return stop_index_ ? opt_.stop_strings[*stop_index_] : std::string(); }
   // All text returned so far.
   const std::string& output() const { return output_; }
   size_t num_tokens() const { return num_tokens_; }
