@@ -3,9 +3,11 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "server/anthropic_messages.h"
 #include "server/generation.h"
 #include "server/http_server.h"
 #include "server/response_json.h"
@@ -16,10 +18,12 @@ namespace tessera::server {
 // response (streamed or not) is finished; destroying it aborts an unfinished generation.
 struct HttpServer::Live {
   ServerMetrics* metrics = nullptr;
+  Endpoint api = Endpoint::kChat;  // the API asked: the shape of the answer
   GenerationJob job;
   std::unique_ptr<Generation> gen;
   ResponseMeta meta;
   std::vector<ChoiceAccum> accum;
+  std::optional<MessagesStream> messages;  // /v1/messages: its event stream's state
   bool started = false, finished = false;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
   ~Live() {
@@ -30,5 +34,12 @@ struct HttpServer::Live {
 
 // One server-sent event carrying `j`.
 inline std::string sse(const OJson& j) { return "data: " + dump(j) + "\n\n"; }
+
+// The end of a stream cut by an error: OpenAI clients read an error chunk then [DONE]; Anthropic's
+// an `error` event (their streams have no [DONE]).
+inline std::string stream_error(Endpoint api, int status, const std::string& message) {
+  if (api == Endpoint::kMessages) return anthropic_sse(anthropic_error_json(status, message));
+  return sse(error_json(status, message)) + "data: [DONE]\n\n";
+}
 
 }  // namespace tessera::server

@@ -1,5 +1,6 @@
 // Writing responses of admitted requests: the non-streamed body and SSE streams, both built from
-// the same generation events (see response_json.h).
+// the same generation events (see response_json.h), in the OpenAI shape or, on /v1/messages, the
+// Anthropic one (anthropic_messages.h).
 #include "server/http_live.h"
 #include "server/http_server.h"
 
@@ -20,13 +21,15 @@ bool HttpServer::run_non_stream(Live& l, std::chrono::steady_clock::time_point u
   }
 }
 
-std::string HttpServer::non_stream_body(Live& l, bool chat) {
+std::string HttpServer::non_stream_body(Live& l) {
   const Usage u = l.gen->usage();
-  return dump(chat ? chat_response(l.meta, l.accum, u, l.job, *model_.tokenizer)
-                   : completion_response(l.meta, l.accum, u, l.job, *model_.tokenizer));
+  if (l.api == Endpoint::kMessages) return dump(messages_response(l.meta, l.accum.at(0), u));
+  return dump(l.api == Endpoint::kChat ? chat_response(l.meta, l.accum, u, l.job, *model_.tokenizer)
+                                       : completion_response(l.meta, l.accum, u, l.job, *model_.tokenizer));
 }
 
-bool HttpServer::stream_step(Live& l, bool chat, ResponseSink& sink) {
+bool HttpServer::stream_step(Live& l, ResponseSink& sink) {
+  const bool chat = l.api == Endpoint::kChat, messages = l.api == Endpoint::kMessages;
   auto write = [&](const std::string& s) {
     l.last_write = std::chrono::steady_clock::now();
     return sink.write(s);
@@ -34,6 +37,7 @@ bool HttpServer::stream_step(Live& l, bool chat, ResponseSink& sink) {
   if (l.finished) return false;
   if (!l.started) {
     l.started = true;
+    if (messages && !write(l.messages->start())) return l.gen->abort(), false;
     if (chat)
       for (int64_t i = 0; i < l.gen->num_choices(); ++i)
         if (!write(sse(chat_role_chunk(l.meta, i)))) return l.gen->abort(), false;
@@ -43,25 +47,31 @@ bool HttpServer::stream_step(Live& l, bool chat, ResponseSink& sink) {
   for (auto& ev : events) {
     if (ev.finish_reason && *ev.finish_reason == "abort") ev.finish_reason.reset();
     ChoiceAccum& acc = l.accum[static_cast<size_t>(ev.index)];
-    const OJson j = chat ? chat_chunk(l.meta, ev, l.job, *model_.tokenizer)
-                         : completion_chunk(l.meta, ev, acc, l.job, *model_.tokenizer);
-    if (!j.is_null() && !write(sse(j))) {
+    std::string out;
+    if (messages) {
+      out = l.messages->add(ev);
+    } else {
+      const OJson j = chat ? chat_chunk(l.meta, ev, l.job, *model_.tokenizer)
+                           : completion_chunk(l.meta, ev, acc, l.job, *model_.tokenizer);
+      if (!j.is_null()) out = sse(j);
+    }
+    if (!out.empty() && !write(out)) {
       metrics_.count_error(499);  // client closed the stream
       l.gen->abort();
       return false;
     }
   }
   // Nothing to send for a second (queued, or a long prefill): an SSE comment, which clients
-  // ignore, finds out whether the client is still there.
-  if (more && std::chrono::steady_clock::now() - l.last_write > std::chrono::seconds(1) && !write(": keep-alive\n\n")) {
+  // ignore, finds out whether the client is still there (Anthropic's API has its own ping event).
+  const std::string keep_alive = messages ? anthropic_sse(OJson{{"type", "ping"}}) : ": keep-alive\n\n";
+  if (more && std::chrono::steady_clock::now() - l.last_write > std::chrono::seconds(1) && !write(keep_alive)) {
     metrics_.count_error(499);
     l.gen->abort();
     return false;
   }
   if (more && abort_all_) {
     l.gen->abort();
-    write(sse(error_json(503, "the server shut down before the request finished")));
-    write("data: [DONE]\n\n");
+    write(stream_error(l.api, 503, "the server shut down before the request finished"));
     l.finished = true;
     sink.done();
     return true;
@@ -69,10 +79,13 @@ bool HttpServer::stream_step(Live& l, bool chat, ResponseSink& sink) {
   if (more) return true;
   if (l.gen->engine_failed()) {
     on_engine_failure("the engine failed a step");
-    write(sse(error_json(500, "the engine failed while generating this request")));
-  } else if (l.job.include_usage)
-    write(sse(usage_chunk(l.meta, l.gen->usage(), chat)));
-  write("data: [DONE]\n\n");
+    write(stream_error(l.api, 500, "the engine failed while generating this request"));
+  } else if (messages) {
+    write(l.messages->finish(l.gen->usage()));
+  } else {
+    if (l.job.include_usage) write(sse(usage_chunk(l.meta, l.gen->usage(), chat)));
+    write("data: [DONE]\n\n");
+  }
   l.finished = true;
   sink.done();
   return true;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/client_connection.h"
 #include "server/generation.h"
@@ -21,13 +22,16 @@ namespace {
 constexpr const char* kJson = "application/json";
 
 // Error bodies are bounded: a message or param built from client input (a model name, a template's
-// raise_exception text) is cut to an excerpt, so an error never echoes a large request back.
-void send_error(HttpResponse& res, int status, const std::string& message, const std::string& param = {}) {
+// raise_exception text) is cut to an excerpt, so an error never echoes a large request back. They
+// are in the shape of the API asked: Anthropic's on /v1/messages (its SDKs read error.type),
+// OpenAI's everywhere else.
+void send_error(HttpResponse& res, int status, const std::string& message, const std::string& param = {},
+                bool anthropic = false) {
   constexpr size_t kMaxMessage = 1024, kMaxParam = 128;
   res.status = status;
-  res.set_content(dump(error_json(status, message.size() > kMaxMessage ? excerpt(message, kMaxMessage) : message,
-                                  param.size() > kMaxParam ? excerpt(param, kMaxParam) : param)),
-                  kJson);
+  const std::string m = message.size() > kMaxMessage ? excerpt(message, kMaxMessage) : message;
+  const std::string p = param.size() > kMaxParam ? excerpt(param, kMaxParam) : param;
+  res.set_content(dump(anthropic ? anthropic_error_json(status, m, p) : error_json(status, m, p)), kJson);
   if (status == 429 || status == 503) res.set_header("Retry-After", "1");
 }
 
@@ -36,7 +40,7 @@ std::string route_methods(const std::string& path) {
   if (path == "/health" || path == "/readyz" || path == "/livez" || path == "/metrics" || path == "/v1/models" ||
       (path.rfind("/v1/models/", 0) == 0 && path.size() > 11))
     return "GET, HEAD";
-  if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST";
+  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/messages") return "POST";
   return "";
 }
 
@@ -55,6 +59,12 @@ bool same_secret(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
   return diff == 0;
+}
+
+// The bearer token; on /v1/messages also Anthropic's x-api-key header, which its SDKs send.
+bool api_key_ok(const WireRequest& w, const std::string& key, bool anthropic) {
+  if (same_secret(w.header("Authorization"), "Bearer " + key)) return true;
+  return anthropic && same_secret(w.header("x-api-key"), key);
 }
 
 int64_t now_unix() {
@@ -189,18 +199,24 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
   const std::string& path = w.path;
   const bool get = w.method == "GET" || w.method == "HEAD";
   const std::string methods = route_methods(path);
+  const bool anthropic = path == "/v1/messages";
   auto route = [&] {
     // A browser's preflight carries no credentials: answered before the API key check.
     if (CorsPolicy::is_preflight(w) && !methods.empty()) {
       if (!opt_.cors.answer_preflight(w, methods, res))
         send_error(res, 403,
                    fmt::format("cross-origin requests from '{}' are not allowed (serve --allowed-origins)",
-                               excerpt(w.header("Origin"), 200)));
+                               excerpt(w.header("Origin"), 200)),
+                   {}, anthropic);
       return;
     }
     if (path.rfind("/v1/", 0) == 0) {
-      if (!opt_.api_key.empty() && !same_secret(w.header("Authorization"), "Bearer " + opt_.api_key))
-        return send_error(res, 401, "a valid API key is required: send 'Authorization: Bearer <key>'");
+      if (!opt_.api_key.empty() && !api_key_ok(w, opt_.api_key, anthropic))
+        return send_error(res, 401,
+                          anthropic
+                              ? "a valid API key is required: send 'x-api-key: <key>' or 'Authorization: Bearer <key>'"
+                              : "a valid API key is required: send 'Authorization: Bearer <key>'",
+                          {}, anthropic);
       // Before the model is loaded no /v1 route can answer; clients (the OpenAI SDKs included)
       // retry a 503 after Retry-After, here the load's remaining time as far as it can be told.
       if (!engine_ready_) {
@@ -208,7 +224,8 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
         send_error(res, 503,
                    draining_ ? std::string("the server is shutting down")
                              : fmt::format("the model is loading ({:.0f}% of the weights after {:.0f} s); retry later",
-                                           p.fraction * 100, p.seconds));
+                                           p.fraction * 100, p.seconds),
+                   {}, anthropic);
         if (!draining_) res.set_header("Retry-After", std::to_string(load_.retry_after_seconds()));
         return;
       }
@@ -248,6 +265,7 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
     const bool post = w.method == "POST";
     if (post && path == "/v1/chat/completions") return generate(req, res, Endpoint::kChat);
     if (post && path == "/v1/completions") return generate(req, res, Endpoint::kCompletion);
+    if (post && anthropic) return generate(req, res, Endpoint::kMessages);
     if (methods.empty())
       return send_error(res, 404, fmt::format("no route for {} {}", excerpt(w.method, 16), excerpt(path, 80)));
     res.set_header("Allow", methods + ", OPTIONS");
@@ -256,14 +274,15 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
       return;
     }
     send_error(res, 405,
-               fmt::format("{} is not allowed on {} (it takes {})", excerpt(w.method, 16), excerpt(path, 80), methods));
+               fmt::format("{} is not allowed on {} (it takes {})", excerpt(w.method, 16), excerpt(path, 80), methods),
+               {}, anthropic);
   };
   try {
     route();
   } catch (const std::exception& e) {
     spdlog::error("request failed: {}", e.what());
     res = HttpResponse{};
-    send_error(res, 500, excerpt(e.what(), 400));
+    send_error(res, 500, excerpt(e.what(), 400), {}, anthropic);
   }
   opt_.cors.add_headers(w, res);
   res.set_header("X-Request-Id", client_request_id(w).value_or(next_id("req")));
@@ -271,30 +290,35 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
 }
 
 void HttpServer::generate(const HttpRequest& req, HttpResponse& res, Endpoint ep) {
-  if (draining_) return send_error(res, 503, "the server is shutting down");
+  const bool anthropic = ep == Endpoint::kMessages;
+  if (draining_) return send_error(res, 503, "the server is shutting down", {}, anthropic);
   auto live = std::make_shared<Live>();
+  live->api = ep;
   try {
     const OJson body = parse_request_json(req.wire.body, opt_.json_limits());
-    live->job = ep == Endpoint::kChat ? parse_chat_request(body, model_, opt_.limits)
-                                      : parse_completion_request(body, model_, opt_.limits);
+    live->job = ep == Endpoint::kChat       ? parse_chat_request(body, model_, opt_.limits)
+                : ep == Endpoint::kMessages ? parse_messages_request(body, model_, opt_.limits)
+                                            : parse_completion_request(body, model_, opt_.limits);
     if (metrics_.in_flight.fetch_add(1) >= opt_.max_in_flight) {
       metrics_.in_flight--;
       return send_error(
-          res, 429,
-          fmt::format("the server is at its limit of {} requests in flight; retry later", opt_.max_in_flight));
+          res, 429, fmt::format("the server is at its limit of {} requests in flight; retry later", opt_.max_in_flight),
+          {}, anthropic);
     }
     live->metrics = &metrics_;
-    live->meta.id = next_id(ep == Endpoint::kChat ? "chatcmpl" : "cmpl");
+    const std::string id = next_id(ep == Endpoint::kChat ? "chatcmpl" : anthropic ? "msg" : "cmpl");
+    // Anthropic's ids are msg_...; the engine request and the tool-call ids keep the dashed form.
+    live->meta.id = anthropic ? "msg_" + id.substr(4) : id;
     live->meta.model = model_.id;
     live->meta.created = now_unix();
-    live->gen = std::make_unique<Generation>(*engine_, model_, live->job, live->meta.id, &metrics_);
+    live->gen = std::make_unique<Generation>(*engine_, model_, live->job, id, &metrics_);
     live->accum.resize(static_cast<size_t>(live->gen->num_choices()));
+    if (anthropic) live->messages.emplace(live->meta, static_cast<int64_t>(live->job.prompts[0].size()));
   } catch (const ApiError& e) {
-    return send_error(res, e.status(), e.what(), e.param());
+    return send_error(res, e.status(), e.what(), e.param(), anthropic);
   } catch (const core::Error& e) {
-    return send_error(res, 400, excerpt(e.what(), 2000));
+    return send_error(res, 400, excerpt(e.what(), 2000), {}, anthropic);
   }
-  const bool chat = ep == Endpoint::kChat;
   if (!live->job.stream) {
     // The status line waits for the outcome: 200 only with the completion, 503 or 500 with an
     // OpenAI error when shutdown or an engine failure cut the request. (Writing anything earlier,
@@ -306,28 +330,27 @@ void HttpServer::generate(const HttpRequest& req, HttpResponse& res, Endpoint ep
       if (client.closed()) {
         live->gen->abort();
         // Never delivered; the status is what the error counter and the access log see.
-        return send_error(res, 499, "the client closed the connection before the answer");
+        return send_error(res, 499, "the client closed the connection before the answer", {}, anthropic);
       }
     }
-    if (abort_all_) return send_error(res, 503, "the server shut down before the request finished");
+    if (abort_all_) return send_error(res, 503, "the server shut down before the request finished", {}, anthropic);
     if (live->gen->engine_failed()) {
       on_engine_failure("the engine failed a step");
-      return send_error(res, 500, "the engine failed while generating this request");
+      return send_error(res, 500, "the engine failed while generating this request", {}, anthropic);
     }
-    res.set_content(non_stream_body(*live, chat), kJson);
+    res.set_content(non_stream_body(*live), kJson);
     return;
   }
   res.set_header("Cache-Control", "no-cache");
   res.content_type = "text/event-stream";
-  res.stream = [this, live, chat](ResponseSink& sink) {
+  res.stream = [this, live](ResponseSink& sink) {
     try {
-      return stream_step(*live, chat, sink);
+      return stream_step(*live, sink);
     } catch (const std::exception& e) {
-      // Never leave a stream without its end: an error event, then [DONE].
+      // Never leave a stream without its end: an error event (then [DONE] on the OpenAI routes).
       spdlog::error("stream failed: {}", e.what());
       live->gen->abort();
-      const std::string ev = sse(error_json(500, e.what())) + "data: [DONE]\n\n";
-      sink.write(ev);
+      sink.write(stream_error(live->api, 500, e.what()));
       live->finished = true;
       sink.done();
       return true;

@@ -1,6 +1,6 @@
 // The HTTP front: routes, API-key check, admission control, SSE streaming and graceful shutdown.
-// Every handler converts whatever goes wrong into an OpenAI error object; nothing a client sends
-// reaches the engine without validation.
+// Every handler converts whatever goes wrong into an OpenAI error object (an Anthropic one on
+// /v1/messages); nothing a client sends reaches the engine without validation.
 //
 // Life of a server: it answers as soon as it is bound, before the model is loaded (the loading is
 // not its business: cli/ loads and hands over the engine with set_engine()). Liveness (/livez) is
@@ -90,10 +90,10 @@ class HttpServer {
   void handle(const HttpRequest& req, HttpResponse& res);
   void generate(const HttpRequest& req, HttpResponse& res, Endpoint ep);
   // One call of an SSE response's content provider: writes what the generation produced since.
-  bool stream_step(Live& l, bool chat, ResponseSink& sink);
+  bool stream_step(Live& l, ResponseSink& sink);
   // Polls a non-streamed request until it is done (false) or `until` passed (true).
   bool run_non_stream(Live& l, std::chrono::steady_clock::time_point until);
-  std::string non_stream_body(Live& l, bool chat);
+  std::string non_stream_body(Live& l);
   std::string next_id(const char* prefix);
   void on_engine_failure(const std::string& why);
   // /health and /readyz: 200 {"status":"ok"} or 503 {"status":"loading"|"draining"|"failed"|...}.

@@ -17,7 +17,9 @@
 
 namespace tessera::server {
 
-enum class Endpoint { kChat, kCompletion };
+// The API a request came on. kMessages (Anthropic's /v1/messages) is translated into a chat
+// request, so its GenerationJob says kChat: only the answer's shape differs.
+enum class Endpoint { kChat, kCompletion, kMessages };
 
 struct ParseLimits {
   int64_t max_n = 16;

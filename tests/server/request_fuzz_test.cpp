@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/demo_model.h"
 #include "server/request_parse.h"
@@ -141,6 +142,51 @@ TEST(RequestFuzz, MessageShapes) {
     } catch (const std::exception& e) {
       ADD_FAILURE() << b.dump() << ": " << e.what();
     }
+  }
+}
+
+// /v1/messages: every Anthropic field, then content blocks of random shapes in either role, through
+// the translation and the chat parser: an ApiError 4xx or a job, nothing else.
+TEST(RequestFuzz, AnthropicMessagesFieldsAndBlocks) {
+  ParseLimits lim;
+  lim.allow_test_script = true;
+  auto parse = [&](const OJson& b) {
+    try {
+      parse_messages_request(b, demo(), lim);
+    } catch (const ApiError& e) {
+      EXPECT_GE(e.status(), 400) << b.dump();
+      EXPECT_LT(e.status(), 500) << b.dump();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << b.dump() << ": " << e.what();
+    }
+  };
+  const OJson base = OJson::parse(
+      R"({"model":"tessera-demo-dsv3-random-weights","max_tokens":4,"messages":[{"role":"user","content":"hi"}],)"
+      R"("tools":[{"name":"f","input_schema":{"type":"object"}}]})");
+  const auto vals = odd_values();
+  for (const char* k : {"model", "max_tokens", "messages", "system", "stop_sequences", "temperature", "top_p", "top_k",
+                        "stream", "tools", "tool_choice", "thinking", "metadata", "tessera_script"})
+    for (const auto& v : vals) {
+      OJson b = base;
+      b[k] = v;
+      parse(b);
+    }
+  std::mt19937 rng(11);
+  const std::vector<std::string> types = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking", "image"};
+  for (int i = 0; i < 2000; ++i) {
+    OJson block = OJson::object();
+    for (const char* k : {"type", "text", "id", "name", "input", "tool_use_id", "content", "is_error", "thinking"})
+      if (rng() % 2) block[k] = vals[rng() % vals.size()];
+    if (rng() % 4) block["type"] = types[rng() % types.size()];
+    if (rng() % 2) block["tool_use_id"] = "t1";
+    OJson b = base;
+    b["messages"] = OJson::parse(
+        R"([{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]}])");
+    b["messages"].push_back(OJson{{"role", rng() % 2 ? "user" : "assistant"}, {"content", OJson::array({block})}});
+    if (rng() % 2) b["messages"].push_back(OJson{{"role", "user"}, {"content", "next"}});
+    if (rng() % 3 == 0) b["tool_choice"] = OJson{{"type", vals[rng() % vals.size()]}, {"name", "f"}};
+    if (rng() % 3 == 0) b["thinking"] = OJson{{"type", "enabled"}, {"budget_tokens", vals[rng() % vals.size()]}};
+    parse(b);
   }
 }
 
