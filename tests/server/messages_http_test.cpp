@@ -2,8 +2,13 @@
 // scripted output (tessera_script) so reasoning and tool calls are deterministic: content blocks,
 // stop reasons and usage, the event stream against the non-streamed answer, a multi-turn
 // conversation with tool_result rendered as the chat path renders its OpenAI twin, Anthropic-shaped
-// errors naming the field, and the x-api-key header.
+// errors naming the field, the x-api-key header, 429 and an engine failure mid-stream.
 #include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <atomic>
+#include <thread>
 
 #include "http_helpers.h"
 #include "server_process.h"
@@ -322,6 +327,75 @@ TEST(ServerMessages, ErrorsAreAnthropicShapedAndNameTheField) {
   auto again = post_messages(c, good, key);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 200);
+}
+
+TEST(ServerMessages, FullQueueIsARateLimitError) {
+  ServerProcess srv({"--max-in-flight", "1"});
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60, 0);
+  // A stream holds the one admission slot until the test has its answer, then hangs up.
+  std::atomic<bool> release{false};
+  std::thread hold([&] {
+    httplib::Client h("127.0.0.1", srv.port());
+    h.set_read_timeout(120, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"prompt":"x","max_tokens":4000,"ignore_eos":true,"stream":true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return !release.load(); };
+    h.send(req);
+  });
+  struct Release {  // also when an assertion returns early
+    std::atomic<bool>& release;
+    std::thread& hold;
+    ~Release() {
+      release = true;
+      hold.join();
+    }
+  } release_at_end{release, hold};
+  for (int k = 0; k < 5000 && metric(c, "tessera_requests_in_flight") < 1; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(metric(c, "tessera_requests_in_flight"), 1);
+  const Json b{{"max_tokens", 4}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  auto r = post_messages(c, b);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429) << r->body;
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  const Json e = Json::parse(r->body);
+  EXPECT_EQ(e["type"], "error");
+  EXPECT_EQ(e["error"]["type"], "rate_limit_error");
+}
+
+// The engine fails after the stream began (--test-fail-token: the step holding that token throws):
+// the stream ends with an `error` event, not message_stop, and the server exits 1 on its own.
+TEST(ServerMessages, EngineFailureMidStreamIsAnErrorEvent) {
+  ServerProcess srv({"--test-fail-token", "4242"});
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(30, 0);
+  const Json b{{"max_tokens", 10},
+               {"stream", true},
+               {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+               {"tessera_script", Json::array({100, 101, 4242, 102})}};
+  auto r = post_messages(c, b);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::vector<Json> events = anthropic_events(r->body);
+  ASSERT_GE(events.size(), 2u) << r->body;
+  EXPECT_EQ(events.front()["type"], "message_start");
+  EXPECT_EQ(events.back(), Json::parse(R"({"type": "error", "error": {"type": "api_error",
+                                          "message": "the engine failed while generating this request"}})"));
+  for (const auto& e : events) EXPECT_NE(e["type"], "message_stop");
+  int status = -2;
+  for (int i = 0; i < 500 && status == -2; ++i) {
+    int st = 0;
+    if (::waitpid(srv.pid(), &st, WNOHANG) == srv.pid())
+      status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(status, 1) << srv.log();
+  if (status != -2) srv.forget();
 }
 
 }  // namespace
