@@ -1,5 +1,6 @@
 #include "server/anthropic_messages.h"
 
+#include <cstdint>
 #include <set>
 
 #include "server/api_error.h"
@@ -281,6 +282,24 @@ GenerationJob parse_messages_request(const OJson& body, const ServedModel& model
     std::string msg = e.what();
     if (e.param() == "stop") msg = "stop_sequences: " + msg;
     throw ApiError(e.status(), msg, p);
+  }
+}
+
+int64_t count_message_tokens(const OJson& body, const ServedModel& model, const ParseLimits& limits) {
+  if (!body.is_object()) bad_request("", "the request body must be a JSON object");
+  // Any max_tokens passes the translation (thinking.budget_tokens is checked against it); the
+  // chat parser then gets 1, so only a prompt past the context is refused, as on /v1/messages.
+  OJson b = body;
+  b["max_tokens"] = INT64_MAX / 4;
+  b.erase("stream");
+  b.erase("tessera_script");
+  OJson chat = messages_to_chat_request(b);
+  chat["max_tokens"] = 1;
+  chat.erase("thinking_token_budget");
+  try {
+    return static_cast<int64_t>(parse_chat_request(chat, model, limits).prompts.at(0).size());
+  } catch (const ApiError& e) {
+    throw ApiError(e.status(), e.what(), e.param().rfind("messages[", 0) == 0 ? "messages" : e.param());
   }
 }
 

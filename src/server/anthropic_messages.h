@@ -23,6 +23,9 @@ OJson messages_to_chat_request(const OJson& body);
 // messages_to_chat_request + parse_chat_request; an error from the latter names the Anthropic field
 // (stop_sequences, thinking.budget_tokens), not the translated one.
 GenerationJob parse_messages_request(const OJson& body, const ServedModel& model, const ParseLimits& limits);
+// POST /v1/messages/count_tokens: the prompt's length in tokens as /v1/messages would render it
+// (max_tokens is not needed there, and ignored).
+int64_t count_message_tokens(const OJson& body, const ServedModel& model, const ParseLimits& limits);
 
 // {"type":"error","error":{"type":...,"message":...}}; the field at fault leads the message
 // (Anthropic's error object has no param).

@@ -40,7 +40,9 @@ std::string route_methods(const std::string& path) {
   if (path == "/health" || path == "/readyz" || path == "/livez" || path == "/metrics" || path == "/v1/models" ||
       (path.rfind("/v1/models/", 0) == 0 && path.size() > 11))
     return "GET, HEAD";
-  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/messages") return "POST";
+  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/messages" ||
+      path == "/v1/messages/count_tokens")
+    return "POST";
   return "";
 }
 
@@ -199,7 +201,7 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
   const std::string& path = w.path;
   const bool get = w.method == "GET" || w.method == "HEAD";
   const std::string methods = route_methods(path);
-  const bool anthropic = path == "/v1/messages";
+  const bool anthropic = path == "/v1/messages" || path == "/v1/messages/count_tokens";
   auto route = [&] {
     // A browser's preflight carries no credentials: answered before the API key check.
     if (CorsPolicy::is_preflight(w) && !methods.empty()) {
@@ -265,7 +267,18 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
     const bool post = w.method == "POST";
     if (post && path == "/v1/chat/completions") return generate(req, res, Endpoint::kChat);
     if (post && path == "/v1/completions") return generate(req, res, Endpoint::kCompletion);
-    if (post && anthropic) return generate(req, res, Endpoint::kMessages);
+    if (post && path == "/v1/messages") return generate(req, res, Endpoint::kMessages);
+    // Rendering and tokenizing only: answered here, without an admission slot or the engine.
+    if (post && path == "/v1/messages/count_tokens") {
+      try {
+        const OJson body = parse_request_json(w.body, opt_.json_limits());
+        return res.set_content(dump(OJson{{"input_tokens", count_message_tokens(body, model_, opt_.limits)}}), kJson);
+      } catch (const ApiError& e) {
+        return send_error(res, e.status(), e.what(), e.param(), true);
+      } catch (const core::Error& e) {
+        return send_error(res, 400, excerpt(e.what(), 2000), {}, true);
+      }
+    }
     if (methods.empty())
       return send_error(res, 404, fmt::format("no route for {} {}", excerpt(w.method, 16), excerpt(path, 80)));
     res.set_header("Allow", methods + ", OPTIONS");

@@ -1,7 +1,8 @@
 // The Anthropic Messages API (POST /v1/messages) through `tessera serve` on the demo model, with
 // scripted output (tessera_script) so reasoning and tool calls are deterministic: content blocks,
 // stop reasons and usage, the event stream against the non-streamed answer, a multi-turn
-// conversation with tool_result rendered as the chat path renders its OpenAI twin, Anthropic-shaped
+// conversation with tool_result rendered as the chat path renders its OpenAI twin (and counted by
+// /v1/messages/count_tokens), Anthropic-shaped
 // errors naming the field, the x-api-key header, 429 and an engine failure mid-stream.
 #include <gtest/gtest.h>
 
@@ -202,6 +203,22 @@ TEST(ServerMessages, MultiTurnToolResultRendersLikeTheChatTwin) {
   const Json oj = Json::parse(o->body);
   EXPECT_EQ(m["usage"]["input_tokens"], oj["usage"]["prompt_tokens"]);
   EXPECT_EQ(m["content"][0]["text"], oj["choices"][0]["message"]["content"]);
+
+  // count_tokens renders the same prompt, without max_tokens.
+  Json count = anthropic("18C");
+  count.erase("max_tokens");
+  auto n = c.Post("/v1/messages/count_tokens", count.dump(), "application/json");
+  ASSERT_TRUE(n);
+  ASSERT_EQ(n->status, 200) << n->body;
+  const Json counted{{"input_tokens", m["usage"]["input_tokens"]}};
+  EXPECT_EQ(Json::parse(n->body), counted);
+  count["messages"][0]["content"] = Json::parse(R"([{"type": "document", "source": {}}])");
+  n = c.Post("/v1/messages/count_tokens", count.dump(), "application/json");
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->status, 400);
+  EXPECT_NE(Json::parse(n->body)["error"]["message"].get<std::string>().find("messages[0].content[0].type"),
+            std::string::npos)
+      << n->body;
 
   // The tool result reaches the prompt: a longer one makes a longer prompt.
   auto longer = post_messages(c, anthropic("18C, sunny, light wind from the west"));

@@ -70,7 +70,7 @@ test('stream: raw events and the SDK stream helper give the same message', async
   assert.deepEqual(final.usage.output_tokens, full.usage.output_tokens);
 });
 
-test('a tool_result turn: the model answers from it', async () => {
+test('a tool_result turn: the model answers from it; countTokens', async () => {
   const first = await client.messages.create(toolParams());
   const calls = first.content.filter((b) => b.type === 'tool_use');
   const m = await client.messages.create({
@@ -83,6 +83,9 @@ test('a tool_result turn: the model answers from it', async () => {
   assert.deepEqual(m.content, [{ type: 'text', text: 'It is 18C at noon.' }]);
   assert.equal(m.stop_reason, 'end_turn');
   assert.ok(m.usage.input_tokens > first.usage.input_tokens);
+  const { max_tokens: _, tessera_script: __, ...countParams } = toolParams();
+  const counted = await client.messages.countTokens(countParams);
+  assert.deepEqual(counted, { input_tokens: first.usage.input_tokens });
 });
 
 test('stop_sequences and max_tokens stop reasons', async () => {
