@@ -187,12 +187,13 @@ TEST(OutputParser, ToolMarkersAreTextWithoutToolParsing) {
 
 TEST(OutputParser, StopStringsApplyToContentOnly) {
   auto o = kimi_opts(ReasoningState::kReasoning);
-  o.stop_strings = {"STOP"};
+  o.stop_strings = {"", "NEVER", "STOP"};  // empty strings are ignored, and do not shift which matched
   OutputParser p(kimi(), o);
   Result r = run(p, kimi(), "no STOP here</think>answer STOP ignored");
   EXPECT_EQ(r.reasoning, "no STOP here");
   EXPECT_EQ(r.content, "answer ");
   EXPECT_TRUE(p.stopped());
+  EXPECT_EQ(p.stop_string(), "STOP");
 }
 
 TEST(OutputParser, HeldTextStaysInItsSegment) {
@@ -205,6 +206,7 @@ TEST(OutputParser, HeldTextStaysInItsSegment) {
   EXPECT_EQ(r.reasoning, "xab");
   EXPECT_EQ(r.content, "c");
   EXPECT_FALSE(p.stopped());
+  EXPECT_EQ(p.stop_string(), "");
 }
 
 TEST(OutputParser, DeepSeekToolCalls) {

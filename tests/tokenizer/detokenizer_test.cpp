@@ -183,6 +183,7 @@ TEST(Detokenizer, StopStringsAcrossTokenBoundaries) {
     got += d.finish();
     EXPECT_EQ(got, "Answer: 你");
     EXPECT_TRUE(d.stopped());
+    EXPECT_EQ(d.stop_string(), "好世");
     EXPECT_EQ(d.add(tok.encode("more")[0]), "");  // after a stop everything is ignored
   }
 }
