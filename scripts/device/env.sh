@@ -2,7 +2,8 @@
 # Runs from the repository root on the device machine, with device_carry/ carried.
 set -euo pipefail
 KIT=/tmp/tessera-kit
-if [ ! -x "$KIT/bin/tessera" ] || [ device_carry/kit.tar.xz -nt "$KIT/stamp" ]; then
+# Binaries built on this machine by build.sh take precedence over a carried kit.
+if [ ! -f "$KIT/built" ] && { [ ! -x "$KIT/bin/tessera" ] || [ device_carry/kit.tar.xz -nt "$KIT/stamp" ]; }; then
   rm -rf "$KIT" && mkdir -p "$KIT"
   tar xJf device_carry/kit.tar.xz -C "$KIT"
   touch "$KIT/stamp"

@@ -88,11 +88,11 @@ TEST(ServerKimi, ReasoningAndToolCallsStreamedAndNot) {
       }
     if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
   }
-  EXPECT_EQ(reasoning, m["reasoning_content"]);
-  EXPECT_EQ(content, m["content"]);
-  EXPECT_EQ(id, m["tool_calls"][0]["id"]);
-  EXPECT_EQ(name, m["tool_calls"][0]["function"]["name"]);
-  EXPECT_EQ(args, m["tool_calls"][0]["function"]["arguments"]);
+  EXPECT_EQ(reasoning, m["reasoning_content"].get<std::string>());
+  EXPECT_EQ(content, m["content"].get<std::string>());
+  EXPECT_EQ(id, m["tool_calls"][0]["id"].get<std::string>());
+  EXPECT_EQ(name, m["tool_calls"][0]["function"]["name"].get<std::string>());
+  EXPECT_EQ(args, m["tool_calls"][0]["function"]["arguments"].get<std::string>());
   EXPECT_EQ(finish, "tool_calls");
   EXPECT_EQ(usage, full["usage"]);
   EXPECT_GT(usage["completion_tokens_details"]["reasoning_tokens"].get<int>(), 0);
