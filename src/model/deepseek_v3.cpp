@@ -10,8 +10,12 @@ namespace tessera::model {
 using core::Tensor;
 
 DeepseekV3Model::DeepseekV3Model(io::ModelConfig config, ModelWeights weights, std::unique_ptr<ops::Ops> ops,
-                                 WeightStaging* staging)
-    : cfg_(std::move(config)), w_(std::move(weights)), ops_(std::move(ops)) {
+                                 WeightStaging* staging, TensorParallel tp, ops::Communicator* comm)
+    : cfg_(std::move(config)), w_(std::move(weights)), ops_(std::move(ops)), tp_(tp), comm_(comm) {
+  TESSERA_CHECK(tp_.size == 1 || (comm_ && comm_->size() == tp_.size && comm_->rank() == tp_.rank),
+                "model: rank {} of {} needs the group's communicator", tp_.rank, tp_.size);
+  const auto [h0, h1] = tp_.range(cfg_.num_attention_heads);
+  local_heads_ = h1 - h0;
   inv_freq_ = cfg_.rope_inv_freq();
   rope_factor_ = static_cast<float>(cfg_.rope_attention_factor());
   // Counted on the checkpoint's tensors, before the backend converts them.
@@ -61,7 +65,7 @@ ops::RopeTables DeepseekV3Model::rope_tables(ops::Ops& o, const StepBatch& batch
 void DeepseekV3Model::attention(ops::Ops& o, int64_t layer, const Tensor& h, const ops::RopeTables& rope,
                                 std::span<const ops::AttentionSeq> seqs, KvCache& cache, Tensor& out) {
   const auto& A = w_.layers[static_cast<size_t>(layer)].attn;
-  const int64_t T = h.dim(0), N = cfg_.num_attention_heads, dq = cfg_.qk_head_dim();
+  const int64_t T = h.dim(0), N = local_heads_, dq = cfg_.qk_head_dim();
   const int64_t Lkv = cfg_.kv_lora_rank, dr = cfg_.qk_rope_head_dim;
   // Query: q = (RMSNorm(h · Wq_aᵀ) · Wq_bᵀ) or h · Wqᵀ, per head [nope | rope].
   // Latent: [c_kv | k_pe] = h · Wkv_aᵀ; c_kv normalised, k_pe rotated; this is what is cached.
@@ -80,18 +84,25 @@ void DeepseekV3Model::attention(ops::Ops& o, int64_t layer, const Tensor& h, con
   Tensor attn = o.empty({T, N * cfg_.v_head_dim});
   o.mla_attention(q, cache.layer(layer), A.kv_b, dims, seqs, attn);
   o.linear(attn, A.o, out);
+  all_reduce(o, out);
+}
+
+void DeepseekV3Model::all_reduce(ops::Ops& o, Tensor& x) {
+  if (comm_) comm_->all_reduce_sum(o, x);
 }
 
 void DeepseekV3Model::feed_forward(ops::Ops& o, int64_t layer, const Tensor& h, Tensor& out) {
   const auto& L = w_.layers[static_cast<size_t>(layer)];
   if (!L.is_moe) {
     o.mlp(h, L.dense_mlp, out);
+    all_reduce(o, out);
     return;
   }
   const auto& M = L.moe;
   ops::RouterConfig rc{cfg_.n_routed_experts, cfg_.num_experts_per_tok, cfg_.n_group,
                        cfg_.topk_group,       cfg_.norm_topk_prob,      static_cast<float>(cfg_.routed_scaling_factor)};
   o.moe(h, M.router, M.correction_bias, rc, M.experts, M.shared ? &*M.shared : nullptr, out);
+  all_reduce(o, out);
 }
 
 void DeepseekV3Model::step_sequences(const StepBatch& batch, const KvCache& cache, std::vector<ops::AttentionSeq>& seqs,
@@ -182,8 +193,16 @@ Tensor DeepseekV3Model::run_step(const StepBatch& batch, std::span<const ops::At
   o.gather_rows(x, logit_rows, last);
   Tensor normed = o.empty(last.shape());
   o.rms_norm(last, w_.final_norm, eps, normed);
-  Tensor logits = o.empty({static_cast<int64_t>(logit_rows.size()), cfg_.vocab_size});
-  o.linear(normed, w_.lm_head, logits);
+  const int64_t rows = static_cast<int64_t>(logit_rows.size());
+  Tensor logits = o.empty({rows, cfg_.vocab_size});
+  if (!comm_) {
+    o.linear(normed, w_.lm_head, logits);
+    return logits;
+  }
+  // lm_head is split over the vocabulary: each rank's columns of the logits, gathered.
+  Tensor part = o.empty({rows, w_.lm_head.out});
+  o.linear(normed, w_.lm_head, part);
+  comm_->all_gather_cols(o, part, logits);
   return logits;
 }
 

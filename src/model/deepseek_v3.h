@@ -9,6 +9,8 @@
 
 #include "model/deepseek_v3_weights.h"
 #include "model/model.h"
+#include "model/tensor_parallel.h"
+#include "ops/comm/communicator.h"
 
 namespace tessera::model {
 
@@ -18,8 +20,10 @@ class DeepseekV3Model final : public Model {
  public:
   // Uploads the weights to `ops`; through `staging` when given (the checkpoint's bytes read ahead
   // into host memory, see weight_staging.h), else from the views in `weights`.
+  // With tp.size > 1, `weights` is rank tp.rank's share (shard_weights) and `comm` joins the ranks:
+  // the forward all-reduces after o_proj and after each MoE / MLP and all-gathers the logits.
   DeepseekV3Model(io::ModelConfig config, ModelWeights weights, std::unique_ptr<ops::Ops> ops,
-                  WeightStaging* staging = nullptr);
+                  WeightStaging* staging = nullptr, TensorParallel tp = {}, ops::Communicator* comm = nullptr);
   const io::ModelConfig& config() const override { return cfg_; }
   ops::Ops& ops() override { return *ops_; }
   core::Tensor forward(const StepBatch& batch, KvCache& cache) override;
@@ -56,9 +60,15 @@ class DeepseekV3Model final : public Model {
   uint64_t count_weight_bytes() const;
   bool tied(const ops::LinearWeight& l) const;
 
+  // Sums the ranks' partial x (a no-op on one rank).
+  void all_reduce(ops::Ops& o, core::Tensor& x);
+
   io::ModelConfig cfg_;
   ModelWeights w_;
   std::unique_ptr<ops::Ops> ops_;
+  TensorParallel tp_;
+  ops::Communicator* comm_ = nullptr;
+  int64_t local_heads_ = 0;  // attention heads of this rank
   std::vector<float> inv_freq_;
   float rope_factor_;
   uint64_t parameter_count_ = 0, weight_bytes_ = 0;

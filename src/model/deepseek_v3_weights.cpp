@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "model/kv_cache.h"
 
 namespace tessera::model {
 
@@ -260,6 +261,16 @@ std::vector<ops::WeightGroup> linear_groups(const ModelWeights& w) {
     if (L.is_moe && L.moe.shared) mlp("shared experts", *L.moe.shared);
   if (w.lm_head.weight.raw() != w.embed.raw()) add("lm_head", LinearUse::kProjection, w.lm_head);
   return groups;
+}
+
+std::vector<float> kv_cache_scales(const ModelWeights& w, core::KvCacheDtype dtype) {
+  if (dtype != core::KvCacheDtype::kFp8E4M3) return {};
+  std::vector<std::optional<float>> k, v;
+  for (const auto& L : w.layers) {
+    k.push_back(L.attn.k_scale);
+    v.push_back(L.attn.v_scale);
+  }
+  return fp8_kv_layer_scales(k, v);
 }
 
 }  // namespace tessera::model

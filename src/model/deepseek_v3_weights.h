@@ -93,6 +93,10 @@ std::vector<ops::WeightGroup> linear_groups(const ModelWeights& w);
 ModelWeights load_deepseek_v3_weights(const io::Checkpoint& ckpt, const io::ModelConfig& cfg,
                                       const io::QuantConfig& quant);
 
+// The per-layer scales of an fp8 KV cache (fp8_kv_layer_scales of the layers' calibrated k/v scales);
+// empty for other cache dtypes.
+std::vector<float> kv_cache_scales(const ModelWeights& w, core::KvCacheDtype dtype);
+
 // Loads one linear (module name without ".weight") in whatever format the checkpoint stores it.
 ops::LinearWeight load_linear(const io::Checkpoint& ckpt, const std::string& module, int64_t out, int64_t in,
                               const io::QuantConfig& quant);

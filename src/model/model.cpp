@@ -48,14 +48,7 @@ LoadedModel load_model(const ModelPlan& plan, std::unique_ptr<ops::Ops> backend,
   spdlog::info("KV cache dtype: {}: {}", core::kv_cache_dtype_name(m.kv_cache.dtype), m.kv_cache.reason);
   m.checkpoint = io::Checkpoint::open(plan.dir);
   ModelWeights weights = load_deepseek_v3_weights(*m.checkpoint, m.config, m.quant);
-  if (m.kv_cache.dtype == core::KvCacheDtype::kFp8E4M3) {
-    std::vector<std::optional<float>> k, v;
-    for (const auto& L : weights.layers) {
-      k.push_back(L.attn.k_scale);
-      v.push_back(L.attn.v_scale);
-    }
-    m.kv_scales = fp8_kv_layer_scales(k, v);
-  }
+  m.kv_scales = kv_cache_scales(weights, m.kv_cache.dtype);
   if (backend->uploads_copy_weights()) {
     WeightStaging staging(*m.checkpoint, weights, *backend, progress, plan.load_threads);
     m.model = std::make_unique<DeepseekV3Model>(m.config, std::move(weights), std::move(backend), &staging);

@@ -70,6 +70,9 @@ enum class LinearUse { kProjection, kAttentionKvB, kRouter };
 
 struct ExpertWeights {
   LinearWeight gate, up, down;
+  // False for a routed expert another tensor-parallel rank holds (no weights here): the MoE ops add
+  // nothing for the tokens routed to it, and that rank adds its part in the all-reduce.
+  bool held() const { return gate.out > 0; }
 };
 
 // --- What a backend will run for a model, decided before any weight is read (`tessera plan`

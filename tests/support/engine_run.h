@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/executor.h"
 #include "model/model.h"
 
 namespace tessera::test {
@@ -16,10 +18,10 @@ struct EngineRun {
   engine::FinishReason finish = engine::FinishReason::kNone;
 };
 
-// `pages`: the KV pool; the default holds 4096 tokens, more than any fixture request needs.
-inline EngineRun run_engine(const model::LoadedModel& m, engine::Request request, engine::EngineConfig config = {},
-                            int64_t pages = 64) {
-  engine::Engine e(*m.model, m.make_kv_cache(pages), config);
+// Through an engine over `executor` (one device or tensor-parallel ranks).
+inline EngineRun run_engine(std::unique_ptr<engine::Executor> executor, engine::Request request,
+                            engine::EngineConfig config = {}) {
+  engine::Engine e(std::move(executor), config);
   if (request.id.empty()) request.id = "test";
   auto stream = e.submit(std::move(request));
   while (e.step()) {
@@ -30,6 +32,13 @@ inline EngineRun run_engine(const model::LoadedModel& m, engine::Request request
     if (o->finish != engine::FinishReason::kNone) out.finish = o->finish;
   }
   return out;
+}
+
+// `pages`: the KV pool; the default holds 4096 tokens, more than any fixture request needs.
+inline EngineRun run_engine(const model::LoadedModel& m, engine::Request request, engine::EngineConfig config = {},
+                            int64_t pages = 64) {
+  return run_engine(std::make_unique<engine::LocalExecutor>(*m.model, m.make_kv_cache(pages)), std::move(request),
+                    config);
 }
 
 // Greedy, never stopping early: `max_tokens` tokens.

@@ -83,7 +83,7 @@ void CpuOps::moe_experts(const Tensor& x, const std::vector<ExpertWeights>& expe
     }
   for (size_t e = 0; e < experts.size(); ++e) {
     const auto& list = routed[e];
-    if (list.empty()) continue;
+    if (list.empty() || !experts[e].held()) continue;
     const int64_t n = static_cast<int64_t>(list.size()), inter = experts[e].gate.out;
     Tensor xin = empty({n, hidden});
     for (int64_t i = 0; i < n; ++i)

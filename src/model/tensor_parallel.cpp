@@ -1,0 +1,129 @@
+#include "model/tensor_parallel.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/deepseek_v3.h"
+#include "model/weight_staging.h"
+#include "ops/backend.h"
+
+namespace tessera::model {
+
+using ops::LinearWeight;
+
+std::pair<int64_t, int64_t> TensorParallel::range(int64_t n) const {
+  const int64_t base = n / size, extra = n % size;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+  return {begin, begin + base + (rank < extra ? 1 : 0)};
+}
+
+void check_tensor_parallel(const io::ModelConfig& config, int size) {
+  TESSERA_CHECK(size >= 1, "--tensor-parallel-size {}: must be at least 1", size);
+  TESSERA_CHECK(config.num_attention_heads % size == 0,
+                "--tensor-parallel-size {}: the model's {} attention heads do not split evenly over {} ranks "
+                "(use a size that divides {})",
+                size, config.num_attention_heads, size, config.num_attention_heads);
+  const int64_t inter = std::min(config.intermediate_size, config.n_shared_experts > 0
+                                                               ? config.moe_intermediate_size * config.n_shared_experts
+                                                               : config.intermediate_size);
+  TESSERA_CHECK(inter >= size, "--tensor-parallel-size {}: more ranks than the MLPs' {} intermediate columns", size,
+                inter);
+}
+
+namespace {
+
+// Rows [r0, r1) and columns [c0, c1) of `w`: a view of the rows for a dense weight split by rows
+// only, else an exact fp32 copy.
+LinearWeight slice_linear(const LinearWeight& w, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  LinearWeight s;
+  s.name = w.name;
+  s.out = r1 - r0;
+  s.in = c1 - c0;
+  if (w.format == LinearWeight::Format::kDense && c0 == 0 && c1 == w.in) {
+    s.weight = w.weight.slice_rows(r0, r1);
+    return s;
+  }
+  s.weight = core::Tensor::zeros(core::DType::kF32, {s.out, s.in});
+  std::vector<float> row(static_cast<size_t>(w.in));
+  for (int64_t r = r0; r < r1; ++r) {
+    w.dequant_row(r, row.data());
+    std::copy(row.begin() + c0, row.begin() + c1, s.weight.data<float>() + (r - r0) * s.in);
+  }
+  return s;
+}
+
+LinearWeight rows(const LinearWeight& w, std::pair<int64_t, int64_t> r) {
+  return slice_linear(w, r.first, r.second, 0, w.in);
+}
+LinearWeight cols(const LinearWeight& w, std::pair<int64_t, int64_t> c) {
+  return slice_linear(w, 0, w.out, c.first, c.second);
+}
+// Heads [h0, h1) of a weight with `per_head` rows (or columns) per head.
+std::pair<int64_t, int64_t> scaled(std::pair<int64_t, int64_t> heads, int64_t per_head) {
+  return {heads.first * per_head, heads.second * per_head};
+}
+
+// An MLP split by intermediate columns: gate and up by rows, down by columns.
+ops::ExpertWeights split_mlp(const ops::ExpertWeights& m, TensorParallel tp) {
+  const auto part = tp.range(m.gate.out);
+  return {rows(m.gate, part), rows(m.up, part), cols(m.down, part)};
+}
+
+}  // namespace
+
+ModelWeights shard_weights(const ModelWeights& w, const io::ModelConfig& cfg, TensorParallel tp) {
+  check_tensor_parallel(cfg, tp.size);
+  if (tp.size == 1) return w;
+  ModelWeights s = w;
+  s.lm_head = rows(w.lm_head, tp.range(w.lm_head.out));
+  const auto heads = tp.range(cfg.num_attention_heads);
+  for (auto& L : s.layers) {
+    auto& A = L.attn;
+    if (A.q_b) A.q_b = rows(*A.q_b, scaled(heads, cfg.qk_head_dim()));
+    if (A.q) A.q = rows(*A.q, scaled(heads, cfg.qk_head_dim()));
+    A.kv_b = rows(A.kv_b, scaled(heads, cfg.qk_nope_head_dim + cfg.v_head_dim));
+    A.o = cols(A.o, scaled(heads, cfg.v_head_dim));
+    if (!L.is_moe) {
+      L.dense_mlp = split_mlp(L.dense_mlp, tp);
+      continue;
+    }
+    for (size_t e = 0; e < L.moe.experts.size(); ++e)
+      if (!tp.holds_expert(static_cast<int64_t>(e))) L.moe.experts[e] = ops::ExpertWeights{};
+    if (L.moe.shared) L.moe.shared = split_mlp(*L.moe.shared, tp);
+  }
+  return s;
+}
+
+KvCache LoadedRanks::make_kv_cache(int rank, int64_t num_pages) const {
+  return KvCache(ranks.at(static_cast<size_t>(rank))->ops(), config.num_hidden_layers, num_pages,
+                 config.kv_cache_entry_dim(), kv_cache.dtype, kKvPageSize, kv_scales);
+}
+
+LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string& device) {
+  check_tensor_parallel(plan.config, size);
+  TESSERA_CHECK(device == "cpu",
+                "--tensor-parallel-size {} on --device {}: ranks on GPUs need the NCCL communicator, which is not "
+                "built yet; tensor parallelism runs on the CPU backend",
+                size, device);
+  LoadedRanks m;
+  m.config = plan.config;
+  m.kv_cache = plan.kv_cache;
+  m.checkpoint = io::Checkpoint::open(plan.dir);
+  const ModelWeights weights = load_deepseek_v3_weights(*m.checkpoint, m.config, plan.quant);
+  m.kv_scales = kv_cache_scales(weights, m.kv_cache.dtype);
+  check_weights_finite(*m.checkpoint, weights);
+  m.group = std::make_unique<ops::InProcessGroup>(size);
+  for (int r = 0; r < size; ++r) {
+    const TensorParallel tp{r, size};
+    m.comms.push_back(m.group->communicator(r));
+    m.ranks.push_back(std::make_unique<DeepseekV3Model>(m.config, shard_weights(weights, m.config, tp),
+                                                        ops::make_backend(device), nullptr, tp, m.comms.back().get()));
+  }
+  spdlog::info("tensor parallel: {} ranks, {} attention heads and about {} routed experts each", size,
+               m.config.num_attention_heads / size, (m.config.n_routed_experts + size - 1) / size);
+  return m;
+}
+
+}  // namespace tessera::model

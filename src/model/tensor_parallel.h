@@ -1,0 +1,63 @@
+// Tensor parallelism of the DeepSeek-V3 layer (DESIGN.md "Many GPUs", issue 17): which part of
+// each weight a rank holds, and the ranks of one model as threads of this process.
+//   attention: heads split over ranks (rows of q_b / q and kv_b, columns of o_proj); q_a, kv_a and
+//              the latent norms on every rank; one all-reduce after o_proj.
+//   MoE:       the router on every rank; routed expert e on rank e % size (12 experts on 8 ranks:
+//              ranks 0-3 hold two); the shared expert and dense MLPs split by intermediate columns
+//              (rows of gate / up, columns of down); one all-reduce after the block.
+//   lm_head:   split over the vocabulary, the logits all-gathered. The embedding is on every rank.
+// The KV cache is still whole on every rank (sharding it by position is the next step).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "io/model_config.h"
+#include "model/deepseek_v3_weights.h"
+#include "model/model.h"
+#include "ops/comm/in_process.h"
+
+namespace tessera::model {
+
+struct TensorParallel {
+  int rank = 0, size = 1;
+  // Rank's share [begin, end) of n items in contiguous, balanced ranges (the first n % size ranks
+  // get one more).
+  std::pair<int64_t, int64_t> range(int64_t n) const;
+  bool holds_expert(int64_t expert) const { return expert % size == rank; }
+};
+
+// Refuses, before any weight is read, a size the model cannot be split into: not dividing the
+// attention heads, or more ranks than the MLPs have intermediate columns.
+void check_tensor_parallel(const io::ModelConfig& config, int size);
+
+// Rank tp.rank's share of `w`. Experts the rank holds and every replicated tensor stay views of the
+// checkpoint in their format; a linear split by rows of a dense weight is a view of those rows;
+// other split linears become exact fp32 copies of their part (LinearWeight::dequant_row), which is
+// what the CPU backend computes with. Experts held by other ranks are left empty
+// (ops::ExpertWeights::held() is false).
+ModelWeights shard_weights(const ModelWeights& w, const io::ModelConfig& config, TensorParallel tp);
+
+// The ranks of one model, each with its own backend, weight shard and communicator, over one
+// mapped checkpoint.
+struct LoadedRanks {
+  std::unique_ptr<io::Checkpoint> checkpoint;
+  io::ModelConfig config;
+  io::KvCacheDtypeResolution kv_cache;
+  std::vector<float> kv_scales;
+  std::unique_ptr<ops::InProcessGroup> group;
+  std::vector<std::unique_ptr<ops::Communicator>> comms;
+  std::vector<std::unique_ptr<Model>> ranks;
+
+  // A KV cache of num_pages pages on rank r's backend.
+  KvCache make_kv_cache(int rank, int64_t num_pages) const;
+};
+
+// Loads `plan` as `size` CPU ranks (threads of this process, the in-process communicator). Throws
+// naming heads and ranks for a size check_tensor_parallel refuses, and for a device other than the
+// CPU (ranks on GPUs need the NCCL communicator).
+LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string& device = "cpu");
+
+}  // namespace tessera::model
