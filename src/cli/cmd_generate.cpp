@@ -28,6 +28,7 @@ struct GenerateArgs {
   bool json = false;
   bool ignore_eos = false;
   int64_t prefill_chunk = 0;
+  int tensor_parallel_size = 1;         // ranks as threads (CPU backend)
   std::string kv_cache_bytes;           // as for serve; empty: the GPU budget or the CPU default
   double gpu_memory_utilization = 0.9;  // as for serve
 };
@@ -53,10 +54,11 @@ engine::EngineSettings settings_for(const GenerateArgs& a, int64_t prompt_tokens
   s.max_num_seqs = 1;
   s.prefix_caching = false;
   s.gpu_memory_utilization = a.gpu_memory_utilization;
+  s.tensor_parallel_size = a.tensor_parallel_size;
   return s;
 }
 
-Generated run_engine(engine::Engine& eng, const model::LoadedModel& m, const std::vector<int32_t>& prompt,
+Generated run_engine(engine::Engine& eng, const io::ModelConfig& config, const std::vector<int32_t>& prompt,
                      const GenerateArgs& a) {
   engine::Request r;
   r.id = "generate";
@@ -64,7 +66,7 @@ Generated run_engine(engine::Engine& eng, const model::LoadedModel& m, const std
   r.params.max_tokens = a.max_tokens;
   r.params.temperature = a.temperature;
   r.params.seed = a.seed;
-  r.params.eos_token_ids.assign(m.config.eos_token_ids.begin(), m.config.eos_token_ids.end());
+  r.params.eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
   r.params.ignore_eos = a.ignore_eos;
 
   Generated g;
@@ -114,13 +116,19 @@ int run(const GenerateArgs& a) {
   for (int32_t id : prompt)
     if (id < 0 || id >= plan.model.config.vocab_size)
       core::fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", id, plan.model.config.vocab_size);
-  model::LoadedModel m = model::load_model(plan.model, std::move(backend), stderr_load_progress());
-  a.self_check.run_or_fail(m, a.model.device);
   // The engine refuses max_tokens 0; the command has always answered it with no tokens.
   Generated r;
-  if (a.max_tokens > 0) {
-    std::unique_ptr<engine::Engine> eng = engine::build_engine(m, plan);
-    r = run_engine(*eng, m, prompt, a);
+  if (plan.tensor_parallel_size > 1) {
+    // (A size that does not divide the heads was refused by the plan, before any weight was read.)
+    model::LoadedRanks ranks = model::load_model_ranks(plan.model, plan.tensor_parallel_size, a.model.device);
+    if (a.max_tokens > 0) r = run_engine(*engine::build_engine(ranks, plan), plan.model.config, prompt, a);
+  } else {
+    model::LoadedModel m = model::load_model(plan.model, std::move(backend), stderr_load_progress());
+    a.self_check.run_or_fail(m, a.model.device);
+    if (a.max_tokens > 0) {
+      std::unique_ptr<engine::Engine> eng = engine::build_engine(m, plan);
+      r = run_engine(*eng, m.config, prompt, a);
+    }
   }
   const char* finish = engine::finish_reason_name(r.finish);
   const double decode_tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / std::max(r.decode_seconds, 1e-9) : 0.0;
@@ -161,6 +169,7 @@ CommandRegistration reg{
                       "prefill in chunks of this many tokens: the engine's tokens per step "
                       "(0 = the whole prompt in one step)")
            ->check(CLI::NonNegativeNumber);
+       add_tensor_parallel_option(app, a->tensor_parallel_size);
        app.add_option("--kv-cache-bytes", a->kv_cache_bytes,
                       "KV cache pool size, as for serve (default: the GPU budget, or 256MiB on "
                       "CPU); it must hold the prompt + --max-tokens");

@@ -25,6 +25,16 @@ void EngineOptions::add_to(CLI::App& app) {
                  "activations, KV cache); the KV cache gets what the rest leaves")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 1.0));
+  add_tensor_parallel_option(app, tensor_parallel_size);
+}
+
+void add_tensor_parallel_option(CLI::App& app, int& size) {
+  app.add_option("--tensor-parallel-size", size,
+                 "split the model over this many ranks: attention heads, routed experts and MLP columns; must "
+                 "divide the attention heads. Ranks are threads of this process on the CPU backend (GPU ranks "
+                 "are not built yet)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 }
 
 engine::EngineSettings EngineOptions::settings() const {
@@ -35,6 +45,7 @@ engine::EngineSettings EngineOptions::settings() const {
   s.max_num_seqs = max_num_seqs;
   s.prefix_caching = !no_prefix_caching;
   s.gpu_memory_utilization = gpu_memory_utilization;
+  s.tensor_parallel_size = tensor_parallel_size;
   return s;
 }
 

@@ -18,10 +18,14 @@ struct EngineOptions {
   int64_t max_num_seqs = 256;
   bool no_prefix_caching = false;
   double gpu_memory_utilization = 0.9;  // fraction of the device memory for the whole process (GPU backends)
+  int tensor_parallel_size = 1;
 
   void add_to(CLI::App& app);
   engine::EngineSettings settings() const;
 };
+
+// --tensor-parallel-size, as serve, plan and generate take it.
+void add_tensor_parallel_option(CLI::App& app, int& size);
 
 // The plan for the checkpoint in `dir` on `backend`, logged line by line; throws core::Error with its
 // problems when it cannot run (nothing has been loaded yet).

@@ -35,13 +35,19 @@ void ServeLoader::load() {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
 #endif
     };
-    model_ = model::load_model(plan_.model, std::move(backend_), progress);
-    if (callbacks_.loaded) callbacks_.loaded(model_);
+    if (plan_.tensor_parallel_size > 1) {
+      // CPU ranks (threads): no device to self-check, no staged upload to report progress of.
+      ranks_ = model::load_model_ranks(plan_.model, plan_.tensor_parallel_size);
+      engine_ = engine::build_engine(ranks_, plan_);
+    } else {
+      model_ = model::load_model(plan_.model, std::move(backend_), progress);
+      if (callbacks_.loaded) callbacks_.loaded(model_);
 #if TESSERA_TEST_HOOKS
-    if (hooks_.fail_load) core::fail("injected load failure (--test-fail-load)");
-    if (hooks_.fail_token >= 0) model_.model = server::make_failing_model(std::move(model_.model), hooks_.fail_token);
+      if (hooks_.fail_load) core::fail("injected load failure (--test-fail-load)");
+      if (hooks_.fail_token >= 0) model_.model = server::make_failing_model(std::move(model_.model), hooks_.fail_token);
 #endif
-    engine_ = engine::build_engine(model_, plan_);
+      engine_ = engine::build_engine(model_, plan_);
+    }
 #if TESSERA_TEST_HOOKS
     if (hooks_.kill_engine_token >= 0) engine_->set_test_loop_fault_token(hooks_.kill_engine_token);
 #endif

@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/runtime_plan.h"
 #include "model/model.h"
+#include "model/tensor_parallel.h"
 #include "ops/ops.h"
 
 namespace tessera::cli {
@@ -58,7 +59,8 @@ class ServeLoader {
   ServeTestHooks hooks_;
   Callbacks callbacks_;
   model::LoadedModel model_;
-  std::unique_ptr<engine::Engine> engine_;  // destroyed (stopped) before model_, whose weights it uses
+  model::LoadedRanks ranks_;                // with --tensor-parallel-size > 1, instead of model_
+  std::unique_ptr<engine::Engine> engine_;  // destroyed (stopped) before model_ and ranks_, whose weights it uses
   std::exception_ptr error_;
   std::atomic<bool> finished_{false};
   std::thread thread_;

@@ -7,6 +7,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "engine/tensor_parallel_executor.h"
 #include "io/checkpoint.h"
 #include "model/kv_cache.h"
 
@@ -33,6 +34,19 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
   p.model = model::resolve_model(dir, model_options, backend);
   const io::ModelConfig& cfg = p.model.config;
   p.backend = backend.plan(cfg, p.model.kv_cache.dtype, p.model.linears);
+  p.tensor_parallel_size = s.tensor_parallel_size;
+  if (s.tensor_parallel_size != 1) {
+    try {
+      model::check_tensor_parallel(cfg, s.tensor_parallel_size);
+    } catch (const core::Error& e) {
+      p.problems.push_back(e.what());
+    }
+    if (p.backend.free_bytes)
+      p.problems.push_back(
+          fmt::format("--tensor-parallel-size {} on {}: ranks on GPUs need the NCCL communicator, "
+                      "which is not built yet; tensor parallelism runs on the CPU backend",
+                      s.tensor_parallel_size, p.backend.device));
+  }
   for (const auto& k : p.backend.kernels)
     if (!k.available) p.problems.push_back(fmt::format("no kernel can run {}: {}", k.op, k.reason));
   for (const core::EnvSwitch& e : core::env_switches())
@@ -130,6 +144,14 @@ std::vector<std::string> RuntimePlan::lines() const {
             memory.num_pages, model::kKvPageSize, memory.token_capacity));
     add("max context", fmt::format("{} ({})", memory.max_model_len, memory.max_model_len_source));
   }
+  if (tensor_parallel_size > 1) {
+    const int n = tensor_parallel_size;
+    add("parallel", fmt::format("{} ranks (threads of this process), each with {} of {} attention heads, {}-{} of {} "
+                                "routed experts, 1/{} of the MLP columns and of lm_head; the KV pool above on every "
+                                "rank",
+                                n, cfg.num_attention_heads / n, cfg.num_attention_heads, cfg.n_routed_experts / n,
+                                (cfg.n_routed_experts + n - 1) / n, cfg.n_routed_experts, n));
+  }
   add("engine", fmt::format("{} tokens and {} sequences a step, prefix caching {}", engine.max_num_batched_tokens,
                             engine.max_num_seqs, engine.enable_prefix_caching ? "on" : "off"));
   if (environment.empty()) {
@@ -144,6 +166,9 @@ std::vector<std::string> RuntimePlan::lines() const {
 
 std::unique_ptr<Engine> build_engine(model::LoadedModel& m, const RuntimePlan& plan) {
   TESSERA_CHECK(plan.ok(), "the start-up plan cannot run: {}", plan.problems.front());
+  TESSERA_CHECK(plan.tensor_parallel_size == 1,
+                "--tensor-parallel-size {}: this command runs one rank (serve and generate run several)",
+                plan.tensor_parallel_size);
   if (const auto mem = m.model->ops().device_memory()) {
     const uint64_t kv_bytes =
         static_cast<uint64_t>(plan.memory.num_pages) * model::kKvPageSize *
@@ -157,6 +182,13 @@ std::unique_ptr<Engine> build_engine(model::LoadedModel& m, const RuntimePlan& p
   }
   return std::make_unique<Engine>(std::make_unique<LocalExecutor>(*m.model, m.make_kv_cache(plan.memory.num_pages)),
                                   plan.engine);
+}
+
+std::unique_ptr<Engine> build_engine(model::LoadedRanks& ranks, const RuntimePlan& plan) {
+  TESSERA_CHECK(plan.ok(), "the start-up plan cannot run: {}", plan.problems.front());
+  TESSERA_CHECK(static_cast<int>(ranks.ranks.size()) == plan.tensor_parallel_size,
+                "build_engine: {} ranks loaded for a plan of {}", ranks.ranks.size(), plan.tensor_parallel_size);
+  return std::make_unique<Engine>(std::make_unique<TensorParallelExecutor>(ranks, plan.memory.num_pages), plan.engine);
 }
 
 }  // namespace tessera::engine

@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
 #include "model/model.h"
+#include "model/tensor_parallel.h"
 #include "ops/ops.h"
 
 namespace tessera::engine {
@@ -26,6 +27,7 @@ struct EngineSettings {
   int64_t max_num_seqs = 256;             // --max-num-seqs
   bool prefix_caching = true;             // --no-prefix-caching turns it off
   double gpu_memory_utilization = 0.9;    // --gpu-memory-utilization: of the device's memory, for the whole process
+  int tensor_parallel_size = 1;           // --tensor-parallel-size: ranks the model is split over
 };
 
 struct RuntimePlan {
@@ -38,6 +40,7 @@ struct RuntimePlan {
   uint64_t predicted_device_bytes = 0;   // device memory in use after load and a full step (0 on the CPU)
   std::string memory_budget;             // how the device memory adds up ("" on the CPU)
   EngineConfig engine;
+  int tensor_parallel_size = 1;       // ranks (model/tensor_parallel.h); > 1 runs on CPU ranks as threads
   std::vector<std::string> problems;  // why it cannot run; empty = runnable
 
   bool ok() const { return problems.empty(); }
@@ -68,6 +71,11 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
 // The engine the plan describes, over `model` loaded by load_model(plan.model, ...). On a device
 // backend it first checks that what loading left free still holds the planned KV pool and a step's
 // activations, and fails naming both numbers if not (instead of an out-of-memory error later).
+// A plan of several ranks is refused here: it runs through build_engine(LoadedRanks&, ...).
 std::unique_ptr<Engine> build_engine(model::LoadedModel& model, const RuntimePlan& plan);
+
+// The engine of a plan of plan.tensor_parallel_size ranks over `ranks` (load_model_ranks(plan.model,
+// ...)): a TensorParallelExecutor whose ranks each hold the planned KV pool. `ranks` must outlive it.
+std::unique_ptr<Engine> build_engine(model::LoadedRanks& ranks, const RuntimePlan& plan);
 
 }  // namespace tessera::engine

@@ -141,3 +141,29 @@ TEST(Generate, ASequenceThePlanCannotHoldIsRefusedNamingTheFlags) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// --tensor-parallel-size: the model split over CPU ranks (threads) samples the tokens of one rank,
+// and a size that does not divide the heads is refused before loading, naming heads and ranks.
+TEST(Generate, TensorParallelRanksDrawTheTokensOfOneRank) {
+  const auto dir = test::fixtures_dir() / "models" / "kimi-k2-tiny";  // 8 heads, 12 experts
+  auto golden = io::SafetensorsFile::open(dir / "golden.safetensors");
+  const auto prompt = golden_ids(*golden, "prompt.0");
+  const std::string flags = "--ignore-eos --temperature 0.8 --max-tokens 8 --seed 5";
+  const auto want = tokens_of(generate_json(dir, prompt, flags));
+  ASSERT_EQ(want.size(), 8u);
+  EXPECT_EQ(tokens_of(generate_json(dir, prompt, flags + " --tensor-parallel-size 8")), want);
+
+  std::string out;
+  const int rc = test::run_command(test::tessera_binary().string() + " generate --model " + dir.string() +
+                                       " --prompt-ids 1,2,3 --tensor-parallel-size 3",
+                                   &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("8 attention heads"), std::string::npos) << out;
+  EXPECT_NE(out.find("3 ranks"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tessera

@@ -45,3 +45,24 @@ TEST(Plan, ContextThatCannotFitIsRefusedWithTheNumbers) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// --tensor-parallel-size: the plan says how the model is split, and refuses a size that does not
+// divide the heads (before any weight is read), naming heads and ranks.
+TEST(Plan, TensorParallelSizeIsPlannedOrRefusedNamingHeadsAndRanks) {
+  int rc = 0;
+  const auto dir = (test::fixtures_dir() / "models" / "kimi-k2-tiny").string();  // 8 heads, 12 experts
+  std::string out = test::tessera("plan --model " + dir + " --kv-cache-bytes 1MiB --tensor-parallel-size 8", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("8 ranks (threads of this process), each with 1 of 8 attention heads, 1-2 of 12 routed experts"),
+            std::string::npos)
+      << out;
+  out = test::tessera("plan --model " + dir + " --tensor-parallel-size 3", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("8 attention heads do not split evenly over 3 ranks"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tessera
