@@ -47,6 +47,11 @@ void apply_penalties(std::span<float> logits, const SamplingParams& p, std::span
   }
 }
 
+void apply_logit_bias(std::span<float> logits, const SamplingParams& p) {
+  for (const auto& [t, bias] : p.logit_bias)
+    if (t >= 0 && static_cast<size_t>(t) < logits.size()) logits[static_cast<size_t>(t)] += bias;
+}
+
 void mask_tokens(std::span<float> logits, std::span<const int32_t> ids) {
   for (int32_t t : ids)
     if (t >= 0 && static_cast<size_t>(t) < logits.size()) logits[static_cast<size_t>(t)] = kNegInf;
@@ -95,6 +100,7 @@ void apply_truncation(std::span<float> x, const SamplingParams& p) {
 SampledToken sample_token(std::span<const float> raw, const SamplingParams& p, const SampleContext& ctx, Rng& rng) {
   std::vector<float> x(raw.begin(), raw.end());
   apply_penalties(x, p, ctx.prompt, ctx.generated);
+  apply_logit_bias(x, p);
   mask_tokens(x, ctx.masked);
   SampledToken out;
   const bool greedy = p.temperature <= 0.0f;
@@ -149,8 +155,9 @@ bool op_can_sample(const SamplingParams& p, const SampleContext& ctx, int64_t vo
   const bool alternatives = p.logprobs && *p.logprobs > 0;
   const bool temperature_ok = p.temperature == 0.0f || (p.temperature > 0.0f && std::isfinite(p.temperature) &&
                                                         std::isfinite(1.0f / p.temperature));
-  return !penalties && !alternatives && temperature_ok && ctx.masked.empty() && ctx.forced < 0 && p.min_p <= 0.0f &&
-         p.top_p > 0.0f && p.top_p <= 1.0f && vocab >= 1 && vocab <= ops::sampling::kMaxVocab;
+  return !penalties && !alternatives && temperature_ok && p.logit_bias.empty() && ctx.masked.empty() &&
+         ctx.forced < 0 && p.min_p <= 0.0f && p.top_p > 0.0f && p.top_p <= 1.0f && vocab >= 1 &&
+         vocab <= ops::sampling::kMaxVocab;
 }
 
 ops::SampleRow op_sample_row(const SamplingParams& p, Rng& rng) {

@@ -2,7 +2,7 @@
 // tests can check each transform on hand-made logits:
 //   1. apply_penalties: repetition (prompt + generated; HF/CTRL rule: positive logits divided by
 //      r, negative multiplied by r), then frequency (count in generated) and presence (once if in
-//      generated) subtracted, as vLLM does;
+//      generated) subtracted, as vLLM does; then apply_logit_bias: the request's logit_bias added;
 //   2. mask_tokens: ids set to -inf (min_tokens hides stop ids and EOS);
 //   3. temperature: logits / T (greedy, T == 0, stops here and takes the first argmax);
 //   4. apply_truncation: min_p (keep p >= min_p * p_max), then top_k, then top_p (smallest set of
@@ -35,6 +35,7 @@ class Rng {
 
 void apply_penalties(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
                      std::span<const int32_t> generated);
+void apply_logit_bias(std::span<float> logits, const SamplingParams& p);
 void mask_tokens(std::span<float> logits, std::span<const int32_t> ids);
 // `logits` already divided by the temperature.
 void apply_truncation(std::span<float> logits, const SamplingParams& p);
@@ -52,7 +53,7 @@ SampledToken sample_token(std::span<const float> logits, const SamplingParams& p
 
 // Whether ops::Ops::sample draws this token as sample_token would (the same distribution and the
 // same use of the RNG), so that the engine can sample on the device and copy back only the id: no
-// penalties, masked ids, min_p, forced token or alternatives in the logprobs, a temperature with a
+// penalties, logit bias, masked ids, min_p, forced token or alternatives in the logprobs, a temperature with a
 // finite reciprocal, and a vocabulary the op accepts.
 bool op_can_sample(const SamplingParams& p, const SampleContext& ctx, int64_t vocab);
 // The op's parameters for such a token; draws the uniform from `rng` exactly when sample_token

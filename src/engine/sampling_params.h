@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace tessera::engine {
@@ -31,6 +32,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // subtracted once from tokens that were generated
   float frequency_penalty = 0.0f;   // subtracted per occurrence in the generated tokens
   float repetition_penalty = 1.0f;  // prompt + generated tokens: positive logits / r, negative * r
+  // OpenAI's logit_bias: (token id, value in [-100, 100]) added to the logit after the penalties,
+  // before masking and temperature (as vLLM). Ids unique and within the vocabulary.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   std::optional<uint64_t> seed;     // same seed + prompt => same tokens, whatever the batch
   std::vector<int32_t> stop_token_ids;
   std::vector<int32_t> eos_token_ids;  // given by the caller (the model's EOS ids)

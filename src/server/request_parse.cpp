@@ -1,6 +1,8 @@
 #include "server/request_parse.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -17,6 +19,24 @@ void check_model(const OJson& b, const ServedModel& m, GenerationJob& job) {
       throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", *name, m.id), "model");
   }
   job.model = m.id;
+}
+
+// OpenAI's logit_bias: {"token id": bias in [-100, 100]}, at most kMaxLogitBias entries.
+constexpr size_t kMaxLogitBias = 1024;
+void parse_logit_bias(const OJson& lb, int64_t vocab, engine::SamplingParams& p) {
+  if (!lb.is_object()) bad_request("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  if (lb.size() > kMaxLogitBias)
+    bad_request("logit_bias", "'logit_bias' may hold at most {} tokens, got {}", kMaxLogitBias, lb.size());
+  for (const auto& [key, value] : lb.items()) {
+    int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || key.empty() || id < 0 || id >= vocab)
+      bad_request("logit_bias", "'logit_bias' keys must be token ids in [0, {}), got \"{}\"", vocab, key);
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < -100.0 ||
+        value.get<double>() > 100.0)
+      bad_request("logit_bias", "'logit_bias' values must be numbers in [-100, 100] (token {})", id);
+    p.logit_bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
 }
 
 // Sampling fields shared by both endpoints.
@@ -68,10 +88,7 @@ void parse_sampling(const OJson& b, const ServedModel& m, const ParseLimits& lim
   }
   if (auto v = get_bool(b, "include_stop_str_in_output")) job.include_stop_str = *v;
   if (auto v = get_bool(b, "skip_special_tokens")) job.skip_special_tokens = *v;
-  if (const OJson* lb = field(b, "logit_bias")) {
-    if (!lb->is_object()) bad_request("logit_bias", "'logit_bias' must be an object");
-    if (!lb->empty()) bad_request("logit_bias", "'logit_bias' is not supported by this server");
-  }
+  if (const OJson* lb = field(b, "logit_bias")) parse_logit_bias(*lb, m.vocab_size, p);
   if (auto v = get_bool(b, "stream")) job.stream = *v;
   if (const OJson* so = field(b, "stream_options")) {
     if (!so->is_object()) bad_request("stream_options", "'stream_options' must be an object");

@@ -136,6 +136,28 @@ TEST(Sampler, MaskedTokensAreNeverDrawn) {
   EXPECT_EQ(draw(logits, p, rng, {0}).token != 0, true);
 }
 
+TEST(Sampler, LogitBiasIsAddedAfterThePenalties) {
+  std::vector<float> x = {2.0f, -1.0f, 0.5f};
+  SamplingParams p;
+  p.frequency_penalty = 1.0f;
+  p.logit_bias = {{0, -100.0f}, {2, 2.5f}};
+  const std::vector<int32_t> generated = {2};
+  apply_penalties(x, p, {}, generated);
+  apply_logit_bias(x, p);
+  EXPECT_FLOAT_EQ(x[0], -98.0f);  // 2 - 100
+  EXPECT_FLOAT_EQ(x[1], -1.0f);   // untouched
+  EXPECT_FLOAT_EQ(x[2], 2.0f);    // 0.5 - 1 (generated once) + 2.5
+  // Greedy follows the biased logits; the device op cannot apply a bias, so the host samples.
+  p = {};
+  p.temperature = 0.0f;
+  p.logit_bias = {{1, 100.0f}};
+  Rng rng(0);
+  EXPECT_EQ(draw({10.0f, 0.0f, 5.0f}, p, rng).token, 1);
+  EXPECT_FALSE(op_can_sample(p, SampleContext{}, 3));
+  p.logit_bias.clear();
+  EXPECT_TRUE(op_can_sample(p, SampleContext{}, 3));
+}
+
 TEST(Sampler, LogprobsAreTheLogSoftmaxOfTheSampledDistribution) {
   const std::vector<float> logits = {1.0f, 2.0f, 3.0f};
   SamplingParams p;

@@ -1,7 +1,7 @@
 // The API surface browsers, proxies and SDKs rely on: CORS (--allowed-origins; none by default),
 // 405 with Allow for a known path and another method, X-Request-Id on every response, the
 // `developer` role rendered as the system role, and the legacy completions' logprobs listing the
-// sampled token. CorsPolicy alone, then through `tessera serve`.
+// sampled token, and logit_bias steering the draw. CorsPolicy alone, then through `tessera serve`.
 #include "server/cors.h"
 
 #include <gtest/gtest.h>
@@ -201,6 +201,25 @@ TEST(ServerApiSurface, CompletionLogprobsListTheSampledToken) {
       EXPECT_FLOAT_EQ(top[token].get<float>(), lp["token_logprobs"][i].get<float>());
     }
   }
+}
+
+// logit_bias reaches the sampler: +100 on one token makes greedy pick it at every step (the demo
+// model's logits are a few units apart), and a plain greedy request does not.
+TEST(ServerApiSurface, LogitBiasSteersTheDraw) {
+  ServerProcess srv;
+  httplib::Client c("127.0.0.1", srv.port());
+  auto tokens = [&](const std::string& extra) {
+    auto r =
+        post_json(c, "/v1/completions", R"({"prompt":"hi","max_tokens":4,"temperature":0,"logprobs":0)" + extra + "}");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : srv.log());
+    return r ? Json::parse(r->body)["choices"][0]["logprobs"]["tokens"] : Json::array();
+  };
+  const Json plain = tokens("");
+  ASSERT_EQ(plain.size(), 4u);
+  const Json biased = tokens(R"(,"logit_bias":{"1000":100})");
+  ASSERT_EQ(biased.size(), 4u);
+  for (const auto& t : biased) EXPECT_EQ(t, biased[0]) << biased;
+  EXPECT_NE(biased, plain);
 }
 
 }  // namespace

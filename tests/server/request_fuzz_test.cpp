@@ -3,6 +3,7 @@
 // (which would be a 500) or a crash. Deterministic and bounded (a few thousand bodies).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "server/anthropic_messages.h"
@@ -123,6 +124,30 @@ TEST(RequestFuzz, ChatFieldsOfEveryType) {
 
 TEST(RequestFuzz, CompletionFieldsOfEveryType) {
   expect_only_api_errors(OJson::parse(R"({"prompt":"hi","max_tokens":4})"), false);
+}
+
+// logit_bias: token ids as keys, biases in [-100, 100] as values, into the sampling parameters; any
+// other shape is a 400 naming logit_bias.
+TEST(RequestParse, LogitBiasIsParsedOrRefusedByName) {
+  ParseLimits lim;
+  const auto job = parse_completion_request(
+      OJson::parse(R"({"prompt":"hi","max_tokens":2,"logit_bias":{"5":10,"129279":-100,"42":0.5}})"), demo(), lim);
+  std::vector<std::pair<int32_t, float>> want = {{5, 10.0f}, {129279, -100.0f}, {42, 0.5f}};
+  auto got = job.params.logit_bias;
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
+  for (const char* bad : {R"([1,2])", R"({"abc":1})", R"({"-1":1})", R"({"129280":1})", R"({"7":101})", R"({"7":"1"})",
+                          R"({"":1})", R"({"7x":1})", R"({"7":-100.5})"}) {
+    try {
+      parse_completion_request(OJson::parse(std::string(R"({"prompt":"hi","max_tokens":2,"logit_bias":)") + bad + "}"),
+                               demo(), lim);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << bad;
+      EXPECT_EQ(e.param(), "logit_bias") << bad;
+    }
+  }
 }
 
 TEST(RequestFuzz, MessageShapes) {
