@@ -41,6 +41,9 @@ bool HttpServer::stream_step(Live& l, ResponseSink& sink) {
     if (chat)
       for (int64_t i = 0; i < l.gen->num_choices(); ++i)
         if (!write(sse(chat_role_chunk(l.meta, i)))) return l.gen->abort(), false;
+    if (!chat && !messages && l.job.echo)
+      for (int64_t i = 0; i < l.gen->num_choices(); ++i)
+        if (!write(sse(completion_echo_chunk(l.meta, l.job, i)))) return l.gen->abort(), false;
   }
   std::vector<ChoiceEvent> events;
   const bool more = l.gen->poll(events, std::chrono::milliseconds(50));

@@ -316,10 +316,12 @@ GenerationJob parse_completion_request(const OJson& b, const ServedModel& m, con
   };
   if (pr->is_string()) {
     job.prompts.push_back(m.tokenizer->encode(pr->get<std::string>(), eo));
+    job.echo_texts.push_back(pr->get<std::string>());
   } else if (pr->is_array() && !pr->empty() && (*pr)[0].is_string()) {
     for (const auto& x : *pr) {
       if (!x.is_string()) bad_request("prompt", "'prompt' must be a string, an array of strings, or token ids");
       job.prompts.push_back(m.tokenizer->encode(x.get<std::string>(), eo));
+      job.echo_texts.push_back(x.get<std::string>());
     }
   } else if (pr->is_array() && !pr->empty() && (*pr)[0].is_array()) {
     for (const auto& x : *pr) {
@@ -334,11 +336,19 @@ GenerationJob parse_completion_request(const OJson& b, const ServedModel& m, con
   if (job.prompts.size() > 64) bad_request("prompt", "at most 64 prompts per request");
   for (const auto& p : job.prompts)
     if (p.empty()) bad_request("prompt", "a prompt encodes to no tokens");
-  if (auto e = get_bool(b, "echo"); e && *e) bad_request("echo", "'echo' is not supported");
+  if (auto e = get_bool(b, "echo")) job.echo = *e;
   if (auto s = get_str(b, "suffix"); s && !s->empty()) bad_request("suffix", "'suffix' is not supported");
   parse_sampling(b, m, lim, job);
+  // Token-id prompts echo as their text (special tokens as skip_special_tokens says); strings as given.
+  for (size_t i = job.echo_texts.size(); job.echo && i < job.prompts.size(); ++i)
+    job.echo_texts.push_back(m.tokenizer->decode(job.prompts[i], job.skip_special_tokens));
   resolve_max_tokens(b, m, job, 16);
   if (auto v = get_int(b, "logprobs", 0, 5)) {
+    // OpenAI and vLLM then list the prompt tokens' logprobs too: prompt logprobs are not computed here.
+    if (job.echo)
+      bad_request("echo",
+                  "'echo' together with 'logprobs' needs the prompt tokens' logprobs, which this server "
+                  "does not compute; use one or the other");
     job.logprobs = true;
     job.top_logprobs = *v;
     job.params.logprobs = *v;

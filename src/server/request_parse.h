@@ -43,6 +43,10 @@ struct GenerationJob {
   bool include_usage = false;
   bool logprobs = false;
   int64_t top_logprobs = 0;
+  // Completions `echo`: each prompt's text (the string given, or its ids decoded) goes before its
+  // choices' generated text.
+  bool echo = false;
+  std::vector<std::string> echo_texts;  // one per prompt
   // Chat only: reasoning and tool calls.
   bool include_reasoning = true;
   bool thinking = false;

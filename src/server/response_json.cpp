@@ -1,5 +1,7 @@
 #include "server/response_json.h"
 
+#include <algorithm>
+
 #include "server/api_error.h"
 
 namespace tessera::server {
@@ -177,13 +179,25 @@ OJson completion_chunk(const ResponseMeta& m, const ChoiceEvent& ev, ChoiceAccum
   return j;
 }
 
+std::string echo_text(const GenerationJob& job, int64_t choice) {
+  if (!job.echo) return {};
+  return job.echo_texts.at(static_cast<size_t>(choice / std::max<int64_t>(job.params.n, 1)));
+}
+
+OJson completion_echo_chunk(const ResponseMeta& m, const GenerationJob& job, int64_t choice) {
+  OJson j = base(m, "text_completion");
+  j["choices"] = OJson::array(
+      {OJson{{"index", choice}, {"text", echo_text(job, choice)}, {"logprobs", OJson()}, {"finish_reason", OJson()}}});
+  return j;
+}
+
 OJson completion_response(const ResponseMeta& m, const std::vector<ChoiceAccum>& choices, const Usage& u,
                           const GenerationJob& job, const text::Tokenizer& tok) {
   OJson j = base(m, "text_completion");
   OJson arr = OJson::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceAccum& a = choices[i];
-    OJson c{{"index", static_cast<int64_t>(i)}, {"text", a.content}};
+    OJson c{{"index", static_cast<int64_t>(i)}, {"text", echo_text(job, static_cast<int64_t>(i)) + a.content}};
     int64_t off = 0;
     c["logprobs"] = job.logprobs ? completion_logprobs(a.tokens, off, tok) : OJson();
     c["finish_reason"] = a.finish_reason ? OJson(*a.finish_reason) : OJson("stop");

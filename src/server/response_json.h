@@ -38,6 +38,10 @@ OJson usage_json(const Usage& u, bool chat);
 // Chat: the first chunk of a choice (role), one chunk per event (null when the event carries
 // nothing to send), and the complete response.
 OJson chat_role_chunk(const ResponseMeta& m, int64_t index);
+// Completions with `echo`: the prompt's text of a choice ("" without echo), and the chunk that
+// streams it first.
+std::string echo_text(const GenerationJob& job, int64_t choice);
+OJson completion_echo_chunk(const ResponseMeta& m, const GenerationJob& job, int64_t choice);
 OJson chat_chunk(const ResponseMeta& m, const ChoiceEvent& ev, const GenerationJob& job, const text::Tokenizer& tok);
 OJson chat_response(const ResponseMeta& m, const std::vector<ChoiceAccum>& choices, const Usage& u,
                     const GenerationJob& job, const text::Tokenizer& tok);

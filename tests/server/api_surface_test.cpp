@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "http_helpers.h"
 #include "server_process.h"
+#include "support/test_support.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace tessera::test {
 namespace {
@@ -220,6 +222,53 @@ TEST(ServerApiSurface, LogitBiasSteersTheDraw) {
   ASSERT_EQ(biased.size(), 4u);
   for (const auto& t : biased) EXPECT_EQ(t, biased[0]) << biased;
   EXPECT_NE(biased, plain);
+}
+
+// Completions `echo`: the prompt's text before each choice's text, streamed or not, for string and
+// token-id prompts; with logprobs (which would need the prompt's logprobs) a 400 naming echo.
+TEST(ServerApiSurface, CompletionsEchoThePrompt) {
+  ServerProcess srv;
+  httplib::Client c("127.0.0.1", srv.port());
+  auto texts = [&](const std::string& body) {
+    auto r = post_json(c, "/v1/completions", body);
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : srv.log());
+    std::vector<std::string> out;
+    if (r && r->status == 200)
+      for (const auto& ch : Json::parse(r->body)["choices"]) out.push_back(ch["text"].get<std::string>());
+    return out;
+  };
+  const std::string common = R"("max_tokens":5,"temperature":0,"n":2)";
+  const auto plain = texts(R"({"prompt":["One two","Three"],)" + common + "}");
+  const auto echoed = texts(R"({"prompt":["One two","Three"],"echo":true,)" + common + "}");
+  ASSERT_EQ(plain.size(), 4u);
+  ASSERT_EQ(echoed.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(echoed[i], std::string(i < 2 ? "One two" : "Three") + plain[i]) << i;
+
+  // Streamed: the echo chunk first, then the same text.
+  auto r = post_json(c, "/v1/completions", R"({"prompt":"One two","echo":true,"stream":true,)" + common + "}");
+  ASSERT_TRUE(r && r->status == 200);
+  bool done = false;
+  std::string streamed[2];
+  for (const auto& e : sse_events(r->body, &done))
+    for (const auto& ch : e["choices"]) streamed[ch["index"].get<int>()] += ch["text"].get<std::string>();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(streamed[0], echoed[0]);
+  EXPECT_EQ(streamed[1], echoed[1]);
+
+  // Token ids echo as their decoded text (the demo model's tokenizer is the DeepSeek-V3 fixture's).
+  const auto tok = text::load_tokenizer(fixtures_dir() / "tokenizers" / "deepseek-v3");
+  text::EncodeOptions as_served;  // the server's default for completions: BOS first
+  as_served.add_special_tokens = true;
+  const auto ids = tok->encode("One two", as_served);
+  std::string id_list;
+  for (int32_t id : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(id);
+  const auto from_ids = texts(R"({"prompt":[)" + id_list + R"(],"echo":true,)" + common + "}");
+  ASSERT_EQ(from_ids.size(), 2u);
+  EXPECT_EQ(from_ids[0], echoed[0]);
+  auto bad = post_json(c, "/v1/completions", R"({"prompt":"hi","max_tokens":2,"echo":true,"logprobs":1})");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(Json::parse(bad->body)["error"]["param"], "echo");
 }
 
 }  // namespace
