@@ -233,8 +233,9 @@ TEST(ServerApiSurface, CompletionsEchoThePrompt) {
     auto r = post_json(c, "/v1/completions", body);
     EXPECT_TRUE(r && r->status == 200) << (r ? r->body : srv.log());
     std::vector<std::string> out;
-    if (r && r->status == 200)
-      for (const auto& ch : Json::parse(r->body)["choices"]) out.push_back(ch["text"].get<std::string>());
+    if (!r || r->status != 200) return out;
+    const Json body_json = Json::parse(r->body);  // named: a range-for over a temporary's member dangles
+    for (const auto& ch : body_json["choices"]) out.push_back(ch["text"].get<std::string>());
     return out;
   };
   const std::string common = R"("max_tokens":5,"temperature":0,"n":2)";
