@@ -35,7 +35,7 @@ struct SamplingParams {
   // OpenAI's logit_bias: (token id, value in [-100, 100]) added to the logit after the penalties,
   // before masking and temperature (as vLLM). Ids unique and within the vocabulary.
   std::vector<std::pair<int32_t, float>> logit_bias;
-  std::optional<uint64_t> seed;     // same seed + prompt => same tokens, whatever the batch
+  std::optional<uint64_t> seed;  // same seed + prompt => same tokens, whatever the batch
   std::vector<int32_t> stop_token_ids;
   std::vector<int32_t> eos_token_ids;  // given by the caller (the model's EOS ids)
   bool ignore_eos = false;
