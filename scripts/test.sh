@@ -5,8 +5,10 @@
 #   1. the release build and its tests, warnings as errors: the CUDA backend is compiled for every
 #      default architecture when nvcc is found (GPU tests skip themselves without a GPU; on the GPU
 #      machine TESSERA_REQUIRE_GPU=1 makes such a skip a failure), else the CPU-only build;
-#   2. unless TESSERA_QUICK=1: the same tests under AddressSanitizer + UBSan (preset asan), and the
-#      libFuzzer targets for a bounded time (scripts/fuzz.sh, TESSERA_FUZZ_SECONDS each).
+#   2. unless TESSERA_QUICK=1: the same tests under AddressSanitizer + UBSan (preset asan: clang, which
+#      builds it 2.5x faster than gcc, so the project is also compiled by a second compiler with
+#      warnings as errors), and the libFuzzer targets for a bounded time (scripts/fuzz.sh,
+#      TESSERA_FUZZ_SECONDS each). CI has 90 minutes on 2 cores: keep the whole script well under.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)

@@ -11,7 +11,7 @@ using Clock = std::chrono::steady_clock;
 
 Generation::Generation(engine::Engine& engine, const ServedModel& model, const GenerationJob& job, std::string id,
                        ServerMetrics* metrics)
-    : engine_(engine), model_(model), job_(job), metrics_(metrics), start_(Clock::now()) {
+    : engine_(engine), job_(job), metrics_(metrics), start_(Clock::now()) {
   const int64_t n = job.params.n;
   for (size_t k = 0; k < job.prompts.size(); ++k) {
     for (int64_t i = 0; i < n; ++i) {

@@ -72,7 +72,6 @@ class Generation {
   void record_end();
 
   engine::Engine& engine_;
-  const ServedModel& model_;
   const GenerationJob& job_;
   ServerMetrics* metrics_;
   std::vector<Sub> subs_;
