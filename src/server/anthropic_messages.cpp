@@ -281,7 +281,7 @@ GenerationJob parse_messages_request(const OJson& body, const ServedModel& model
     if (p.rfind("tools[", 0) == 0) p = "tools";
     std::string msg = e.what();
     if (e.param() == "stop") msg = "stop_sequences: " + msg;
-    throw ApiError(e.status(), msg, p);
+    throw ApiError(e.status(), msg, p, e.code());
   }
 }
 
@@ -299,7 +299,7 @@ int64_t count_message_tokens(const OJson& body, const ServedModel& model, const 
   try {
     return static_cast<int64_t>(parse_chat_request(chat, model, limits).prompts.at(0).size());
   } catch (const ApiError& e) {
-    throw ApiError(e.status(), e.what(), e.param().rfind("messages[", 0) == 0 ? "messages" : e.param());
+    throw ApiError(e.status(), e.what(), e.param().rfind("messages[", 0) == 0 ? "messages" : e.param(), e.code());
   }
 }
 

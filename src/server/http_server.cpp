@@ -26,12 +26,12 @@ constexpr const char* kJson = "application/json";
 // are in the shape of the API asked: Anthropic's on /v1/messages (its SDKs read error.type),
 // OpenAI's everywhere else.
 void send_error(HttpResponse& res, int status, const std::string& message, const std::string& param = {},
-                bool anthropic = false) {
+                bool anthropic = false, const std::string& code = {}) {
   constexpr size_t kMaxMessage = 1024, kMaxParam = 128;
   res.status = status;
   const std::string m = message.size() > kMaxMessage ? excerpt(message, kMaxMessage) : message;
   const std::string p = param.size() > kMaxParam ? excerpt(param, kMaxParam) : param;
-  res.set_content(dump(anthropic ? anthropic_error_json(status, m, p) : error_json(status, m, p)), kJson);
+  res.set_content(dump(anthropic ? anthropic_error_json(status, m, p) : error_json(status, m, p, code)), kJson);
   if (status == 429 || status == 503) res.set_header("Retry-After", "1");
 }
 
@@ -274,7 +274,7 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
         const OJson body = parse_request_json(w.body, opt_.json_limits());
         return res.set_content(dump(OJson{{"input_tokens", count_message_tokens(body, model_, opt_.limits)}}), kJson);
       } catch (const ApiError& e) {
-        return send_error(res, e.status(), e.what(), e.param(), true);
+        return send_error(res, e.status(), e.what(), e.param(), true, e.code());
       } catch (const core::Error& e) {
         return send_error(res, 400, excerpt(e.what(), 2000), {}, true);
       }
@@ -328,7 +328,7 @@ void HttpServer::generate(const HttpRequest& req, HttpResponse& res, Endpoint ep
     live->accum.resize(static_cast<size_t>(live->gen->num_choices()));
     if (anthropic) live->messages.emplace(live->meta, static_cast<int64_t>(live->job.prompts[0].size()));
   } catch (const ApiError& e) {
-    return send_error(res, e.status(), e.what(), e.param(), anthropic);
+    return send_error(res, e.status(), e.what(), e.param(), anthropic, e.code());
   } catch (const core::Error& e) {
     return send_error(res, 400, excerpt(e.what(), 2000), {}, anthropic);
   }

@@ -123,16 +123,19 @@ void resolve_max_tokens(const OJson& b, const ServedModel& m, GenerationJob& job
   int64_t longest = 0;
   for (const auto& pr : job.prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(pr.size()));
   if (longest >= m.max_model_len)
-    bad_request(job.endpoint == Endpoint::kChat ? "messages" : "prompt",
-                "the prompt is {} tokens; this model's context is {} tokens (prompt + output)", longest,
-                m.max_model_len);
+    throw ApiError(400,
+                   fmt::format("the prompt is {} tokens; this model's context is {} tokens (prompt + output)", longest,
+                               m.max_model_len),
+                   job.endpoint == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded");
   const char* key = field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   std::optional<int64_t> mt = get_int(b, key, 1, INT64_MAX / 4);
   const int64_t room = m.max_model_len - longest;
   job.params.max_tokens = mt ? *mt : (default_max > 0 ? std::min(default_max, room) : room);
   if (job.params.max_tokens > room)
-    bad_request(key, "prompt ({} tokens) + max_tokens ({}) exceeds this model's context of {} tokens", longest,
-                job.params.max_tokens, m.max_model_len);
+    throw ApiError(400,
+                   fmt::format("prompt ({} tokens) + max_tokens ({}) exceeds this model's context of {} tokens",
+                               longest, job.params.max_tokens, m.max_model_len),
+                   key, "context_length_exceeded");
   if (auto v = get_int(b, "min_tokens", 0, job.params.max_tokens)) job.params.min_tokens = *v;
 }
 
@@ -251,6 +254,7 @@ GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const Par
 
   std::string prompt;
   try {
+    rewrite_for_template(m.tool_rendering, ri);
     prompt = (ri.tools.is_null() ? *m.chat_template : *m.chat_template_tools).render(ri);
   } catch (const std::exception& e) {
     bad_request("messages", "the chat template failed for this conversation: {}", truncate_message(e.what()));

@@ -94,11 +94,11 @@ void accumulate(ChoiceAccum& acc, const ChoiceEvent& ev) {
     acc.tool_calls.erase(acc.tool_calls.lower_bound(*ev.complete_tool_calls), acc.tool_calls.end());
 }
 
-OJson error_json(int status, const std::string& message, const std::string& param) {
+OJson error_json(int status, const std::string& message, const std::string& param, const std::string& code) {
   OJson e{{"message", message},
           {"type", error_type(status)},
           {"param", param.empty() ? OJson() : OJson(param)},
-          {"code", status}};
+          {"code", code.empty() ? std::string(error_code(status, param)) : code}};
   return OJson{{"error", std::move(e)}};
 }
 

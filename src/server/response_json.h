@@ -32,7 +32,7 @@ struct ChoiceAccum {
 };
 void accumulate(ChoiceAccum& acc, const ChoiceEvent& ev);
 
-OJson error_json(int status, const std::string& message, const std::string& param = {});
+OJson error_json(int status, const std::string& message, const std::string& param = {}, const std::string& code = {});
 OJson usage_json(const Usage& u, bool chat);
 
 // Chat: the first chunk of a choice (role), one chunk per event (null when the event carries

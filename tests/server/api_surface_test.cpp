@@ -144,7 +144,7 @@ TEST(ServerApiSurface, NoCorsByDefaultAnd405AndRequestIds) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 405);
   EXPECT_EQ(r->get_header_value("Allow"), "POST, OPTIONS");
-  EXPECT_EQ(Json::parse(r->body)["error"]["code"], 405);
+  EXPECT_EQ(Json::parse(r->body)["error"]["code"], "method_not_allowed");
   r = c.Post("/health", "{}", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 405);

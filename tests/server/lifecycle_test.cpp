@@ -59,7 +59,7 @@ TEST(ServerLifecycle, AnswersWhileLoadingThenTurnsReady) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 503) << r->body;
     const Json e = Json::parse(r->body);
-    EXPECT_EQ(e["error"]["code"], 503);
+    EXPECT_EQ(e["error"]["code"], "service_unavailable");
     EXPECT_EQ(e["error"]["type"], "service_unavailable_error");
     EXPECT_NE(e["error"]["message"].get<std::string>().find("loading"), std::string::npos) << r->body;
     ASSERT_EQ(r->get_header_value_count("Retry-After"), 1u);
@@ -122,7 +122,7 @@ TEST(ServerLifecycle, EngineThreadDeathFailsTheRequestAndExitsNonZero) {
   auto bad = post_json(c, "/v1/completions", R"({"prompt":[10,4242],"max_tokens":2})");
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 500) << bad->body;
-  EXPECT_EQ(Json::parse(bad->body)["error"]["code"], 500);
+  EXPECT_EQ(Json::parse(bad->body)["error"]["code"], "internal_error");
   // No one sends SIGTERM: the server notices, stops serving and exits 1 on its own; it is told by
   // the engine itself (its listener), not only through the request that saw the failure.
   EXPECT_EQ(srv.wait_exit(60), 1) << srv.log();
@@ -151,7 +151,7 @@ TEST(ServerLifecycle, NonStreamedRequestCutByShutdownGets503) {
   EXPECT_EQ(status, 503) << body;
   EXPECT_EQ(retry_after, "1");
   const Json e = Json::parse(body);
-  EXPECT_EQ(e["error"]["code"], 503) << body;
+  EXPECT_EQ(e["error"]["code"], "service_unavailable") << body;
   EXPECT_NE(e["error"]["message"].get<std::string>().find("shut down"), std::string::npos) << body;
 }
 
