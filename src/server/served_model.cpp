@@ -1,6 +1,8 @@
 #include "core/file.h"
 #include "server/served_model.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -46,6 +48,17 @@ ServedModel load_served_model(const ServedModelOptions& o) {
   m.eos_ids.erase(std::unique(m.eos_ids.begin(), m.eos_ids.end()), m.eos_ids.end());
   m.reasoning = text::find_reasoning_markers(*m.tokenizer);
   m.tools = text::find_tool_call_markers(*m.tokenizer);
+  text::ChatRenderInput specials;
+  specials.bos_token = m.bos_token;
+  specials.eos_token = m.eos_token;
+  m.tool_rendering = probe_tool_rendering(*m.chat_template_tools, specials, m.tools.format);
+  const ToolRendering& tr = m.tool_rendering;
+  if (!tr.declares_tools || !tr.keeps_calls_with_text) {
+    if (tr.rewrite)
+      spdlog::info("{}", tr.describe());
+    else
+      spdlog::warn("{}", tr.describe());
+  }
   return m;
 }
 

@@ -13,6 +13,7 @@
 #include "text/reasoning/tool_call_parser.h"
 #include "text/template/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
+#include "server/tool_rendering.h"
 
 namespace tessera::server {
 
@@ -31,6 +32,7 @@ struct ServedModel {
   bool default_thinking = false;
   text::ReasoningMarkers reasoning;
   text::ToolCallMarkers tools;
+  ToolRendering tool_rendering;  // what the tools template does with tools, and tessera's repair
 };
 
 struct ServedModelOptions {
