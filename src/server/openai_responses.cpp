@@ -79,9 +79,9 @@ std::string content_text(const OJson& content, const std::string& where) {
     else if (type == "refusal")
       text = required_string(content[k], "refusal", w, false);
     else if (type == "input_image" || type == "input_file" || type == "input_audio")
-      bad_request(w + ".type", "{}: '{}' content is not supported: this server serves a text-only model", w, type);
+      bad_request(w + ".type", "{}.type: '{}' content is not supported: this server serves a text-only model", w, type);
     else
-      bad_request(w + ".type", "{}: content part type '{}' is not supported here", w, excerpt(type, 40));
+      bad_request(w + ".type", "{}.type: content part type '{}' is not supported here", w, excerpt(type, 40));
     if (k) out += "\n";
     out += text;
   }
@@ -169,10 +169,10 @@ void translate_input(const OJson& input, OJson& out) {
       reasoning += reasoning_text(it, where);
       has_reasoning = true;
     } else if (type == "item_reference") {
-      bad_request(where + ".type", "{}: item references need stored responses; this server stores none", where);
+      bad_request(where + ".type", "{}.type: item references need stored responses; this server stores none", where);
     } else {
       bad_request(where + ".type",
-                  "{}: input item type '{}' is not supported (message, function_call, function_call_output and "
+                  "{}.type: input item type '{}' is not supported (message, function_call, function_call_output and "
                   "reasoning are)",
                   where, excerpt(type, 40));
     }
@@ -463,16 +463,20 @@ std::string ResponsesStream::event(OJson j) {
 }
 
 std::string ResponsesStream::start() {
-  return event(OJson{{"type", "response.created"},
-                     {"response", response_object(meta_, echo_, "in_progress", OJson::array(), nullptr)}}) +
-         event(OJson{{"type", "response.in_progress"},
-                     {"response", response_object(meta_, echo_, "in_progress", OJson::array(), nullptr)}});
+  // Two statements: the operands of + are evaluated in no fixed order, the sequence numbers must be.
+  std::string out = event(OJson{{"type", "response.created"},
+                                {"response", response_object(meta_, echo_, "in_progress", OJson::array(), nullptr)}});
+  return out + event(OJson{{"type", "response.in_progress"},
+                           {"response", response_object(meta_, echo_, "in_progress", OJson::array(), nullptr)}});
 }
 
 std::string ResponsesStream::open(Item kind, OJson item) {
   std::string out = close("completed");
   item_ = kind;
   current_ = std::move(item);
+  // Numbered after the previous item is closed (its place in output_).
+  const char* prefix = kind == Item::kReasoning ? "rs" : kind == Item::kMessage ? "msg" : "fc";
+  current_["id"] = output_item_id(meta_, prefix, output_.size());
   text_.clear();
   const auto index = static_cast<int64_t>(output_.size());
   out += event(OJson{{"type", "response.output_item.added"}, {"output_index", index}, {"item", current_}});
@@ -532,20 +536,17 @@ std::string ResponsesStream::add(const ChoiceEvent& ev) {
   };
   const text::OutputDelta& d = ev.delta;
   if (!d.reasoning.empty()) {
-    if (item_ != Item::kReasoning)
-      out += open(Item::kReasoning, reasoning_item(output_item_id(meta_, "rs", output_.size()), OJson::array()));
+    if (item_ != Item::kReasoning) out += open(Item::kReasoning, reasoning_item("", OJson::array()));
     delta("response.reasoning_text.delta", d.reasoning, true);
   }
   if (!d.content.empty()) {
-    if (item_ != Item::kMessage)
-      out += open(Item::kMessage,
-                  message_item(output_item_id(meta_, "msg", output_.size()), "in_progress", OJson::array()));
+    if (item_ != Item::kMessage) out += open(Item::kMessage, message_item("", "in_progress", OJson::array()));
     delta("response.output_text.delta", d.content, true);
   }
   for (const auto& t : d.tool_calls) {
     if (item_ != Item::kFunctionCall || t.index != tool_call_ || t.id || t.name) {
-      out += open(Item::kFunctionCall, function_call_item(output_item_id(meta_, "fc", output_.size()),
-                                                          t.id.value_or(""), t.name.value_or(""), "", "in_progress"));
+      out +=
+          open(Item::kFunctionCall, function_call_item("", t.id.value_or(""), t.name.value_or(""), "", "in_progress"));
       tool_call_ = t.index;
     }
     if (!t.arguments.empty()) delta("response.function_call_arguments.delta", t.arguments, false);
