@@ -1,6 +1,7 @@
 // Writing responses of admitted requests: the non-streamed body and SSE streams, both built from
-// the same generation events (see response_json.h), in the OpenAI shape or, on /v1/messages, the
-// Anthropic one (anthropic_messages.h).
+// the same generation events (see response_json.h), in the OpenAI chat/completions shape, on
+// /v1/messages the Anthropic one (anthropic_messages.h), on /v1/responses the Responses API's
+// (openai_responses.h).
 #include "server/http_live.h"
 #include "server/http_server.h"
 
@@ -24,12 +25,14 @@ bool HttpServer::run_non_stream(Live& l, std::chrono::steady_clock::time_point u
 std::string HttpServer::non_stream_body(Live& l) {
   const Usage u = l.gen->usage();
   if (l.api == Endpoint::kMessages) return dump(messages_response(l.meta, l.accum.at(0), u));
+  if (l.api == Endpoint::kResponses) return dump(responses_response(l.meta, l.responses_echo, l.accum.at(0), u));
   return dump(l.api == Endpoint::kChat ? chat_response(l.meta, l.accum, u, l.job, *model_.tokenizer)
                                        : completion_response(l.meta, l.accum, u, l.job, *model_.tokenizer));
 }
 
 bool HttpServer::stream_step(Live& l, ResponseSink& sink) {
   const bool chat = l.api == Endpoint::kChat, messages = l.api == Endpoint::kMessages;
+  const bool responses = l.api == Endpoint::kResponses;
   auto write = [&](const std::string& s) {
     l.last_write = std::chrono::steady_clock::now();
     return sink.write(s);
@@ -38,10 +41,11 @@ bool HttpServer::stream_step(Live& l, ResponseSink& sink) {
   if (!l.started) {
     l.started = true;
     if (messages && !write(l.messages->start())) return l.gen->abort(), false;
+    if (responses && !write(l.responses->start())) return l.gen->abort(), false;
     if (chat)
       for (int64_t i = 0; i < l.gen->num_choices(); ++i)
         if (!write(sse(chat_role_chunk(l.meta, i)))) return l.gen->abort(), false;
-    if (!chat && !messages && l.job.echo)
+    if (!chat && !messages && !responses && l.job.echo)
       for (int64_t i = 0; i < l.gen->num_choices(); ++i)
         if (!write(sse(completion_echo_chunk(l.meta, l.job, i)))) return l.gen->abort(), false;
   }
@@ -53,6 +57,8 @@ bool HttpServer::stream_step(Live& l, ResponseSink& sink) {
     std::string out;
     if (messages) {
       out = l.messages->add(ev);
+    } else if (responses) {
+      out = l.responses->add(ev);
     } else {
       const OJson j = chat ? chat_chunk(l.meta, ev, l.job, *model_.tokenizer)
                            : completion_chunk(l.meta, ev, acc, l.job, *model_.tokenizer);
@@ -74,7 +80,7 @@ bool HttpServer::stream_step(Live& l, ResponseSink& sink) {
   }
   if (more && abort_all_) {
     l.gen->abort();
-    write(stream_error(l.api, 503, "the server shut down before the request finished"));
+    write(stream_error(l.api, 503, "the server shut down before the request finished", &l.responses));
     l.finished = true;
     sink.done();
     return true;
@@ -82,9 +88,11 @@ bool HttpServer::stream_step(Live& l, ResponseSink& sink) {
   if (more) return true;
   if (l.gen->engine_failed()) {
     on_engine_failure("the engine failed a step");
-    write(stream_error(l.api, 500, "the engine failed while generating this request"));
+    write(stream_error(l.api, 500, "the engine failed while generating this request", &l.responses));
   } else if (messages) {
     write(l.messages->finish(l.gen->usage()));
+  } else if (responses) {
+    write(l.responses->finish(l.gen->usage()));
   } else {
     if (l.job.include_usage) write(sse(usage_chunk(l.meta, l.gen->usage(), chat)));
     write("data: [DONE]\n\n");

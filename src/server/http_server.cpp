@@ -41,7 +41,7 @@ std::string route_methods(const std::string& path) {
       (path.rfind("/v1/models/", 0) == 0 && path.size() > 11))
     return "GET, HEAD";
   if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/messages" ||
-      path == "/v1/messages/count_tokens")
+      path == "/v1/messages/count_tokens" || path == "/v1/responses")
     return "POST";
   return "";
 }
@@ -268,6 +268,7 @@ void HttpServer::handle(const HttpRequest& req, HttpResponse& res) {
     if (post && path == "/v1/chat/completions") return generate(req, res, Endpoint::kChat);
     if (post && path == "/v1/completions") return generate(req, res, Endpoint::kCompletion);
     if (post && path == "/v1/messages") return generate(req, res, Endpoint::kMessages);
+    if (post && path == "/v1/responses") return generate(req, res, Endpoint::kResponses);
     // Rendering and tokenizing only: answered here, without an admission slot or the engine.
     if (post && path == "/v1/messages/count_tokens") {
       try {
@@ -309,9 +310,10 @@ void HttpServer::generate(const HttpRequest& req, HttpResponse& res, Endpoint ep
   live->api = ep;
   try {
     const OJson body = parse_request_json(req.wire.body, opt_.json_limits());
-    live->job = ep == Endpoint::kChat       ? parse_chat_request(body, model_, opt_.limits)
-                : ep == Endpoint::kMessages ? parse_messages_request(body, model_, opt_.limits)
-                                            : parse_completion_request(body, model_, opt_.limits);
+    live->job = ep == Endpoint::kChat        ? parse_chat_request(body, model_, opt_.limits)
+                : ep == Endpoint::kMessages  ? parse_messages_request(body, model_, opt_.limits)
+                : ep == Endpoint::kResponses ? parse_responses_request(body, model_, opt_.limits, live->responses_echo)
+                                             : parse_completion_request(body, model_, opt_.limits);
     if (metrics_.in_flight.fetch_add(1) >= opt_.max_in_flight) {
       metrics_.in_flight--;
       return send_error(
@@ -319,14 +321,20 @@ void HttpServer::generate(const HttpRequest& req, HttpResponse& res, Endpoint ep
           {}, anthropic);
     }
     live->metrics = &metrics_;
-    const std::string id = next_id(ep == Endpoint::kChat ? "chatcmpl" : anthropic ? "msg" : "cmpl");
-    // Anthropic's ids are msg_...; the engine request and the tool-call ids keep the dashed form.
-    live->meta.id = anthropic ? "msg_" + id.substr(4) : id;
+    const bool responses = ep == Endpoint::kResponses;
+    const std::string id = next_id(ep == Endpoint::kChat ? "chatcmpl"
+                                   : anthropic           ? "msg"
+                                   : responses           ? "resp"
+                                                         : "cmpl");
+    // Anthropic's ids are msg_..., the Responses API's resp_...; the engine request and the
+    // tool-call ids keep the dashed form.
+    live->meta.id = anthropic ? "msg_" + id.substr(4) : responses ? "resp_" + id.substr(5) : id;
     live->meta.model = model_.id;
     live->meta.created = now_unix();
     live->gen = std::make_unique<Generation>(*engine_, model_, live->job, id, &metrics_);
     live->accum.resize(static_cast<size_t>(live->gen->num_choices()));
     if (anthropic) live->messages.emplace(live->meta, static_cast<int64_t>(live->job.prompts[0].size()));
+    if (responses && live->job.stream) live->responses.emplace(live->meta, live->responses_echo);
   } catch (const ApiError& e) {
     return send_error(res, e.status(), e.what(), e.param(), anthropic, e.code());
   } catch (const core::Error& e) {
@@ -360,10 +368,11 @@ void HttpServer::generate(const HttpRequest& req, HttpResponse& res, Endpoint ep
     try {
       return stream_step(*live, sink);
     } catch (const std::exception& e) {
-      // Never leave a stream without its end: an error event (then [DONE] on the OpenAI routes).
+      // Never leave a stream without its end: an error event (then [DONE] on the chat and
+      // completions routes).
       spdlog::error("stream failed: {}", e.what());
       live->gen->abort();
-      sink.write(stream_error(live->api, 500, e.what()));
+      sink.write(stream_error(live->api, 500, e.what(), &live->responses));
       live->finished = true;
       sink.done();
       return true;

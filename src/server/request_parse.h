@@ -17,9 +17,10 @@
 
 namespace tessera::server {
 
-// The API a request came on. kMessages (Anthropic's /v1/messages) is translated into a chat
-// request, so its GenerationJob says kChat: only the answer's shape differs.
-enum class Endpoint { kChat, kCompletion, kMessages };
+// The API a request came on. kMessages (Anthropic's /v1/messages) and kResponses (OpenAI's
+// /v1/responses) are translated into a chat request, so their GenerationJob says kChat: only the
+// answer's shape differs.
+enum class Endpoint { kChat, kCompletion, kMessages, kResponses };
 
 struct ParseLimits {
   int64_t max_n = 16;

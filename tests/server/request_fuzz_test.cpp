@@ -9,6 +9,7 @@
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/demo_model.h"
+#include "server/openai_responses.h"
 #include "server/request_parse.h"
 #include "server_process.h"
 #include "support/test_support.h"
@@ -211,6 +212,81 @@ TEST(RequestFuzz, AnthropicMessagesFieldsAndBlocks) {
     if (rng() % 2) b["messages"].push_back(OJson{{"role", "user"}, {"content", "next"}});
     if (rng() % 3 == 0) b["tool_choice"] = OJson{{"type", vals[rng() % vals.size()]}, {"name", "f"}};
     if (rng() % 3 == 0) b["thinking"] = OJson{{"type", "enabled"}, {"budget_tokens", vals[rng() % vals.size()]}};
+    parse(b);
+  }
+}
+
+// /v1/responses: every Responses field, then input items of random shapes, through the translation
+// and the chat parser: an ApiError 4xx or a job, nothing else.
+TEST(RequestFuzz, ResponsesFieldsAndItems) {
+  ParseLimits lim;
+  lim.allow_test_script = true;
+  auto parse = [&](const OJson& b) {
+    try {
+      OJson echo;
+      parse_responses_request(b, demo(), lim, echo);
+    } catch (const ApiError& e) {
+      EXPECT_GE(e.status(), 400) << b.dump();
+      EXPECT_LT(e.status(), 500) << b.dump();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << b.dump() << ": " << e.what();
+    }
+  };
+  const OJson base = OJson::parse(R"({"model":"tessera-demo-dsv3-random-weights","max_output_tokens":4,"input":"hi",)"
+                                  R"("tools":[{"type":"function","name":"f","parameters":{"type":"object"}}]})");
+  const auto vals = odd_values();
+  for (const char* k : {"model",
+                        "input",
+                        "instructions",
+                        "tools",
+                        "tool_choice",
+                        "max_output_tokens",
+                        "temperature",
+                        "top_p",
+                        "stream",
+                        "stream_options",
+                        "reasoning",
+                        "text",
+                        "parallel_tool_calls",
+                        "metadata",
+                        "user",
+                        "store",
+                        "previous_response_id",
+                        "include",
+                        "truncation",
+                        "background",
+                        "service_tier",
+                        "tessera_script",
+                        "unknown"})
+    for (const auto& v : vals) {
+      OJson b = base;
+      b[k] = v;
+      parse(b);
+      if (v.is_object() || v.is_string()) {  // nested: reasoning.effort, text.format, tool_choice.type
+        for (const char* nested : {"reasoning", "text", "tool_choice"}) {
+          OJson n = base;
+          n[nested] = OJson{{"effort", v}, {"format", v}, {"type", v}, {"name", v}};
+          parse(n);
+        }
+      }
+    }
+  std::mt19937 rng(13);
+  const std::vector<std::string> types = {"message",   "function_call",  "function_call_output",
+                                          "reasoning", "item_reference", "input_text"};
+  for (int i = 0; i < 2000; ++i) {
+    OJson item = OJson::object();
+    for (const char* k : {"type", "role", "content", "call_id", "name", "arguments", "output", "id", "summary"})
+      if (rng() % 2) item[k] = vals[rng() % vals.size()];
+    if (rng() % 4) item["type"] = types[rng() % types.size()];
+    if (rng() % 2) item["call_id"] = "c1";
+    if (rng() % 3 == 0)
+      item["content"] = OJson::array(
+          {OJson{{"type", rng() % 2 ? "input_text" : "reasoning_text"}, {"text", vals[rng() % vals.size()]}}});
+    OJson b = base;
+    b["input"] = OJson::parse(
+        R"([{"role":"user","content":"q"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"}])");
+    b["input"].push_back(item);
+    if (rng() % 2) b["input"].push_back(OJson{{"role", "user"}, {"content", "next"}});
     parse(b);
   }
 }

@@ -279,6 +279,136 @@ test('a non-streamed request longer than a second is an ordinary response', asyn
   console.log(`     (took ${Date.now() - t0} ms)`);
 });
 
+// The Responses API (POST /v1/responses): the SDK's responses.create, streamed and not, its
+// responses.stream helper, and a function_call / function_call_output round trip.
+async function collectResponse(params) {
+  const stream = await client.responses.create({ ...params, stream: true });
+  let text = '', reasoning = '', seq = -1, final = null;
+  const types = [], args = new Map(), done = [];
+  for await (const ev of stream) {
+    assert.equal(ev.sequence_number, seq + 1, 'sequence numbers count up');
+    seq = ev.sequence_number;
+    types.push(ev.type);
+    if (ev.type === 'response.output_text.delta') text += ev.delta;
+    if (ev.type === 'response.reasoning_text.delta') reasoning += ev.delta;
+    if (ev.type === 'response.function_call_arguments.delta') args.set(ev.output_index, (args.get(ev.output_index) ?? '') + ev.delta);
+    if (ev.type === 'response.output_item.done') done.push(ev.item);
+    if (ev.type === 'response.completed' || ev.type === 'response.incomplete') final = ev.response;
+  }
+  assert.deepEqual(types.slice(0, 2), ['response.created', 'response.in_progress']);
+  assert.ok(final, 'the stream ends with response.completed or response.incomplete');
+  assert.equal(types.at(-1), `response.${final.status}`);
+  assert.deepEqual(final.output, done, 'the final response holds the items as they were done');
+  return { text, reasoning, args, final, types };
+}
+
+test('responses: output_text and usage; streamed deltas add up to the same text', async () => {
+  const p = { model, input: 'Hello there', instructions: 'Be brief.', max_output_tokens: 12, temperature: 0, reasoning: { effort: 'none' } };
+  const r = await client.responses.create(p);
+  assert.equal(r.object, 'response');
+  assert.match(r.id, /^resp_/);
+  assert.ok(['completed', 'incomplete'].includes(r.status), r.status);
+  assert.equal(typeof r.output_text, 'string');
+  assert.equal(r.instructions, 'Be brief.');
+  assert.equal(r.store, false);
+  assert.ok(r.usage.output_tokens > 0 && r.usage.output_tokens <= 12, JSON.stringify(r.usage));
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+  assert.equal(r.usage.output_tokens_details.reasoning_tokens, 0);
+  assert.equal(typeof r.usage.input_tokens_details.cached_tokens, 'number');
+  const s = await collectResponse(p);
+  assert.equal(s.text, r.output_text);
+  assert.equal(s.final.status, r.status);
+  assert.deepEqual(s.final.usage, r.usage);
+});
+
+test('responses: scripted text, max_output_tokens gives incomplete, the stream helper', async () => {
+  const p = { model, input: [{ role: 'user', content: [{ type: 'input_text', text: 'count' }] }], max_output_tokens: 40,
+              reasoning: { effort: 'none' }, tessera_script: 'one two three' + EOS };
+  const r = await client.responses.create(p);
+  assert.equal(r.status, 'completed');
+  assert.equal(r.incomplete_details, null);
+  assert.equal(r.output_text, 'one two three');
+  assert.equal(r.output[0].type, 'message');
+  assert.equal(r.output[0].status, 'completed');
+  const cut = await client.responses.create({ ...p, max_output_tokens: 2 });
+  assert.equal(cut.status, 'incomplete');
+  assert.deepEqual(cut.incomplete_details, { reason: 'max_output_tokens' });
+  assert.equal(cut.usage.output_tokens, 2);
+  assert.ok('one two three'.startsWith(cut.output_text) && cut.output_text.length > 0, cut.output_text);
+  const sc = await collectResponse({ ...p, max_output_tokens: 2 });
+  assert.equal(sc.final.status, 'incomplete');
+  assert.equal(sc.text, cut.output_text);
+  // The SDK's own stream helper accumulates the same answer.
+  const runner = client.responses.stream(p);
+  let helperText = '';
+  runner.on('response.output_text.delta', (e) => { helperText += e.delta; });
+  const final = await runner.finalResponse();
+  // (finalResponse of SDK 4.x adds no output_text without a parse format: the item's text.)
+  assert.equal(final.output[0].content[0].text, 'one two three');
+  assert.equal(final.status, 'completed');
+  assert.equal(helperText, 'one two three');
+});
+
+test('responses: reasoning item with reasoning.effort, streamed as reasoning_text deltas', async () => {
+  const p = { model, input: '2+2?', max_output_tokens: 40, reasoning: { effort: 'high' }, tessera_script: 'Two plus two is four.</think>It is 4.' + EOS };
+  const r = await client.responses.create(p);
+  assert.deepEqual(r.output.map((o) => o.type), ['reasoning', 'message']);
+  assert.match(r.output[0].id, /^rs_/);
+  assert.deepEqual(r.output[0].content, [{ type: 'reasoning_text', text: 'Two plus two is four.' }]);
+  assert.equal(r.output_text, 'It is 4.');
+  assert.ok(r.usage.output_tokens_details.reasoning_tokens > 0);
+  assert.ok(r.usage.output_tokens_details.reasoning_tokens < r.usage.output_tokens);
+  assert.deepEqual(r.reasoning, { effort: 'high', summary: null });
+  const s = await collectResponse(p);
+  assert.equal(s.reasoning, 'Two plus two is four.');
+  assert.equal(s.text, 'It is 4.');
+  assert.deepEqual(s.final.usage, r.usage);
+});
+
+const responseTools = [
+  { type: 'function', name: 'get_weather', description: 'weather', parameters: { type: 'object', properties: { city: { type: 'string' } } }, strict: false },
+  { type: 'function', name: 'get_time', parameters: { type: 'object', properties: {} }, strict: false }];
+
+test('responses: function calls, streamed arguments, and the function_call_output round trip', async () => {
+  const p = { model, input: 'Weather in Paris?', tools: responseTools, max_output_tokens: 80, tessera_script: toolScript };
+  const r = await client.responses.create(p);
+  assert.equal(r.status, 'completed');
+  assert.equal(r.output_text, 'Checking.');
+  const calls = r.output.filter((o) => o.type === 'function_call');
+  assert.equal(calls.length, 2);
+  assert.match(calls[0].id, /^fc_/);
+  assert.match(calls[0].call_id, /^call_/);
+  assert.notEqual(calls[0].call_id, calls[1].call_id);
+  assert.equal(calls[0].name, 'get_weather');
+  assert.deepEqual(JSON.parse(calls[0].arguments), { city: 'Paris', days: [1, 2] });
+  assert.equal(calls[1].name, 'get_time');
+  assert.deepEqual(JSON.parse(calls[1].arguments), {});
+  assert.equal(calls[0].status, 'completed');
+  assert.deepEqual(r.tools.map((t) => t.name), ['get_weather', 'get_time']);
+  const s = await collectResponse(p);
+  const streamedCalls = s.final.output.filter((o) => o.type === 'function_call');
+  assert.deepEqual(streamedCalls.map((c) => [c.name, c.arguments]), calls.map((c) => [c.name, c.arguments]));
+  assert.deepEqual([...s.args.values()], calls.map((c) => c.arguments), 'the argument deltas add up to the arguments');
+  // The next turn: the model's items as they came, then the results.
+  const next = await client.responses.create({
+    model, tools: responseTools, max_output_tokens: 30, tessera_script: 'It is 18C in Paris.' + EOS,
+    input: [{ role: 'user', content: 'Weather in Paris?' }, ...r.output,
+            { type: 'function_call_output', call_id: calls[0].call_id, output: '18C' },
+            { type: 'function_call_output', call_id: calls[1].call_id, output: 'noon' }] });
+  assert.equal(next.output_text, 'It is 18C in Paris.');
+  assert.ok(next.usage.input_tokens > r.usage.input_tokens, 'the call and its result reach the prompt');
+});
+
+test('responses: errors map to the SDK exceptions and name the field', async () => {
+  await assert.rejects(client.responses.create({ model, input: 'x', previous_response_id: 'resp_1' }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id');
+  await assert.rejects(client.responses.create({ model, input: 'x', tools: [{ type: 'web_search_preview' }] }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools[0].type');
+  await assert.rejects(client.responses.create({ model, input: 'x', max_output_tokens: 0 }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_output_tokens');
+  await assert.rejects(client.responses.create({ model: 'nope', input: 'x' }), (e) => e instanceof OpenAI.NotFoundError);
+});
+
 test('errors map to the SDK exceptions', async () => {
   await assert.rejects(client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 0 }),
                        (e) => e instanceof OpenAI.BadRequestError && e.status === 400);
