@@ -29,9 +29,11 @@ std::optional<int64_t> get_int(const OJson& b, const char* key, int64_t lo, int6
     x = static_cast<int64_t>(u);
   } else if (v->is_number_integer()) {
     x = v->get<int64_t>();
-  } else if (v->is_number_float() && v->get<double>() == static_cast<double>(static_cast<int64_t>(v->get<double>())) &&
-             std::abs(v->get<double>()) < 9e15) {
-    x = static_cast<int64_t>(v->get<double>());  // 16.0 is an integer to JavaScript clients
+  } else if (v->is_number_float() && std::abs(v->get<double>()) < 9e15 &&
+             v->get<double>() == std::trunc(v->get<double>())) {
+    // 16.0 is an integer to JavaScript clients. The range is checked before any conversion: a double
+    // past int64's range (1e308) converted to int64 is undefined behaviour.
+    x = static_cast<int64_t>(v->get<double>());
   } else {
     bad_request(key, "'{}' must be an integer", key);
   }

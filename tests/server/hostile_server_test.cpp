@@ -21,10 +21,20 @@ namespace {
 constexpr double kStall = 30;
 constexpr size_t kMaxErrorBody = 1500;
 
+// AddressSanitizer builds: gcc defines __SANITIZE_ADDRESS__, clang (the asan preset) says it through
+// __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define TESSERA_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TESSERA_TEST_ASAN 1
+#endif
+#endif
+
 class HostileServer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(TESSERA_TEST_ASAN)
     // AddressSanitizer keeps freed blocks (up to 256 MiB) in quarantine to catch use after free,
     // so the server's resident set would show the refused bodies it has already freed. The RSS
     // bound below is about what the server keeps, so its child runs without the quarantine.
@@ -34,7 +44,7 @@ class HostileServer : public ::testing::Test {
 #endif
     srv_ = new ServerProcess({"--http-header-timeout", std::to_string(kStall), "--http-body-timeout",
                               std::to_string(kStall), "--max-n", "16"});
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(TESSERA_TEST_ASAN)
     if (outer)
       ::setenv("ASAN_OPTIONS", saved.c_str(), 1);
     else
@@ -78,8 +88,9 @@ class HostileServer : public ::testing::Test {
     const auto err = error_of(r.body);
     ASSERT_FALSE(err.is_null()) << what << ": not an OpenAI error: " << excerpt_of(r.body);
     const std::map<int, std::string> codes = {
-        {400, "invalid_request"},   {404, "model_not_found"}, {413, "request_too_large"},         {414, "uri_too_long"},
-        {431, "headers_too_large"}, {501, "not_implemented"}, {505, "http_version_not_supported"}};
+        {400, "invalid_request"},   {404, "model_not_found"},   {408, "request_timeout"},
+        {411, "length_required"},   {413, "request_too_large"}, {414, "uri_too_long"},
+        {431, "headers_too_large"}, {501, "not_implemented"},   {505, "http_version_not_supported"}};
     ASSERT_TRUE(codes.count(status)) << what;
     EXPECT_EQ(err["code"], codes.at(status)) << what;
     EXPECT_TRUE(err["message"].is_string() && !err["message"].get<std::string>().empty()) << what;
