@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <string>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -175,6 +177,9 @@ Grammar::Expr Grammar::ref(Rule rule) {
 class GrammarBuilderAccess {
  public:
   static std::shared_ptr<const CompiledGrammar> compile(const Grammar& g, const GrammarLimits& limits);
+
+ private:
+  static void merge_equivalent_states(CompiledGrammar& g);
 };
 
 namespace {
@@ -271,7 +276,7 @@ std::shared_ptr<const CompiledGrammar> GrammarBuilderAccess::compile(const Gramm
       TESSERA_CHECK(n.rule >= 0 && n.rule < g.num_rules(), "grammar: reference to unknown rule id {}", n.rule);
   }
 
-  auto out = std::make_shared<CompiledGrammar>();
+  auto out = std::make_shared<CompiledGrammar>();  // filled here, then shared read-only
   out->rule_names_.resize(g.num_rules());
   for (int32_t r = 0; r < g.num_rules(); ++r) out->rule_names_[r] = g.rule_name(r);
   std::vector<int32_t> rule_start(g.num_rules());
@@ -402,7 +407,66 @@ std::shared_ptr<const CompiledGrammar> GrammarBuilderAccess::compile(const Gramm
   };
   for (int32_t r = 0; r < nr; ++r)
     if (color[r] == 0) visit(r);
+  merge_equivalent_states(*out);
   return out;
+}
+
+// Merges states that read the same bytes into the same states, call the same rules and accept
+// alike (they parse the same language). Epsilon elimination leaves many such copies (e.g. "after a
+// plain character" and "after an escape" inside a string), and every byte-reading state costs a
+// walk over the vocabulary when token masks are precomputed. Each round merges only states whose
+// edges are already identical, so stopping after a bounded number of rounds is safe.
+void GrammarBuilderAccess::merge_equivalent_states(CompiledGrammar& g) {
+  for (int round = 0; round < 32; ++round) {
+    const int32_t n = g.num_states();
+    std::unordered_map<std::string, int32_t> classes;
+    std::vector<int32_t> cls(n);
+    std::vector<int32_t> first;  // representative of each class
+    std::string key;
+    for (int32_t s = 0; s < n; ++s) {
+      key.assign(1, static_cast<char>(g.accepting_[s]));
+      for (const auto& e : g.byte_edges(s)) {
+        key.append({static_cast<char>(e.lo), static_cast<char>(e.hi)});
+        key.append(reinterpret_cast<const char*>(&e.target), sizeof e.target);
+      }
+      key.push_back('|');
+      for (const auto& c : g.call_edges(s)) {
+        key.append(reinterpret_cast<const char*>(&c.callee_start), sizeof c.callee_start);
+        key.append(reinterpret_cast<const char*>(&c.ret), sizeof c.ret);
+      }
+      auto [it, added] = classes.emplace(key, static_cast<int32_t>(first.size()));
+      if (added) first.push_back(s);
+      cls[s] = it->second;
+    }
+    if (static_cast<int32_t>(first.size()) == n) return;
+    CompiledGrammar m;
+    m.rule_names_ = std::move(g.rule_names_);
+    m.start_ = cls[g.start_];
+    m.byte_begin_.push_back(0);
+    m.call_begin_.push_back(0);
+    for (int32_t s : first) {
+      m.accepting_.push_back(g.accepting_[s]);
+      m.state_rule_.push_back(g.state_rule_[s]);
+      std::vector<CompiledGrammar::ByteEdge> be;
+      for (const auto& e : g.byte_edges(s)) be.push_back({e.lo, e.hi, cls[e.target]});
+      std::sort(be.begin(), be.end(), [](const auto& a, const auto& b) {
+        return std::tie(a.lo, a.hi, a.target) < std::tie(b.lo, b.hi, b.target);
+      });
+      be.erase(std::unique(
+                   be.begin(), be.end(),
+                   [](const auto& a, const auto& b) { return a.lo == b.lo && a.hi == b.hi && a.target == b.target; }),
+               be.end());
+      m.byte_edges_.insert(m.byte_edges_.end(), be.begin(), be.end());
+      m.byte_begin_.push_back(static_cast<uint32_t>(m.byte_edges_.size()));
+      std::vector<std::pair<int32_t, int32_t>> ce;
+      for (const auto& c : g.call_edges(s)) ce.push_back({cls[c.callee_start], cls[c.ret]});
+      std::sort(ce.begin(), ce.end());
+      ce.erase(std::unique(ce.begin(), ce.end()), ce.end());
+      for (auto [callee, ret] : ce) m.call_edges_.push_back({callee, ret});
+      m.call_begin_.push_back(static_cast<uint32_t>(m.call_edges_.size()));
+    }
+    g = std::move(m);
+  }
 }
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& grammar, const GrammarLimits& limits) {

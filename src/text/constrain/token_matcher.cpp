@@ -80,10 +80,13 @@ std::shared_ptr<const TokenGrammar> TokenGrammar::build(std::shared_ptr<const Co
   const size_t base = parser.arena_size();
   std::vector<Level> levels(trie.max_depth + 1);
   std::vector<int32_t> accepted, uncertain;
+  std::vector<StateTokens::Subtree> subtrees;
+  std::string path;
   for (int32_t state = 0; state < g.num_states(); ++state) {
     if (g.byte_edges(state).empty()) continue;
     accepted.clear();
     uncertain.clear();
+    subtrees.clear();
     parser.truncate_arena(base);
     levels[0].tops.assign(1, parser.new_node(state, Parser::kUnknownParent));
     levels[0].arena = parser.arena_size();
@@ -103,9 +106,10 @@ std::shared_ptr<const TokenGrammar> TokenGrammar::build(std::shared_ptr<const Co
         uncertain.insert(uncertain.end(), trie.tokens.begin() + n.tok_begin, trie.tokens.begin() + n.tok_end);
       }
       here.escaped = up.escaped || escaped;
+      path.resize(n.depth);
+      path[n.depth - 1] = static_cast<char>(n.byte);
       if (here.tops.empty()) {
-        if (here.escaped)
-          uncertain.insert(uncertain.end(), trie.tokens.begin() + n.tok_end, trie.tokens.begin() + n.sub_tok_end);
+        if (here.escaped && n.sub_tok_end > n.tok_end) subtrees.push_back({k, path});
         k = n.end;
         continue;
       }
@@ -123,6 +127,7 @@ std::shared_ptr<const TokenGrammar> TokenGrammar::build(std::shared_ptr<const Co
     sorted.reserve(uncertain.size());
     for (int32_t id : uncertain) sorted.push_back({vocab->bytes(id), id});
     st.uncertain = TokenTrie::build(sorted);  // already in trie (sorted) order
+    st.uncertain_subtrees = subtrees;
     out->index_[state] = static_cast<int32_t>(out->states_.size());
     out->states_.push_back(std::move(st));
   }
@@ -131,7 +136,13 @@ std::shared_ptr<const TokenGrammar> TokenGrammar::build(std::shared_ptr<const Co
 
 size_t TokenGrammar::num_uncertain_tokens() const {
   size_t n = 0;
-  for (const auto& s : states_) n += s.uncertain.tokens.size();
+  for (const auto& s : states_) {
+    n += s.uncertain.tokens.size();
+    for (const auto& sub : s.uncertain_subtrees) {
+      const auto& node = vocab_->trie().nodes[sub.node];
+      n += node.sub_tok_end - node.tok_end;
+    }
+  }
   return n;
 }
 
@@ -140,13 +151,30 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const TokenGrammar> grammar, std:
   levels_.resize(grammar_->vocab().trie().max_depth + 1);
 }
 
-void GrammarMatcher::check_uncertain(int32_t top, const TokenTrie& trie, std::span<uint32_t> bitmask) {
-  if (trie.tokens.empty()) return;
+void GrammarMatcher::check_uncertain(int32_t top, const TokenGrammar::StateTokens& st, std::span<uint32_t> bitmask) {
   const size_t base = parser_.arena_size();
   levels_[0].tops.assign(1, top);
   levels_[0].arena = base;
+  if (!st.uncertain.tokens.empty()) walk(st.uncertain, 1, static_cast<int32_t>(st.uncertain.nodes.size()), bitmask);
+  const auto& vocab_trie = grammar_->vocab().trie();
   bool complete = false, escaped = false;
-  for (int32_t k = 1; k < static_cast<int32_t>(trie.nodes.size());) {
+  for (const auto& sub : st.uncertain_subtrees) {
+    // Replay the prefix, then walk the subtree below it.
+    size_t d = 0;
+    for (; d < sub.prefix.size(); ++d) {
+      parser_.truncate_arena(levels_[d].arena);
+      parser_.step(levels_[d].tops, static_cast<uint8_t>(sub.prefix[d]), levels_[d + 1].tops, &complete, &escaped);
+      if (levels_[d + 1].tops.empty()) break;
+      levels_[d + 1].arena = parser_.arena_size();
+    }
+    if (d == sub.prefix.size()) walk(vocab_trie, sub.node + 1, vocab_trie.nodes[sub.node].end, bitmask);
+  }
+  parser_.truncate_arena(base);
+}
+
+void GrammarMatcher::walk(const TokenTrie& trie, int32_t begin, int32_t end, std::span<uint32_t> bitmask) {
+  bool complete = false, escaped = false;
+  for (int32_t k = begin; k < end;) {
     const auto& n = trie.nodes[k];
     const Level& up = levels_[n.depth - 1];
     Level& here = levels_[n.depth];
@@ -161,7 +189,6 @@ void GrammarMatcher::check_uncertain(int32_t top, const TokenTrie& trie, std::sp
     here.arena = parser_.arena_size();
     ++k;
   }
-  parser_.truncate_arena(base);
 }
 
 void GrammarMatcher::fill_mask(std::span<uint32_t> bitmask) {
@@ -180,7 +207,7 @@ void GrammarMatcher::fill_mask(std::span<uint32_t> bitmask) {
     } else {
       for (int32_t id : st->accepted_ids) bitmask[id >> 5] |= 1u << (id & 31);
     }
-    check_uncertain(top, st->uncertain, bitmask);
+    check_uncertain(top, *st, bitmask);
   }
   if (parser_.is_complete())
     for (int32_t id : stop_tokens_)

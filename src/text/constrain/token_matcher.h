@@ -76,7 +76,15 @@ class TokenGrammar {
   struct StateTokens {
     std::vector<uint32_t> accepted_bits;  // dense form (many accepted), else empty
     std::vector<int32_t> accepted_ids;    // sparse form
-    TokenTrie uncertain;                  // re-checked against the stack at run time
+    // Re-checked against the stack at run time: single tokens, and whole subtrees of the vocabulary
+    // trie (all tokens below a prefix after which the state's rule can end, e.g. every token that
+    // starts with a space after optional whitespace), kept by reference rather than copied.
+    TokenTrie uncertain;
+    struct Subtree {
+      int32_t node;        // vocabulary trie node; its descendants are uncertain
+      std::string prefix;  // bytes from the root to `node`
+    };
+    std::vector<Subtree> uncertain_subtrees;
   };
   const CompiledGrammar& grammar() const { return *grammar_; }
   const std::shared_ptr<const CompiledGrammar>& grammar_ptr() const { return grammar_; }
@@ -122,7 +130,10 @@ class GrammarMatcher {
     size_t arena = 0;
     std::vector<int32_t> tops;
   };
-  void check_uncertain(int32_t top, const TokenTrie& trie, std::span<uint32_t> bitmask);
+  // Walks trie nodes [begin, end) (all deeper than levels_[depth], which holds the parse state
+  // before them) and allows the tokens whose bytes the parse takes.
+  void walk(const TokenTrie& trie, int32_t begin, int32_t end, std::span<uint32_t> bitmask);
+  void check_uncertain(int32_t top, const TokenGrammar::StateTokens& st, std::span<uint32_t> bitmask);
 
   std::shared_ptr<const TokenGrammar> grammar_;
   std::vector<int32_t> stop_tokens_;
