@@ -195,6 +195,43 @@ TEST(TokenMatcher, MaskAgreesWithAcceptToken) {
   }
 }
 
+// The same check on the any-JSON-object grammar (deeply recursive, every value type) and on the
+// recursive schema, at states reached by hand-written prefixes.
+TEST(TokenMatcher, MaskAgreesWithAcceptTokenRecursive) {
+  const auto& e = env();
+  const auto object = TokenGrammar::build(CompiledGrammar::compile(json_object_grammar()), e.vocab);
+  const auto tree = token_grammar(OJson::parse(kSchemas[2]));
+  const std::vector<std::pair<std::shared_ptr<const TokenGrammar>, std::string>> cases = {
+      {object, R"({"a": [1, {"b": [[)"},
+      {object, R"({"a": [1, {"b": tr)"},
+      {object, R"({"a": -0.5e)"},
+      {object, R"({"a": {"b": "c\u00)"},
+      {object, "{\"a\": {}\n"},
+      {object, R"({"a": [1, {"b": []}]})"},
+      {tree, R"({"v": 1, "kids": [{"v": 2, "kids": [)"},
+      {tree, R"({"v": 1, "kids": [{"v": 2, "kids": []})"},
+  };
+  std::mt19937 rng(5);
+  for (const auto& [tg, prefix] : cases) {
+    GrammarMatcher m(tg, {e.eos});
+    ASSERT_TRUE(m.accept_text(prefix)) << prefix;
+    std::vector<uint32_t> mask(mask_words(e.tok->vocab_size()));
+    m.fill_mask(mask);
+    std::vector<int32_t> sample;
+    for (int i = 0; i < 2000; ++i) sample.push_back(static_cast<int32_t>(rng() % e.tok->vocab_size()));
+    for (int32_t id = 0; id < e.tok->vocab_size(); ++id) {
+      const auto b = e.vocab->bytes(id);
+      if (allowed(mask, id) || b.find_first_of("\"]}") != std::string_view::npos) sample.push_back(id);
+    }
+    sample.push_back(e.eos);
+    for (int32_t id : sample) {
+      const bool ok = m.accept_token(id);
+      if (ok) m.rollback(1);
+      ASSERT_EQ(allowed(mask, id), ok) << "prefix " << prefix << " token " << id << " '" << e.vocab->bytes(id) << "'";
+    }
+  }
+}
+
 TEST(TokenMatcher, HandWrittenMasks) {
   const auto& e = env();
   const auto tg = token_grammar(OJson::parse(kSchemas[0]));
