@@ -408,6 +408,10 @@ std::shared_ptr<const CompiledGrammar> GrammarBuilderAccess::compile(const Gramm
   for (int32_t r = 0; r < nr; ++r)
     if (color[r] == 0) visit(r);
   merge_equivalent_states(*out);
+  out->byte_sets_.assign(out->num_states(), {});
+  for (int32_t s = 0; s < out->num_states(); ++s)
+    for (const auto& e : out->byte_edges(s))
+      for (int b = e.lo; b <= e.hi; ++b) out->byte_sets_[s][b >> 6] |= 1ull << (b & 63);
   return out;
 }
 
@@ -488,23 +492,90 @@ Parser::Parser(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std::m
   set_state(std::move(tops), complete);
 }
 
+namespace {
+constexpr uint64_t kFrameKey = 1ull << 63;  // frames and closures share the table
+uint64_t pack(int32_t state, int32_t parent) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) | static_cast<uint32_t>(parent);
+}
+}  // namespace
+
+void Parser::new_step() {
+  step_complete_ = step_escaped_ = false;
+  step_work_ = 0;
+  small_n_ = 0;
+  if (!hashed_) return;
+  hashed_ = false;
+  if (++gen_ == 0) {  // wrapped: really clear
+    std::fill(table_.begin(), table_.end(), Slot{});
+    gen_ = 1;
+  }
+  used_ = 0;
+}
+
+std::pair<Parser::Slot*, bool> Parser::slot(uint64_t key) {
+  if (!hashed_) {
+    for (size_t i = 0; i < small_n_; ++i)
+      if (small_[i].key == key) return {&small_[i], false};
+    if (small_n_ < kSmall) {
+      small_[small_n_] = {key, -1, 0};
+      return {&small_[small_n_++], true};
+    }
+    hashed_ = true;  // overflow: move to the hash table for the rest of the step
+    for (size_t i = 0; i < small_n_; ++i) {
+      bool added = false;
+      table_slot(small_[i].key, &added)->id = small_[i].id;
+    }
+  }
+  bool added = false;
+  Slot* s = table_slot(key, &added);
+  return {s, added};
+}
+
+Parser::Slot* Parser::table_slot(uint64_t key, bool* added) {
+  if (2 * (used_ + 1) > table_.size()) {  // grow, keeping this step's entries
+    std::vector<Slot> old(table_.size() * 2);
+    old.swap(table_);
+    used_ = 0;
+    for (const auto& s : old) {
+      bool a = false;
+      if (s.gen == gen_) table_slot(s.key, &a)->id = s.id;
+    }
+  }
+  const size_t mask = table_.size() - 1;
+  for (size_t i = (key * 0x9E3779B97F4A7C15ull) >> 20 & mask;; i = (i + 1) & mask) {
+    Slot& s = table_[i];
+    if (s.gen != gen_) {
+      s = {key, -1, gen_};
+      ++used_;
+      *added = true;
+      return &s;
+    }
+    if (s.key == key) {
+      *added = false;
+      return &s;
+    }
+  }
+}
+
 int32_t Parser::frame(int32_t state, int32_t parent) {
-  for (const auto& s : frames_)
-    if (s.state == state && s.parent == parent) return s.id;
-  nodes_.push_back({state, parent});
-  const auto id = static_cast<int32_t>(nodes_.size() - 1);
-  frames_.push_back({state, parent, id});
-  return id;
+  auto [s, added] = slot(kFrameKey | pack(state, parent));
+  if (added) {
+    nodes_.push_back({state, parent});
+    s->id = static_cast<int32_t>(nodes_.size() - 1);
+  }
+  return s->id;
 }
 
 void Parser::closure(int32_t state, int32_t parent, int32_t reuse, std::vector<int32_t>& out) {
   TESSERA_CHECK(++step_work_ < kMaxStepWork, "constrained decoding: grammar too ambiguous (over {} parse frames)",
                 kMaxStepWork);
-  for (const auto& s : seen_)
-    if (s.state == state && s.parent == parent) return;
-  seen_.push_back({state, parent, 0});
+  if (!slot(pack(state, parent)).second) return;
+  if (reuse >= 0) {  // an existing frame (popped to): later frames with the same content reuse it
+    auto [s, added] = slot(kFrameKey | pack(state, parent));
+    if (added) s->id = reuse;
+  }
   const auto& g = *grammar_;
-  if (!g.byte_edges(state).empty()) out.push_back(reuse >= 0 ? reuse : frame(state, parent));
+  if (!g.byte_edges(state).empty()) out.push_back(frame(state, parent));
   for (const auto& c : g.call_edges(state)) closure(c.callee_start, frame(c.ret, parent), -1, out);
   if (g.accepting(state)) {
     if (parent == kRootParent) {
@@ -520,10 +591,7 @@ void Parser::closure(int32_t state, int32_t parent, int32_t reuse, std::vector<i
 
 void Parser::expand(int32_t state, int32_t parent, std::vector<int32_t>& out, bool* complete, bool* escaped) {
   out.clear();
-  seen_.clear();
-  frames_.clear();
-  step_complete_ = step_escaped_ = false;
-  step_work_ = 0;
+  new_step();
   closure(state, parent, -1, out);
   *complete = step_complete_;
   *escaped = step_escaped_;
@@ -532,10 +600,7 @@ void Parser::expand(int32_t state, int32_t parent, std::vector<int32_t>& out, bo
 void Parser::step(std::span<const int32_t> tops, uint8_t byte, std::vector<int32_t>& out, bool* complete,
                   bool* escaped) {
   out.clear();
-  seen_.clear();
-  frames_.clear();
-  step_complete_ = step_escaped_ = false;
-  step_work_ = 0;
+  new_step();
   const auto& g = *grammar_;
   for (int32_t t : tops) {
     const Node n = nodes_[t];

@@ -10,6 +10,7 @@
 // (remember the arena size and the stack tops; restoring truncates the arena).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -108,6 +109,8 @@ class CompiledGrammar {
   std::span<const CallEdge> call_edges(int32_t s) const {
     return {call_edges_.data() + call_begin_[s], call_edges_.data() + call_begin_[s + 1]};
   }
+  // Bytes that some byte edge of state `s` takes, as a 256-bit set (word b / 64, bit b % 64).
+  const std::array<uint64_t, 4>& byte_set(int32_t s) const { return byte_sets_[s]; }
   // Name of the rule that owns a state (for debugging and error messages).
   const std::string& rule_of(int32_t s) const { return rule_names_[state_rule_[s]]; }
 
@@ -120,6 +123,7 @@ class CompiledGrammar {
   std::vector<ByteEdge> byte_edges_;
   std::vector<CallEdge> call_edges_;
   std::vector<std::string> rule_names_;
+  std::vector<std::array<uint64_t, 4>> byte_sets_;
 };
 
 // Incremental parser: feed bytes; knows whether the input so far is a complete sentence of the
@@ -185,12 +189,26 @@ class Parser {
   std::vector<Node> nodes_;
   std::vector<int32_t> tops_;
   bool complete_ = false;
-  // Scratch of one step: closures already taken (seen_) and frames created (frames_, state and
-  // parent -> node id), so that equal stacks are merged and nullable loops terminate.
-  struct Seen {
-    int32_t state, parent, id;
+  // Scratch of one step: closures already taken and frames created (state and parent -> node id),
+  // so that equal stacks are merged and nullable loops terminate. An open-addressing table whose
+  // entries of earlier steps are invalidated by bumping the generation (no clearing per step).
+  struct Slot {
+    uint64_t key = 0;
+    int32_t id = 0;
+    uint32_t gen = 0;
   };
-  std::vector<Seen> seen_, frames_;
+  // Finds or inserts `key` in this step's table; returns the slot and whether it was new.
+  std::pair<Slot*, bool> slot(uint64_t key);
+  void new_step();
+  // Most steps see a handful of frames: a linear scan of small_ until it overflows into table_.
+  static constexpr size_t kSmall = 16;
+  Slot small_[kSmall];
+  size_t small_n_ = 0;
+  bool hashed_ = false;
+  std::vector<Slot> table_ = std::vector<Slot>(64);
+  uint32_t gen_ = 1;
+  size_t used_ = 0;
+  Slot* table_slot(uint64_t key, bool* added);
   std::vector<int32_t> scratch_;
   bool step_complete_ = false, step_escaped_ = false;
   size_t step_work_ = 0;

@@ -355,11 +355,19 @@ class Compiler {
       req.push_back(required.count(key) > 0);
     }
     const size_t n = kv.size();
+    // Up to the first required property, each tail is used twice (by the previous tail and by a
+    // head): those become rules, so that the grammar stays linear in the number of properties.
+    const size_t first_required = static_cast<size_t>(std::find(req.begin(), req.end(), true) - req.begin());
     std::vector<Expr> tails(n + 1);
     tails[n] = g_.empty();
     for (size_t i = n; i-- > 0;) {
       const Expr one = g_.seq({sep(), kv[i]});
       tails[i] = g_.seq({req[i] ? one : g_.optional(one), tails[i + 1]});
+      if (i >= 1 && i <= first_required) {
+        const Rule t = g_.add_rule("properties_tail");
+        g_.define(t, tails[i]);
+        tails[i] = g_.ref(t);
+      }
     }
     // heads[i] for i = n means "nothing written", allowed only if no property is required.
     Expr head = required.empty() ? g_.empty() : -1;

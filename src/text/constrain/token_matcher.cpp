@@ -62,8 +62,19 @@ namespace {
 struct Level {
   size_t arena = 0;
   std::vector<int32_t> tops;
-  bool escaped = false;  // some parse left the start state's rule at a shorter prefix
+  std::array<uint64_t, 4> next{};  // bytes some top can take (children outside it are dead)
+  bool escaped = false;            // some parse left the start state's rule at a shorter prefix
 };
+
+void next_bytes(const Parser& p, const std::vector<int32_t>& tops, std::array<uint64_t, 4>& out) {
+  out = {};
+  for (int32_t t : tops) {
+    const auto& s = p.grammar().byte_set(p.node(t).state);
+    for (int i = 0; i < 4; ++i) out[i] |= s[i];
+  }
+}
+
+bool has_byte(const std::array<uint64_t, 4>& set, uint8_t b) { return (set[b >> 6] >> (b & 63)) & 1u; }
 
 }  // namespace
 
@@ -91,13 +102,19 @@ std::shared_ptr<const TokenGrammar> TokenGrammar::build(std::shared_ptr<const Co
     levels[0].tops.assign(1, parser.new_node(state, Parser::kUnknownParent));
     levels[0].arena = parser.arena_size();
     levels[0].escaped = false;
+    levels[0].next = g.byte_set(state);
     bool complete = false, escaped = false;
     for (int32_t k = 1; k < static_cast<int32_t>(trie.nodes.size());) {
       const auto& n = trie.nodes[k];
       const Level& up = levels[n.depth - 1];
       Level& here = levels[n.depth];
-      parser.truncate_arena(up.arena);
-      parser.step(up.tops, n.byte, here.tops, &complete, &escaped);
+      if (has_byte(up.next, n.byte)) {
+        parser.truncate_arena(up.arena);
+        parser.step(up.tops, n.byte, here.tops, &complete, &escaped);
+      } else {
+        here.tops.clear();
+        escaped = false;
+      }
       // A token that ends here is accepted when a parse is still inside the rule (or finished it
       // exactly at the token's end); when a parse left the rule earlier, it depends on the caller.
       if (!here.tops.empty() || escaped) {
@@ -114,6 +131,7 @@ std::shared_ptr<const TokenGrammar> TokenGrammar::build(std::shared_ptr<const Co
         continue;
       }
       here.arena = parser.arena_size();
+      next_bytes(parser, here.tops, here.next);
       ++k;
     }
     StateTokens st;
@@ -155,6 +173,7 @@ void GrammarMatcher::check_uncertain(int32_t top, const TokenGrammar::StateToken
   const size_t base = parser_.arena_size();
   levels_[0].tops.assign(1, top);
   levels_[0].arena = base;
+  levels_[0].next = parser_.grammar().byte_set(parser_.node(top).state);
   if (!st.uncertain.tokens.empty()) walk(st.uncertain, 1, static_cast<int32_t>(st.uncertain.nodes.size()), bitmask);
   const auto& vocab_trie = grammar_->vocab().trie();
   bool complete = false, escaped = false;
@@ -166,6 +185,7 @@ void GrammarMatcher::check_uncertain(int32_t top, const TokenGrammar::StateToken
       parser_.step(levels_[d].tops, static_cast<uint8_t>(sub.prefix[d]), levels_[d + 1].tops, &complete, &escaped);
       if (levels_[d + 1].tops.empty()) break;
       levels_[d + 1].arena = parser_.arena_size();
+      next_bytes(parser_, levels_[d + 1].tops, levels_[d + 1].next);
     }
     if (d == sub.prefix.size()) walk(vocab_trie, sub.node + 1, vocab_trie.nodes[sub.node].end, bitmask);
   }
@@ -178,6 +198,10 @@ void GrammarMatcher::walk(const TokenTrie& trie, int32_t begin, int32_t end, std
     const auto& n = trie.nodes[k];
     const Level& up = levels_[n.depth - 1];
     Level& here = levels_[n.depth];
+    if (!has_byte(up.next, n.byte)) {
+      k = n.end;
+      continue;
+    }
     parser_.truncate_arena(up.arena);
     parser_.step(up.tops, n.byte, here.tops, &complete, &escaped);
     if (!here.tops.empty() || complete)
@@ -187,6 +211,7 @@ void GrammarMatcher::walk(const TokenTrie& trie, int32_t begin, int32_t end, std
       continue;
     }
     here.arena = parser_.arena_size();
+    next_bytes(parser_, here.tops, here.next);
     ++k;
   }
 }

@@ -16,6 +16,7 @@
 // exactly when the text so far is complete.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -129,6 +130,7 @@ class GrammarMatcher {
   struct Level {
     size_t arena = 0;
     std::vector<int32_t> tops;
+    std::array<uint64_t, 4> next{};  // bytes some top can take (children outside it are dead)
   };
   // Walks trie nodes [begin, end) (all deeper than levels_[depth], which holds the parse state
   // before them) and allows the tokens whose bytes the parse takes.
