@@ -138,6 +138,31 @@ TEST(Grammar, NullableLoopsTerminate) {
   EXPECT_EQ(first_rejected(c, "x;x"), 2);
 }
 
+// Branches that can never complete are removed, so that every accepted prefix can be completed.
+TEST(Grammar, DeadEndsAreTrimmed) {
+  Grammar g;
+  const auto r = g.add_rule("r");
+  const auto endless = g.add_rule("endless");
+  g.define(endless, g.seq({g.literal("x"), g.ref(endless)}));  // no finite text
+  g.define(r,
+           g.choice({g.seq({g.literal("a"), g.ref(endless)}), g.literal("b"), g.seq({g.literal("c"), g.bytes({})})}));
+  g.set_root(r);
+  const auto c = CompiledGrammar::compile(g);
+  EXPECT_TRUE(accepts(c, "b"));
+  EXPECT_EQ(first_rejected(c, "ax"), 0);
+  EXPECT_EQ(first_rejected(c, "c"), 0);
+  Grammar only;
+  const auto e = only.add_rule("e");
+  only.define(e, only.seq({only.literal("x"), only.ref(e)}));
+  try {
+    CompiledGrammar::compile(only);
+    FAIL() << "grammar without finite text accepted";
+  } catch (const core::Error& err) {
+    EXPECT_NE(std::string(err.what()).find("no finite text matches the root rule 'e'"), std::string::npos)
+        << err.what();
+  }
+}
+
 TEST(Grammar, Errors) {
   {
     Grammar g;

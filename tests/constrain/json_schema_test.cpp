@@ -126,6 +126,17 @@ TEST(JsonSchema, RecursiveRefs) {
   EXPECT_EQ(check(defs, "[1]"), 1);
 }
 
+TEST(JsonSchema, AlternativesWithoutFiniteInstanceAreRemoved) {
+  const char* endless = R"({"$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}},
+                             "required": ["x"]}}, "anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]})";
+  const auto g = schema(endless);
+  EXPECT_EQ(check(g, "null"), kOk);
+  EXPECT_EQ(check(g, "{"), 0);
+  EXPECT_THROW(schema(R"({"$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}},
+                          "required": ["x"]}}, "$ref": "#/$defs/a"})"),
+               core::Error);
+}
+
 TEST(JsonSchema, PrefixItemsAndFormats) {
   const auto g = schema(R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "format": "date"}],
                           "minItems": 2})");

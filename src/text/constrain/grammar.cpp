@@ -180,6 +180,7 @@ class GrammarBuilderAccess {
 
  private:
   static void merge_equivalent_states(CompiledGrammar& g);
+  static void trim(CompiledGrammar& g, const Grammar& grammar, const std::vector<int32_t>& rule_start);
 };
 
 namespace {
@@ -407,12 +408,77 @@ std::shared_ptr<const CompiledGrammar> GrammarBuilderAccess::compile(const Gramm
   };
   for (int32_t r = 0; r < nr; ++r)
     if (color[r] == 0) visit(r);
+  trim(*out, g, rule_start);
   merge_equivalent_states(*out);
   out->byte_sets_.assign(out->num_states(), {});
   for (int32_t s = 0; s < out->num_states(); ++s)
     for (const auto& e : out->byte_edges(s))
       for (int b = e.lo; b <= e.hi; ++b) out->byte_sets_[s][b >> 6] |= 1ull << (b & 63);
   return out;
+}
+
+// Removes dead ends, so that every text the parser accepts can still be completed (and a token mask
+// is never empty before the text is complete, given a vocabulary with every single byte): a rule
+// is productive when some finite text matches it; edges into states from which no accepting state
+// can be reached (through bytes and calls of productive rules) are dropped, and so are calls of
+// unproductive rules (e.g. a required property whose schema refers back to its own object).
+void GrammarBuilderAccess::trim(CompiledGrammar& g, const Grammar& grammar, const std::vector<int32_t>& rule_start) {
+  const int32_t nr = grammar.num_rules();
+  const int32_t ns = g.num_states();
+  auto rule_end = [&](int32_t r) { return r + 1 < nr ? rule_start[r + 1] : ns; };
+  std::vector<char> productive(nr, 0), live(ns, 0);
+  std::vector<std::vector<int32_t>> callers(nr);
+  for (int32_t s = 0; s < ns; ++s)
+    for (const auto& c : g.call_edges(s)) callers[g.state_rule_[c.callee_start]].push_back(g.state_rule_[s]);
+  // live states of rule r given the productive rules so far; returns whether its start is live.
+  std::vector<std::vector<int32_t>> rev;
+  auto co_reach = [&](int32_t r) {
+    const int32_t b = rule_start[r], n = rule_end(r) - b;
+    rev.assign(n, {});
+    std::vector<int32_t> stack;
+    for (int32_t s = b; s < b + n; ++s) {
+      live[s] = g.accepting(s);
+      if (live[s]) stack.push_back(s);
+      for (const auto& e : g.byte_edges(s)) rev[e.target - b].push_back(s);
+      for (const auto& c : g.call_edges(s))
+        if (productive[g.state_rule_[c.callee_start]]) rev[c.ret - b].push_back(s);
+    }
+    while (!stack.empty()) {
+      const int32_t s = stack.back();
+      stack.pop_back();
+      for (int32_t p : rev[s - b])
+        if (!live[p]) live[p] = 1, stack.push_back(p);
+    }
+    return live[b] != 0;
+  };
+  std::vector<int32_t> work(nr);
+  for (int32_t r = 0; r < nr; ++r) work[r] = r;
+  while (!work.empty()) {
+    const int32_t r = work.back();
+    work.pop_back();
+    if (productive[r] || !co_reach(r)) continue;
+    productive[r] = 1;
+    for (int32_t c : callers[r])
+      if (!productive[c]) work.push_back(c);
+  }
+  TESSERA_CHECK(productive[grammar.root()], "grammar: no finite text matches the root rule '{}'",
+                grammar.rule_name(grammar.root()));
+  for (int32_t r = 0; r < nr; ++r) co_reach(r);  // final live sets
+  std::vector<CompiledGrammar::ByteEdge> bytes;
+  std::vector<CompiledGrammar::CallEdge> calls;
+  std::vector<uint32_t> byte_begin{0}, call_begin{0};
+  for (int32_t s = 0; s < ns; ++s) {
+    for (const auto& e : g.byte_edges(s))
+      if (live[e.target]) bytes.push_back(e);
+    for (const auto& c : g.call_edges(s))
+      if (productive[g.state_rule_[c.callee_start]] && live[c.ret]) calls.push_back(c);
+    byte_begin.push_back(static_cast<uint32_t>(bytes.size()));
+    call_begin.push_back(static_cast<uint32_t>(calls.size()));
+  }
+  g.byte_edges_ = std::move(bytes);
+  g.call_edges_ = std::move(calls);
+  g.byte_begin_ = std::move(byte_begin);
+  g.call_begin_ = std::move(call_begin);
 }
 
 // Merges states that read the same bytes into the same states, call the same rules and accept
