@@ -430,6 +430,10 @@ void GrammarBuilderAccess::trim(CompiledGrammar& g, const Grammar& grammar, cons
   std::vector<std::vector<int32_t>> callers(nr);
   for (int32_t s = 0; s < ns; ++s)
     for (const auto& c : g.call_edges(s)) callers[g.state_rule_[c.callee_start]].push_back(g.state_rule_[s]);
+  for (auto& c : callers) {
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+  }
   // live states of rule r given the productive rules so far; returns whether its start is live.
   std::vector<std::vector<int32_t>> rev;
   auto co_reach = [&](int32_t r) {
@@ -451,15 +455,19 @@ void GrammarBuilderAccess::trim(CompiledGrammar& g, const Grammar& grammar, cons
     }
     return live[b] != 0;
   };
+  // Each rule is re-examined only when one of its (distinct) callees became productive. First in,
+  // first out, in rule order: rules are mostly declared before their callers (the root last), so
+  // one pass usually settles them.
   std::vector<int32_t> work(nr);
+  std::vector<char> queued(nr, 1);
   for (int32_t r = 0; r < nr; ++r) work[r] = r;
-  while (!work.empty()) {
-    const int32_t r = work.back();
-    work.pop_back();
+  for (size_t head = 0; head < work.size(); ++head) {
+    const int32_t r = work[head];
+    queued[r] = 0;
     if (productive[r] || !co_reach(r)) continue;
     productive[r] = 1;
     for (int32_t c : callers[r])
-      if (!productive[c]) work.push_back(c);
+      if (!productive[c] && !queued[c]) queued[c] = 1, work.push_back(c);
   }
   TESSERA_CHECK(productive[grammar.root()], "grammar: no finite text matches the root rule '{}'",
                 grammar.rule_name(grammar.root()));
