@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "support/test_support.h"
 #include "text/constrain/json_schema.h"
 #include "text/constrain/token_matcher.h"
@@ -253,6 +254,29 @@ TEST(TokenMatcher, HandWrittenMasks) {
   EXPECT_FALSE(allowed(mask, e.eos));
   EXPECT_FALSE(m.accept_token(id("}")));
   EXPECT_TRUE(m.accept_token(id("2")));
+}
+
+TEST(TokenMatcher, RollbackRestoresMasks) {
+  const auto& e = env();
+  const auto tg = token_grammar(OJson::parse(kSchemas[0]));
+  GrammarMatcher m(tg, {e.eos});
+  const size_t words = mask_words(e.tok->vocab_size());
+  // A span longer than the vocabulary (a model whose logits row is padded): the extra words are 0.
+  std::vector<uint32_t> before(words + 8, 0xFFFFFFFFu), after(words + 8, 0xFFFFFFFFu);
+  const auto ids = e.tok->encode(R"({"name": "Jo", "age": 7)");
+  ASSERT_GE(ids.size(), 4u);
+  for (size_t i = 0; i + 3 < ids.size(); ++i) ASSERT_TRUE(m.accept_token(ids[i]));
+  m.fill_mask(before);
+  for (size_t w = words; w < before.size(); ++w) EXPECT_EQ(before[w], 0u);
+  for (size_t i = ids.size() - 3; i < ids.size(); ++i) ASSERT_TRUE(m.accept_token(ids[i]));
+  EXPECT_EQ(m.num_accepted(), ids.size());
+  m.rollback(3);
+  EXPECT_EQ(m.num_accepted(), ids.size() - 3);
+  m.fill_mask(after);
+  EXPECT_EQ(before, after);
+  EXPECT_THROW(m.rollback(ids.size()), core::Error);
+  std::vector<uint32_t> too_small(words - 1);
+  EXPECT_THROW(m.fill_mask(too_small), core::Error);
 }
 
 TEST(TokenMatcher, EncodedValidTextsAreAccepted) {

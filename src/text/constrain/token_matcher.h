@@ -112,17 +112,21 @@ class GrammarMatcher {
   // `stop_tokens` (e.g. EOS) are allowed once the text is complete and end the matcher.
   GrammarMatcher(std::shared_ptr<const TokenGrammar> grammar, std::vector<int32_t> stop_tokens);
 
-  // Sets bit i of `bitmask` (mask_words(vocab_size) words, overwritten) iff token i may come next.
+  // Sets bit i of `bitmask` iff token i may come next. The span needs mask_words(vocab_size) words
+  // (core::Error otherwise) and is overwritten whole: words past the vocabulary (a model's padded
+  // logits row) come back 0. Leaves the parse state as it was.
   void fill_mask(std::span<uint32_t> bitmask);
   // Consumes a token; false (and the state unchanged) when it is not allowed.
   bool accept_token(int32_t id);
-  // Consumes text that is forced (e.g. a prefix the server writes itself); all or nothing.
+  // Consumes text that is forced (e.g. a prefix the server writes itself); all or nothing. Not a
+  // token: rolling back past it undoes it together with the token before it.
   bool accept_text(std::string_view bytes);
   // The text so far is a complete sentence of the grammar (a stop token is allowed).
   bool is_complete() const { return !terminated_ && parser_.is_complete(); }
   // A stop token was accepted: nothing more is allowed.
   bool is_terminated() const { return terminated_; }
-  // Undoes the last `num_tokens` accepted tokens (at most num_accepted()).
+  // Undoes the last `num_tokens` accepted tokens (stop tokens included; at most num_accepted(),
+  // core::Error otherwise).
   void rollback(size_t num_tokens);
   size_t num_accepted() const { return history_.size(); }
 
