@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "support/test_support.h"
+#include "text/constrain/grammar_cache.h"
 #include "text/constrain/json_schema.h"
 #include "text/constrain/token_matcher.h"
 #include "text/tokenizer/tokenizer.h"
@@ -277,6 +278,33 @@ TEST(TokenMatcher, RollbackRestoresMasks) {
   EXPECT_THROW(m.rollback(ids.size()), core::Error);
   std::vector<uint32_t> too_small(words - 1);
   EXPECT_THROW(m.fill_mask(too_small), core::Error);
+}
+
+TEST(GrammarCache, LeastRecentlyUsedEviction) {
+  const auto tg = token_grammar(OJson::parse(R"({"type": "boolean"})"));
+  GrammarCache cache(2);
+  int builds = 0;
+  auto build = [&] {
+    ++builds;
+    return tg;
+  };
+  EXPECT_EQ(cache.get("a", build), tg);
+  EXPECT_EQ(cache.get("a", build), tg);
+  EXPECT_EQ(builds, 1);
+  cache.get("b", build);
+  cache.get("c", build);  // evicts "a", the least recently used
+  EXPECT_EQ(builds, 3);
+  EXPECT_EQ(cache.size(), 2u);
+  cache.get("c", build);
+  cache.get("b", build);
+  EXPECT_EQ(builds, 3);
+  cache.get("a", build);
+  EXPECT_EQ(builds, 4);
+  EXPECT_EQ(cache.hits(), 3u);
+  EXPECT_EQ(cache.misses(), 4u);
+  EXPECT_THROW(cache.get("bad", [&]() -> std::shared_ptr<const TokenGrammar> { core::fail("schema: bad"); }),
+               core::Error);
+  EXPECT_EQ(cache.size(), 2u);
 }
 
 TEST(TokenMatcher, EncodedValidTextsAreAccepted) {
