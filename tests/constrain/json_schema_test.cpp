@@ -192,6 +192,10 @@ TEST(JsonSchema, Errors) {
                "schema/required: property 'b' is not in properties");
   expect_error(R"({"type": "array", "maxItems": 100000})", "schema/maxItems: 100000 is above the supported 1000");
   expect_error(R"({"not": {}})", "schema: unsupported keyword 'not'");
+  // A schema built in code may hold strings that are not UTF-8: an error, not a crash.
+  OJson bad_utf8;
+  bad_utf8["enum"] = OJson::array({std::string("\xFF")});
+  EXPECT_THROW(json_schema_grammar(bad_utf8), core::Error);
   std::string deep = "{}";
   for (int i = 0; i < 100; ++i) deep = R"({"type": "array", "items": )" + deep + "}";
   expect_error(deep.c_str(), "nested deeper than 64 levels");

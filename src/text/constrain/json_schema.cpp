@@ -441,8 +441,12 @@ class Compiler {
 
 Grammar json_schema_grammar(const nlohmann::ordered_json& schema, const std::string& path, const SchemaLimits& limits) {
   Compiler c(schema, path, limits);
-  const Expr body = c.compile(schema, path, 0);
-  return c.take(body);
+  try {
+    const Expr body = c.compile(schema, path, 0);
+    return c.take(body);
+  } catch (const nlohmann::json::exception& e) {  // e.g. dump() of a string that is not UTF-8
+    core::fail("{}: {}", path, e.what());
+  }
 }
 
 Grammar json_object_grammar() {
