@@ -112,6 +112,37 @@ TEST(JsonSchema, AnyOfNullableTypeArrays) {
   EXPECT_EQ(check(g, R"({"x":1,"y":.5)"), 11);
 }
 
+TEST(JsonSchema, IntegerBounds) {
+  const auto g = schema(R"({"type": "integer", "minimum": -15, "maximum": 123})");
+  for (const char* ok : {"-15", "-10", "-9", "-1", "0", "7", "99", "100", "123", "20"})
+    EXPECT_EQ(check(g, ok), kOk) << ok;
+  EXPECT_EQ(check(g, "-16"), 2);
+  EXPECT_EQ(check(g, "124"), 2);
+  EXPECT_EQ(check(g, "1234"), 3);
+  EXPECT_EQ(check(g, "-0"), 1);
+  EXPECT_EQ(check(g, "200"), 2);
+  EXPECT_EQ(check(g, "-150"), 3);
+  EXPECT_EQ(check(g, "007"), 1);
+  const auto positive = schema(R"({"type": "integer", "exclusiveMinimum": 0})");
+  EXPECT_EQ(check(positive, "0"), 0);
+  EXPECT_EQ(check(positive, "1"), kOk);
+  EXPECT_EQ(check(positive, "10"), kOk);
+  EXPECT_EQ(check(positive, "-1"), 0);
+  const auto big = schema(R"({"type": "integer", "minimum": 1000, "exclusiveMaximum": 2000})");
+  EXPECT_EQ(check(big, "999"), 0);  // only 4-digit numbers starting with 1
+  EXPECT_EQ(check(big, "100"), kIncomplete);
+  EXPECT_EQ(check(big, "1000"), kOk);
+  EXPECT_EQ(check(big, "1999"), kOk);
+  EXPECT_EQ(check(big, "2000"), 0);
+  EXPECT_EQ(check(big, "10000"), 4);
+  const auto nullable = schema(R"({"type": ["integer", "null"], "maximum": 5})");
+  EXPECT_EQ(check(nullable, "null"), kOk);
+  EXPECT_EQ(check(nullable, "5"), kOk);
+  EXPECT_EQ(check(nullable, "-7"), kOk);
+  EXPECT_EQ(check(nullable, "6"), 0);
+  EXPECT_EQ(check(nullable, "50"), 1);
+}
+
 TEST(JsonSchema, RecursiveRefs) {
   const auto g = schema(R"({
     "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
@@ -192,6 +223,9 @@ TEST(JsonSchema, Errors) {
                "schema/required: property 'b' is not in properties");
   expect_error(R"({"type": "array", "maxItems": 100000})", "schema/maxItems: 100000 is above the supported 1000");
   expect_error(R"({"not": {}})", "schema: unsupported keyword 'not'");
+  expect_error(R"({"type": "number", "minimum": 0})", "schema: minimum/maximum are supported for type 'integer' only");
+  expect_error(R"({"type": "integer", "minimum": 0.5})", "schema/minimum: must be an integer");
+  expect_error(R"({"type": "integer", "minimum": 3, "maximum": 2})", "schema: no integer lies between");
   // A schema built in code may hold strings that are not UTF-8: an error, not a crash.
   OJson bad_utf8;
   bad_utf8["enum"] = OJson::array({std::string("\xFF")});

@@ -61,7 +61,13 @@ bool valid(const OJson& v, const OJson& s, const OJson& root) {
   if (!s.contains("type")) return true;
   const auto t = s["type"].get<std::string>();
   if (t == "string") return v.is_string();
-  if (t == "integer") return v.is_number_integer();
+  if (t == "integer") {
+    if (!v.is_number_integer()) return false;
+    const auto x = v.get<int64_t>();
+    if (s.contains("minimum") && x < s["minimum"].get<int64_t>()) return false;
+    if (s.contains("maximum") && x > s["maximum"].get<int64_t>()) return false;
+    return true;
+  }
   if (t == "number") return v.is_number();
   if (t == "boolean") return v.is_boolean();
   if (t == "null") return v.is_null();
@@ -107,6 +113,9 @@ const char* kSchemas[] = {
     R"({"$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer"},
         "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}, "maxItems": 2}}, "required": ["v", "kids"]}},
        "$ref": "#/$defs/n"})",
+    R"({"type": "object", "properties": {"month": {"type": "integer", "minimum": 1, "maximum": 12},
+        "temp": {"type": "integer", "minimum": -40, "maximum": 50}, "year": {"type": "integer", "minimum": 1900,
+        "maximum": 2100}}, "required": ["month", "temp", "year"]})",
 };
 
 bool allowed(const std::vector<uint32_t>& mask, int32_t id) { return (mask[id >> 5] >> (id & 31)) & 1u; }

@@ -50,10 +50,25 @@ const std::set<std::string_view>& ignored_keywords() {
 }
 
 const std::set<std::string_view>& handled_keywords() {
-  static const std::set<std::string_view> k = {"type",     "properties", "required", "additionalProperties",
-                                               "enum",     "const",      "items",    "prefixItems",
-                                               "minItems", "maxItems",   "anyOf",    "oneOf",
-                                               "allOf",    "$ref",       "nullable"};
+  static const std::set<std::string_view> k = {"type",
+                                               "properties",
+                                               "required",
+                                               "additionalProperties",
+                                               "enum",
+                                               "const",
+                                               "items",
+                                               "prefixItems",
+                                               "minItems",
+                                               "maxItems",
+                                               "anyOf",
+                                               "oneOf",
+                                               "allOf",
+                                               "$ref",
+                                               "nullable",
+                                               "minimum",
+                                               "maximum",
+                                               "exclusiveMinimum",
+                                               "exclusiveMaximum"};
   return k;
 }
 
@@ -225,6 +240,11 @@ class Compiler {
     } else {
       return g_.ref(value());
     }
+    const bool bounded = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+                         s.contains("exclusiveMaximum");
+    for (const auto& t : types)
+      TESSERA_CHECK(!bounded || t == "integer" || t == "null",
+                    "{}: minimum/maximum are supported for type 'integer' only, not '{}'", path, t);
     std::vector<Expr> alts;
     for (const auto& t : types) {
       if (t == "string")
@@ -232,7 +252,7 @@ class Compiler {
       else if (t == "number")
         alts.push_back(g_.ref(number()));
       else if (t == "integer")
-        alts.push_back(g_.ref(integer()));
+        alts.push_back(compile_integer(s, path));
       else if (t == "boolean")
         alts.push_back(g_.ref(boolean()));
       else if (t == "null")
@@ -245,6 +265,68 @@ class Compiler {
         core::fail("{}/type: unknown type '{}'", path, t);
     }
     return alts.size() == 1 ? alts[0] : g_.choice(std::move(alts));
+  }
+
+  // Integers within [minimum, maximum] (exclusive bounds moved by one): each digit count of the
+  // range becomes digit classes, the classic numeric-range construction.
+  Expr compile_integer(const OJson& s, const std::string& path) {
+    const bool bounded = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+                         s.contains("exclusiveMaximum");
+    if (!bounded) return g_.ref(integer());
+    constexpr int64_t kMax = 999999999999999999;  // kMaxIntDigits digits
+    auto bound = [&](const char* kw, int64_t adjust, int64_t fallback) -> int64_t {
+      auto it = s.find(kw);
+      if (it == s.end()) return fallback;
+      TESSERA_CHECK(it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() <= uint64_t(kMax)),
+                    "{}/{}: must be an integer within 18 digits for an integer schema", path, kw);
+      const int64_t v = it->get<int64_t>();
+      TESSERA_CHECK(v >= -kMax && v <= kMax, "{}/{}: must be an integer within 18 digits", path, kw);
+      return v + adjust;
+    };
+    const int64_t lo = std::max(bound("minimum", 0, -kMax), bound("exclusiveMinimum", 1, -kMax));
+    const int64_t hi = std::min(bound("maximum", 0, kMax), bound("exclusiveMaximum", -1, kMax));
+    TESSERA_CHECK(lo <= hi, "{}: no integer lies between the minimum and the maximum", path);
+    std::vector<Expr> alts;
+    if (hi >= 0) alts.push_back(range(static_cast<uint64_t>(std::max<int64_t>(lo, 0)), static_cast<uint64_t>(hi)));
+    if (lo < 0)
+      alts.push_back(
+          g_.seq({g_.literal("-"), range(static_cast<uint64_t>(hi < 0 ? -hi : 1), static_cast<uint64_t>(-lo))}));
+    return alts.size() == 1 ? alts[0] : g_.choice(std::move(alts));
+  }
+
+  // Canonical decimal numbers in [lo, hi].
+  Expr range(uint64_t lo, uint64_t hi) {
+    const std::string a = std::to_string(lo), b = std::to_string(hi);
+    std::vector<Expr> alts;
+    for (size_t len = a.size(); len <= b.size(); ++len) {
+      std::string from = a;
+      if (len != a.size()) {  // 10^(len-1)
+        from.assign(len, '0');
+        from[0] = '1';
+      }
+      const std::string to = len == b.size() ? b : std::string(len, '9');
+      alts.push_back(same_length(from, to));
+    }
+    return alts.size() == 1 ? alts[0] : g_.choice(std::move(alts));
+  }
+
+  // Digit strings of one length between `a` and `b` (a <= b).
+  Expr same_length(std::string_view a, std::string_view b) {
+    if (a.empty()) return g_.empty();
+    auto digits = [&](char lo, char hi) { return g_.bytes({{static_cast<uint8_t>(lo), static_cast<uint8_t>(hi)}}); };
+    const size_t rest = a.size() - 1;
+    if (a[0] == b[0]) return g_.seq({digits(a[0], a[0]), same_length(a.substr(1), b.substr(1))});
+    const bool a_rest_min = a.find_first_not_of('0', 1) == std::string_view::npos;
+    const bool b_rest_max = b.find_first_not_of('9', 1) == std::string_view::npos;
+    const Expr any = g_.repeat(digits('0', '9'), static_cast<uint32_t>(rest), static_cast<uint32_t>(rest));
+    if (a_rest_min && b_rest_max) return g_.seq({digits(a[0], b[0]), any});
+    const std::string nines(rest, '9'), zeros(rest, '0');
+    std::vector<Expr> alts;
+    alts.push_back(g_.seq({digits(a[0], a[0]), same_length(a.substr(1), nines)}));
+    if (b[0] - a[0] >= 2)
+      alts.push_back(g_.seq({digits(static_cast<char>(a[0] + 1), static_cast<char>(b[0] - 1)), any}));
+    alts.push_back(g_.seq({digits(b[0], b[0]), same_length(zeros, b.substr(1))}));
+    return g_.choice(std::move(alts));
   }
 
   Expr compile_ref(const OJson& ref, const std::string& path, size_t depth) {
