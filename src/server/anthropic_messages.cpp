@@ -11,17 +11,7 @@ namespace tessera::server {
 namespace {
 
 const std::string& block_type(const OJson& block, const std::string& where) {
-  if (!block.is_object()) bad_request(where, "{} must be a content block object", where);
-  auto it = block.find("type");
-  if (it == block.end() || !it->is_string()) bad_request(where + ".type", "{}.type must be a string", where);
-  return it->get_ref<const std::string&>();
-}
-
-const std::string& required_string(const OJson& o, const char* key, const std::string& where, bool non_empty) {
-  auto it = o.find(key);
-  if (it == o.end() || !it->is_string() || (non_empty && it->get_ref<const std::string&>().empty()))
-    bad_request(where + "." + key, "{}.{} must be a{} string", where, key, non_empty ? " non-empty" : "");
-  return it->get_ref<const std::string&>();
+  return type_member(block, where, "a content block object");
 }
 
 [[noreturn]] void unsupported_block(const std::string& type, const std::string& where) {

@@ -57,4 +57,18 @@ std::optional<std::string> get_str(const OJson& b, const char* key) {
   return v->get<std::string>();
 }
 
+const std::string& required_string(const OJson& o, const char* key, const std::string& where, bool non_empty) {
+  auto it = o.find(key);
+  if (it == o.end() || !it->is_string() || (non_empty && it->get_ref<const std::string&>().empty()))
+    bad_request(where + "." + key, "{}.{} must be a{} string", where, key, non_empty ? " non-empty" : "");
+  return it->get_ref<const std::string&>();
+}
+
+const std::string& type_member(const OJson& o, const std::string& where, const char* what) {
+  if (!o.is_object()) bad_request(where, "{} must be {}", where, what);
+  auto it = o.find("type");
+  if (it == o.end() || !it->is_string()) bad_request(where + ".type", "{}.type must be a string", where);
+  return it->get_ref<const std::string&>();
+}
+
 }  // namespace tessera::server

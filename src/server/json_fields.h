@@ -19,4 +19,11 @@ std::optional<int64_t> get_int(const OJson& b, const char* key, int64_t lo, int6
 std::optional<double> get_num(const OJson& b, const char* key, double lo, double hi);
 std::optional<std::string> get_str(const OJson& b, const char* key);
 
+// Members of nested objects (content blocks, input items), `where` being the object's path
+// (messages[1].content[0]): a 400 names where.key.
+// The string member `key` (non-empty when `non_empty`).
+const std::string& required_string(const OJson& o, const char* key, const std::string& where, bool non_empty);
+// The object's "type" string; `what` says what the object must be ("a content block object").
+const std::string& type_member(const OJson& o, const std::string& where, const char* what);
+
 }  // namespace tessera::server

@@ -42,13 +42,6 @@ const std::set<std::string>& known_fields() {
   return k;
 }
 
-const std::string& required_string(const OJson& o, const char* key, const std::string& where, bool non_empty) {
-  auto it = o.find(key);
-  if (it == o.end() || !it->is_string() || (non_empty && it->get_ref<const std::string&>().empty()))
-    bad_request(where + "." + key, "{}.{} must be a{} string", where, key, non_empty ? " non-empty" : "");
-  return it->get_ref<const std::string&>();
-}
-
 // An optional member of a nested object: null or absent is not given, anything but a string a 400.
 std::optional<std::string> optional_string(const OJson& o, const char* key, const std::string& where) {
   const OJson* v = field(o, key);
@@ -58,10 +51,7 @@ std::optional<std::string> optional_string(const OJson& o, const char* key, cons
 }
 
 const std::string& item_type(const OJson& part, const std::string& where) {
-  if (!part.is_object()) bad_request(where, "{} must be an object with a 'type'", where);
-  auto it = part.find("type");
-  if (it == part.end() || !it->is_string()) bad_request(where + ".type", "{}.type must be a string", where);
-  return it->get_ref<const std::string&>();
+  return type_member(part, where, "an object with a 'type'");
 }
 
 // A message's content: a string, or input_text / output_text parts joined with newlines (as the
