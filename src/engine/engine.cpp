@@ -141,6 +141,7 @@ void Engine::take_incoming() {
       auto seq = std::make_unique<Sequence>(state.get(), i, next_order_++, state->request.prompt,
                                             base_seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull);
       if (p.budgeted_region) seq->budget = BudgetTracker(*p.budgeted_region, state->request.prompt);
+      if (p.constraint) seq->constraint = p.constraint->create();
       if (i > 0) seq->wait_for = state->samples[0].get();
       state->samples.push_back(std::move(seq));
     }
@@ -190,28 +191,43 @@ void Engine::finish(Sequence* seq, FinishReason reason, std::optional<SampledTok
 
 namespace {
 
-// The sampling context of a sequence's next token; `masked` holds the ids ctx.masked points to.
-// `scripted`: the token is the request's scripted one (a test hook standing for a drawn token).
-SampleContext next_token_context(const Sequence& seq, std::vector<int32_t>& masked, bool& scripted) {
-  const SamplingParams& p = seq.request->request.params;
-  masked.clear();
-  if (seq.num_generated() < p.min_tokens) {
-    masked = p.stop_token_ids;
-    if (!p.ignore_eos) masked.insert(masked.end(), p.eos_token_ids.begin(), p.eos_token_ids.end());
-  }
+// What sampling needs to know about a sequence's next token; SampleContext points into it.
+struct NextToken {
+  std::vector<int32_t> masked;
+  std::vector<uint32_t> allowed;  // constrained decoding's bitmask; empty: unconstrained
   SampleContext ctx;
+  bool scripted = false;  // the token is the request's scripted one (a test hook standing for a draw)
+};
+
+void next_token_context(Sequence& seq, int64_t vocab, NextToken& nt) {
+  const SamplingParams& p = seq.request->request.params;
+  nt.masked.clear();
+  nt.allowed.clear();
+  if (seq.num_generated() < p.min_tokens) {
+    nt.masked = p.stop_token_ids;
+    if (!p.ignore_eos) nt.masked.insert(nt.masked.end(), p.eos_token_ids.begin(), p.eos_token_ids.end());
+  }
+  SampleContext& ctx = nt.ctx;
+  ctx = SampleContext{};
   ctx.prompt = std::span<const int32_t>(seq.tokens.data(), static_cast<size_t>(seq.prompt_len));
   ctx.generated =
       std::span<const int32_t>(seq.tokens.data() + seq.prompt_len, static_cast<size_t>(seq.num_generated()));
-  ctx.masked = masked;
   ctx.forced = p.budgeted_region ? seq.budget.forced_token() : -1;
-  scripted = false;
+  if (ctx.forced < 0 && seq.constraint && seq.constraint->active()) {
+    nt.allowed.resize(token_bitmask_words(vocab));
+    seq.constraint->fill_allowed(nt.allowed);
+  }
+  nt.scripted = false;
 #if TESSERA_TEST_HOOKS
   const int64_t g = seq.num_generated();
-  scripted = ctx.forced < 0 && g < static_cast<int64_t>(p.scripted_tokens.size());
-  if (scripted) ctx.forced = p.scripted_tokens[static_cast<size_t>(g)];
+  // A scripted token the constraint refuses is not forced: the constrained draw replaces it, as it
+  // would replace a model's favourite token.
+  nt.scripted = ctx.forced < 0 && g < static_cast<int64_t>(p.scripted_tokens.size()) &&
+                (nt.allowed.empty() || token_allowed(nt.allowed, p.scripted_tokens[static_cast<size_t>(g)]));
+  if (nt.scripted) ctx.forced = p.scripted_tokens[static_cast<size_t>(g)];
 #endif
-  return ctx;
+  ctx.masked = nt.masked;
+  ctx.allowed = nt.allowed;
 }
 
 }  // namespace
@@ -223,20 +239,22 @@ std::vector<std::optional<SampledToken>> Engine::sample_step(const std::vector<S
   std::vector<std::optional<SampledToken>> out(plan.size());
   std::vector<int64_t> op_rows, host_rows;
   std::vector<ops::SampleRow> op_params;
+  std::vector<NextToken> host_next;
   bool op_logprobs = false;
-  std::vector<int32_t> masked;
-  bool scripted = false;
+  NextToken nt;
   for (size_t i = 0; i < plan.size(); ++i) {
     Sequence* s = plan[i].seq;
     if (s->num_pending() != plan[i].num_tokens) continue;  // a prefill chunk short of the end: no token yet
-    const SampleContext ctx = next_token_context(*s, masked, scripted);
+    next_token_context(*s, vocab, nt);
     const SamplingParams& p = s->request->request.params;
-    if (op_can_sample(p, ctx, vocab)) {
+    if (op_can_sample(p, nt.ctx, vocab)) {
       op_rows.push_back(static_cast<int64_t>(i));
       op_params.push_back(op_sample_row(p, s->rng));
       op_logprobs = op_logprobs || p.logprobs.has_value();
     } else {
       host_rows.push_back(static_cast<int64_t>(i));
+      host_next.push_back(std::move(nt));
+      nt = NextToken{};
     }
   }
   // The logits rows of `rows`, without a copy when they are all of them.
@@ -263,10 +281,9 @@ std::vector<std::optional<SampledToken>> Engine::sample_step(const std::vector<S
     const std::vector<float> h = ops.to_host_f32(rows_of(host_rows));
     for (size_t j = 0; j < host_rows.size(); ++j) {
       Sequence* s = plan[static_cast<size_t>(host_rows[j])].seq;
-      const SampleContext ctx = next_token_context(*s, masked, scripted);
       const std::span<const float> row(h.data() + static_cast<int64_t>(j) * vocab, static_cast<size_t>(vocab));
-      SampledToken t = sample_token(row, s->request->request.params, ctx, s->rng);
-      if (scripted) t.forced = false;  // a scripted token stands for a drawn one: stop/EOS apply
+      SampledToken t = sample_token(row, s->request->request.params, host_next[j].ctx, s->rng);
+      if (host_next[j].scripted) t.forced = false;  // a scripted token stands for a drawn one: stop/EOS apply
       out[static_cast<size_t>(host_rows[j])] = std::move(t);
     }
   }
@@ -277,6 +294,15 @@ void Engine::emit_token(Sequence* seq, SampledToken tok) {
   const SamplingParams& p = seq->request->request.params;
   seq->tokens.push_back(tok.token);
   seq->budget.observe(tok.token);
+  if (seq->constraint && !seq->constraint->advance(tok.token)) {
+    // Only a forced token (the reasoning budget closing <think>) can get here, as drawn ones come
+    // from the allowed set: say so rather than pretend the output is still constrained.
+    spdlog::warn(
+        "request '{}': token {} broke its output constraint (response_format / tool_choice); the rest of "
+        "this sample is unconstrained",
+        seq->request->request.id, tok.token);
+    seq->constraint.reset();
+  }
 
   FinishReason reason = FinishReason::kNone;
   const bool is_stop = contains(p.stop_token_ids, tok.token) || (!p.ignore_eos && contains(p.eos_token_ids, tok.token));

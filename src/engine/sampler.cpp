@@ -57,6 +57,13 @@ void mask_tokens(std::span<float> logits, std::span<const int32_t> ids) {
     if (t >= 0 && static_cast<size_t>(t) < logits.size()) logits[static_cast<size_t>(t)] = kNegInf;
 }
 
+void mask_disallowed(std::span<float> logits, std::span<const uint32_t> allowed) {
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const size_t w = i / 32;
+    if (w >= allowed.size() || !((allowed[w] >> (i % 32)) & 1u)) logits[i] = kNegInf;
+  }
+}
+
 void log_softmax(std::span<float> x) {
   const float m = *std::max_element(x.begin(), x.end());
   if (m == kNegInf) return;
@@ -101,7 +108,16 @@ SampledToken sample_token(std::span<const float> raw, const SamplingParams& p, c
   std::vector<float> x(raw.begin(), raw.end());
   apply_penalties(x, p, ctx.prompt, ctx.generated);
   apply_logit_bias(x, p);
-  mask_tokens(x, ctx.masked);
+  if (!ctx.allowed.empty()) mask_disallowed(x, ctx.allowed);
+  if (ctx.allowed.empty() || ctx.forced >= 0) {
+    mask_tokens(x, ctx.masked);
+  } else {
+    // min_tokens must not leave a constrained row without a token (e.g. only EOS is allowed once the
+    // JSON is complete): then the constraint's set is drawn from as it is.
+    std::vector<float> kept = x;
+    mask_tokens(x, ctx.masked);
+    if (std::none_of(x.begin(), x.end(), [](float v) { return v != kNegInf; })) x.swap(kept);
+  }
   SampledToken out;
   const bool greedy = p.temperature <= 0.0f;
   if (!greedy) {
@@ -156,7 +172,7 @@ bool op_can_sample(const SamplingParams& p, const SampleContext& ctx, int64_t vo
   const bool temperature_ok = p.temperature == 0.0f || (p.temperature > 0.0f && std::isfinite(p.temperature) &&
                                                         std::isfinite(1.0f / p.temperature));
   return !penalties && !alternatives && temperature_ok && p.logit_bias.empty() && ctx.masked.empty() &&
-         ctx.forced < 0 && p.min_p <= 0.0f && p.top_p > 0.0f && p.top_p <= 1.0f && vocab >= 1 &&
+         ctx.allowed.empty() && ctx.forced < 0 && p.min_p <= 0.0f && p.top_p > 0.0f && p.top_p <= 1.0f && vocab >= 1 &&
          vocab <= ops::sampling::kMaxVocab;
 }
 

@@ -3,7 +3,8 @@
 //   1. apply_penalties: repetition (prompt + generated; HF/CTRL rule: positive logits divided by
 //      r, negative multiplied by r), then frequency (count in generated) and presence (once if in
 //      generated) subtracted, as vLLM does; then apply_logit_bias: the request's logit_bias added;
-//   2. mask_tokens: ids set to -inf (min_tokens hides stop ids and EOS);
+//   2. mask_tokens: ids set to -inf (min_tokens hides stop ids and EOS), and every token outside the
+//      allowed bitmask of constrained decoding (token_constraint.h);
 //   3. temperature: logits / T (greedy, T == 0, stops here and takes the first argmax);
 //   4. apply_truncation: min_p (keep p >= min_p * p_max), then top_k, then top_p (smallest set of
 //      most likely tokens whose mass reaches top_p); pruned tokens become -inf;
@@ -47,7 +48,14 @@ struct SampleContext {
   std::span<const int32_t> generated;
   std::span<const int32_t> masked;  // ids that may not be drawn this step
   int32_t forced = -1;              // >= 0: emit this token instead of drawing
+  // Constrained decoding: when not empty, only the tokens whose bit is set may be drawn
+  // (token_bitmask_words(vocab) words). Should min_tokens mask every allowed token, the allowed
+  // set wins: the constraint is what keeps the output well-formed.
+  std::span<const uint32_t> allowed;
 };
+
+// Sets every logit outside `allowed` (a token bitmask) to -inf.
+void mask_disallowed(std::span<float> logits, std::span<const uint32_t> allowed);
 
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& p, const SampleContext& ctx, Rng& rng);
 

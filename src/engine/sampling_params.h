@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include "engine/token_constraint.h"
 
 namespace tessera::engine {
 
@@ -41,6 +44,9 @@ struct SamplingParams {
   bool ignore_eos = false;
   std::optional<int64_t> logprobs;  // nullopt: off; k >= 0: chosen token + k alternatives
   std::optional<BudgetedRegion> budgeted_region;
+  // Constrained decoding (response_format, tool_choice): each sample gets its own constraint, and
+  // while it is active only the tokens it allows are drawn (applied like mask_tokens, sampler.h).
+  std::shared_ptr<const TokenConstraintFactory> constraint;
 #if TESSERA_TEST_HOOKS
   // Test hook (builds with TESSERA_TEST_HOOKS; the server exposes it only with --enable-test-script):
   // the i-th generated token is scripted_tokens[i] instead of a draw, while the forward pass,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/budgeted_region.h"
@@ -39,6 +40,7 @@ struct Sequence {
 
   Rng rng;
   BudgetTracker budget;
+  std::unique_ptr<TokenConstraint> constraint;  // from SamplingParams::constraint; null: none
 
   int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
   int64_t num_pending() const { return static_cast<int64_t>(tokens.size()) - num_computed; }

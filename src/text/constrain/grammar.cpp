@@ -163,6 +163,22 @@ Grammar::Expr Grammar::repeat(Expr item, uint32_t min, std::optional<uint32_t> m
   return add(std::move(n));
 }
 
+Grammar::Expr Grammar::embed(const Grammar& other, const std::string& prefix) {
+  const auto expr_base = static_cast<Expr>(nodes_.size());
+  const Rule rule_base = num_rules();
+  for (const Node& n : other.nodes_) {
+    Node c = n;
+    for (Expr& e : c.items) e += expr_base;
+    if (c.kind == Kind::kRef) c.rule += rule_base;
+    nodes_.push_back(std::move(c));
+  }
+  for (Rule r = 0; r < other.num_rules(); ++r) {
+    rule_names_.push_back(prefix + other.rule_names_[r]);
+    rule_bodies_.push_back(other.rule_bodies_[r] < 0 ? -1 : other.rule_bodies_[r] + expr_base);
+  }
+  return ref(other.root_ + rule_base);
+}
+
 Grammar::Expr Grammar::ref(Rule rule) {
   Node n;
   n.kind = Kind::kRef;

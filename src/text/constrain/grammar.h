@@ -53,6 +53,9 @@ class Grammar {
   Expr optional(Expr item) { return repeat(item, 0, 1); }
   Expr star(Expr item) { return repeat(item, 0, std::nullopt); }
   Expr ref(Rule rule);
+  // Copies every rule of `other` into this grammar (names prefixed with `prefix`) and returns a
+  // reference to its root: how a tool call's grammar holds each tool's argument schema.
+  Expr embed(const Grammar& other, const std::string& prefix);
 
   int32_t num_rules() const { return static_cast<int32_t>(rule_names_.size()); }
   const std::string& rule_name(Rule r) const { return rule_names_[r]; }

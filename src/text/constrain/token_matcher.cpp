@@ -41,15 +41,31 @@ TokenTrie TokenTrie::build(std::span<const std::pair<std::string_view, int32_t>>
   return t;
 }
 
-std::shared_ptr<const VocabIndex> VocabIndex::build(const Tokenizer& tokenizer) {
+std::string special_token_spelling(int index) {
+  TESSERA_CHECK(index >= 0 && index < 256, "special_token_spelling: index {} out of range", index);
+  return std::string{'\xFF', static_cast<char>(index)};
+}
+
+std::shared_ptr<const VocabIndex> VocabIndex::build(const Tokenizer& tokenizer,
+                                                    std::span<const int32_t> spelled_specials) {
   auto v = std::make_shared<VocabIndex>();
   v->vocab_size_ = tokenizer.vocab_size();
   v->bytes_.resize(v->vocab_size_);
   std::vector<std::pair<std::string_view, int32_t>> sorted;
   for (int32_t id = 0; id < v->vocab_size_; ++id) {
-    if (!tokenizer.has_id(id) || tokenizer.is_special(id)) continue;
+    if (!tokenizer.has_id(id) || tokenizer.is_special(id) ||
+        std::find(spelled_specials.begin(), spelled_specials.end(), id) != spelled_specials.end())
+      continue;
     v->bytes_[id] = std::string(tokenizer.token_bytes(id));
+    if (!spelled_specials.empty() && v->bytes_[id].find('\xFF') != std::string::npos) v->bytes_[id].clear();
     if (!v->bytes_[id].empty()) sorted.push_back({v->bytes_[id], id});
+  }
+  for (size_t i = 0; i < spelled_specials.size(); ++i) {
+    const int32_t id = spelled_specials[i];
+    TESSERA_CHECK(id >= 0 && id < v->vocab_size_ && v->bytes_[id].empty(),
+                  "VocabIndex: spelled special token {} is outside the vocabulary or given twice", id);
+    v->bytes_[id] = special_token_spelling(static_cast<int>(i));
+    sorted.push_back({v->bytes_[id], id});
   }
   std::sort(sorted.begin(), sorted.end());
   v->trie_ = TokenTrie::build(sorted);

@@ -51,9 +51,19 @@ struct TokenTrie {
   static TokenTrie build(std::span<const std::pair<std::string_view, int32_t>> sorted);
 };
 
+// How a grammar spells a special token it may emit (a tool-call marker such as DeepSeek's
+// <｜tool▁calls▁begin｜>): byte 0xFF then one byte for `index` (< 256). No UTF-8 text holds 0xFF,
+// so no text grammar can match a spelling by accident, and the ordinary tokens holding that byte
+// (byte-fallback tokens) are left out of a VocabIndex that has spellings, so that ordinary tokens
+// cannot spell a marker either.
+std::string special_token_spelling(int index);
+
 class VocabIndex {
  public:
-  static std::shared_ptr<const VocabIndex> build(const Tokenizer& tokenizer);
+  // `spelled_specials`: special token ids that grammars may emit, the i-th spelled
+  // special_token_spelling(i).
+  static std::shared_ptr<const VocabIndex> build(const Tokenizer& tokenizer,
+                                                 std::span<const int32_t> spelled_specials = {});
   int32_t vocab_size() const { return vocab_size_; }
   const TokenTrie& trie() const { return trie_; }
   // Bytes of an ordinary token (empty for special, unknown or empty tokens: never allowed).
