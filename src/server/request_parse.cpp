@@ -157,6 +157,45 @@ void check_response_size(const OJson& b, const ParseLimits& lim, GenerationJob& 
               choices, key, job.params.max_tokens, job.top_logprobs, entries, lim.max_logprob_entries, key);
 }
 
+// response_format: text (nothing to do), json_object, or json_schema {name, schema, strict}.
+void parse_response_format(const OJson& b, OutputConstraintSpec& spec) {
+  const OJson* rf = field(b, "response_format");
+  if (!rf) return;
+  if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+    bad_request("response_format", "'response_format' must be an object with a 'type'");
+  const std::string type = (*rf)["type"].get<std::string>();
+  if (type == "text") return;
+  if (type == "json_object") {
+    spec.answer = OutputConstraintSpec::Answer::kJsonObject;
+    return;
+  }
+  if (type != "json_schema")
+    bad_request("response_format.type", "response_format.type must be text, json_object or json_schema, got '{}'",
+                type);
+  const OJson* js = field(*rf, "json_schema");
+  if (!js || !js->is_object())
+    bad_request("response_format.json_schema", "response_format json_schema needs a 'json_schema' object");
+  const OJson* schema = field(*js, "schema");
+  if (!schema) {  // OpenAI allows it to be absent: any JSON object
+    spec.answer = OutputConstraintSpec::Answer::kJsonObject;
+    return;
+  }
+  if (!schema->is_object() && !schema->is_boolean())
+    bad_request("response_format.json_schema.schema",
+                "response_format.json_schema.schema must be a JSON Schema object");
+  spec.answer = OutputConstraintSpec::Answer::kJsonSchema;
+  spec.schema = *schema;
+  spec.schema_path = "response_format.json_schema.schema";
+}
+
+// The constraint of a request (nullptr when none), on the job's sampling parameters.
+void attach_constraint(const ServedModel& m, const OutputConstraintSpec& spec, GenerationJob& job) {
+  if (!spec.constrains()) return;
+  std::vector<int32_t> stops = m.eos_ids;
+  stops.insert(stops.end(), job.params.stop_token_ids.begin(), job.params.stop_token_ids.end());
+  job.params.constraint = m.constraints->make(spec, job.reasoning_start, std::move(stops));
+}
+
 std::string truncate_message(std::string s) {
   if (s.size() > 2000) s = s.substr(0, 2000) + "...";
   return s;
@@ -191,6 +230,7 @@ GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const Par
   if (auto v = get_bool(b, "continue_final_message"); v && *v)
     bad_request("continue_final_message", "'continue_final_message' is not supported");
 
+  OutputConstraintSpec spec;
   std::string tool_choice = ri.tools.is_null() ? "none" : "auto";
   if (const OJson* tc = field(b, "tool_choice")) {
     if (tc->is_string()) {
@@ -204,6 +244,7 @@ GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const Par
         bad_request("tool_choice", "'tool_choice' names '{}', which is not in 'tools'", name);
       tool_choice = "named";
       job.named_tool_choice = true;
+      spec.named_tool = name;
     } else {
       bad_request(
           "tool_choice",
@@ -212,6 +253,12 @@ GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const Par
     if (tool_choice != "none" && ri.tools.is_null()) bad_request("tool_choice", "'tool_choice' needs 'tools'");
   }
   job.tool_names.assign(tool_names.begin(), tool_names.end());
+  if (!ri.tools.is_null() && tool_choice != "none") {
+    spec.tool_list = ri.tools;
+    spec.tools = tool_choice == "auto"       ? OutputConstraintSpec::Tools::kAuto
+                 : tool_choice == "required" ? OutputConstraintSpec::Tools::kRequired
+                                             : OutputConstraintSpec::Tools::kNamed;
+  }
   job.parse_tools = !ri.tools.is_null() && tool_choice != "none" && m.tools.format != text::ToolCallFormat::kNone;
 
   // The thinking switch: chat_template_kwargs.thinking / enable_thinking (either name; both are
@@ -268,15 +315,10 @@ GenerationJob parse_chat_request(const OJson& b, const ServedModel& m, const Par
     job.top_logprobs = *v;
   }
   if (job.logprobs) job.params.logprobs = job.top_logprobs;
-  if (const OJson* rf = field(b, "response_format")) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      bad_request("response_format", "'response_format' must be an object with a 'type'");
-    if ((*rf)["type"].get<std::string>() != "text")
-      bad_request("response_format", "response_format '{}' is not supported by this server (no constrained decoding)",
-                  (*rf)["type"].get<std::string>());
-  }
+  parse_response_format(b, spec);
 
   job.reasoning_start = text::initial_reasoning_state(job.prompts[0], m.reasoning, job.thinking);
+  attach_constraint(m, spec, job);
   if (m.reasoning.valid()) {
     // Thinking off: a region with budget 0 closes any <think> the model opens at once. Thinking
     // on with a budget: the engine closes the reasoning after `budget` tokens, capped to 3/4 of
@@ -358,6 +400,9 @@ GenerationJob parse_completion_request(const OJson& b, const ServedModel& m, con
     job.params.logprobs = *v;
   }
   if (static_cast<int64_t>(job.prompts.size()) * job.params.n > 64) bad_request("n", "prompts x n must be at most 64");
+  OutputConstraintSpec spec;
+  parse_response_format(b, spec);
+  attach_constraint(m, spec, job);
   check_response_size(b, lim, job);
   return job;
 }

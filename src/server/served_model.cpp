@@ -52,6 +52,7 @@ ServedModel load_served_model(const ServedModelOptions& o) {
   specials.bos_token = m.bos_token;
   specials.eos_token = m.eos_token;
   m.tool_rendering = probe_tool_rendering(*m.chat_template_tools, specials, m.tools.format);
+  m.constraints = std::make_shared<OutputConstraints>(*m.tokenizer, m.tools, m.reasoning);
   const ToolRendering& tr = m.tool_rendering;
   if (!tr.declares_tools || !tr.keeps_calls_with_text) {
     if (tr.rewrite)

@@ -13,6 +13,7 @@
 #include "text/reasoning/tool_call_parser.h"
 #include "text/template/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
+#include "server/output_constraint.h"
 #include "server/tool_rendering.h"
 
 namespace tessera::server {
@@ -33,6 +34,8 @@ struct ServedModel {
   text::ReasoningMarkers reasoning;
   text::ToolCallMarkers tools;
   ToolRendering tool_rendering;  // what the tools template does with tools, and tessera's repair
+  // response_format / tool_choice grammars (shared by the request threads; internally locked).
+  std::shared_ptr<OutputConstraints> constraints;
 };
 
 struct ServedModelOptions {
