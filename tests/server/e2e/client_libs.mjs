@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 const require = createRequire(process.env.TESSERA_NPM_DIR + '/');
 const { ChatOpenAI } = require('@langchain/openai');
 const { HumanMessage, AIMessage, ToolMessage } = require('@langchain/core/messages');
-const { generateText, streamText, tool } = require('ai');
+const { generateText, streamText, generateObject, streamObject, tool } = require('ai');
 const { createOpenAICompatible } = require('@ai-sdk/openai-compatible');
 const { z } = require('zod');
 
@@ -86,6 +86,38 @@ test('AI SDK: a tool call with typed input', async () => {
   const calls = await s.toolCalls;
   assert.equal(calls.length, 1);
   assert.deepEqual(calls[0].input, { city: 'Paris', days: [1, 2] });
+});
+
+// Structured output. Every value bounded (enum, boolean, integer), so that an unscripted random
+// model, held to the schema by the grammar, finishes within max_tokens.
+const Weather = z.object({ unit: z.enum(['celsius', 'fahrenheit']), ok: z.boolean(), n: z.number().int() });
+const weatherJson = '{"unit": "celsius", "ok": true, "n": 21}';
+
+test('LangChain: withStructuredOutput (json_schema by default, and function calling)', async () => {
+  const scripted = await langchain(weatherJson + EOS, { maxTokens: 120 }).withStructuredOutput(Weather, { name: 'weather' })
+    .invoke([new HumanMessage('Weather?')]);
+  assert.deepEqual(scripted, { unit: 'celsius', ok: true, n: 21 });
+  // Unscripted: LangChain parses with zod; the grammar is what makes random weights pass.
+  const free = langchain(undefined, { maxTokens: 120, temperature: 1, modelKwargs: { seed: 2 } });
+  Weather.parse(await free.withStructuredOutput(Weather, { name: 'weather' }).invoke([new HumanMessage('Weather?')]));
+  // method functionCalling: a named tool_choice, enforced.
+  Weather.parse(await free.withStructuredOutput(Weather, { name: 'weather', method: 'functionCalling' })
+    .invoke([new HumanMessage('Weather?')]));
+});
+
+test('AI SDK: generateObject and streamObject (json_object, and json_schema with supportsStructuredOutputs)', async () => {
+  // The default provider sends json_object (the schema goes into the prompt): scripted.
+  const r = await generateObject({ ...aiOptions(weatherJson + EOS), maxOutputTokens: 120, prompt: 'Weather?', schema: Weather });
+  assert.deepEqual(r.object, { unit: 'celsius', ok: true, n: 21 });
+  // With structured outputs the schema itself is sent and enforced: unscripted.
+  const strict = createOpenAICompatible({ name: 'tessera', baseURL, apiKey, supportsStructuredOutputs: true });
+  const free = { model: strict(modelId), maxOutputTokens: 120, temperature: 1, seed: 3, maxRetries: 0, prompt: 'Weather?', schema: Weather };
+  Weather.parse((await generateObject(free)).object);
+  const s = streamObject(free);
+  let partials = 0;
+  for await (const _ of s.partialObjectStream) partials++;  // the object settles once the stream is read
+  assert.ok(partials > 1);
+  Weather.parse(await s.object);
 });
 
 let failed = 0;

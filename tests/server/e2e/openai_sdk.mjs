@@ -409,6 +409,44 @@ test('responses: errors map to the SDK exceptions and name the field', async () 
   await assert.rejects(client.responses.create({ model: 'nope', input: 'x' }), (e) => e instanceof OpenAI.NotFoundError);
 });
 
+// Structured output through the SDK's own helpers: zodResponseFormat (json_schema, strict) and
+// zodFunction (a strict tool) with .parse(), which parses and validates with zod. Scripted: the
+// exact object; unscripted: whatever the random model writes must still pass zod, which only
+// the grammar makes possible.
+const { zodResponseFormat, zodFunction } = require('openai/helpers/zod');
+const { z } = require('zod');
+const Weather = z.object({ unit: z.enum(['celsius', 'fahrenheit']), ok: z.boolean(), n: z.number().int() });
+
+test('structured output: chat.completions.parse with zodResponseFormat, scripted and free', async () => {
+  const p = { model, messages: [{ role: 'user', content: 'Weather as JSON' }], max_tokens: 120,
+              response_format: zodResponseFormat(Weather, 'weather') };
+  const r = await client.beta.chat.completions.parse({ ...p, temperature: 0, tessera_script: '{"unit": "celsius", "ok": true, "n": 21}' + EOS });
+  assert.deepEqual(r.choices[0].message.parsed, { unit: 'celsius', ok: true, n: 21 });
+  for (const seed of [1, 2]) {
+    const free = await client.beta.chat.completions.parse({ ...p, temperature: 1, seed });
+    assert.equal(free.choices[0].finish_reason, 'stop');
+    Weather.parse(free.choices[0].message.parsed);
+  }
+  // The stream helper accumulates the same JSON.
+  const stream = client.beta.chat.completions.stream({ ...p, temperature: 1, seed: 1 });
+  const final = await stream.finalChatCompletion();
+  Weather.parse(final.choices[0].message.parsed);
+});
+
+test('structured output: a strict zodFunction with tool_choice required is called with valid arguments', async () => {
+  const tools = [zodFunction({ name: 'report', parameters: Weather })];
+  for (const tool_choice of ['required', { type: 'function', function: { name: 'report' } }]) {
+    const r = await client.beta.chat.completions.parse({ model, messages: [{ role: 'user', content: 'Report' }], max_tokens: 160,
+                                                         tools, tool_choice, temperature: 1, seed: 4 });
+    const calls = r.choices[0].message.tool_calls;
+    assert.ok(calls.length >= 1, JSON.stringify(r));
+    for (const c of calls) {
+      assert.equal(c.function.name, 'report');
+      Weather.parse(c.function.parsed_arguments);
+    }
+  }
+});
+
 test('errors map to the SDK exceptions', async () => {
   await assert.rejects(client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 0 }),
                        (e) => e instanceof OpenAI.BadRequestError && e.status === 400);
