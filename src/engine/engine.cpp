@@ -239,6 +239,9 @@ std::vector<std::optional<SampledToken>> Engine::sample_step(const std::vector<S
   std::vector<std::optional<SampledToken>> out(plan.size());
   std::vector<int64_t> op_rows, host_rows;
   std::vector<ops::SampleRow> op_params;
+  std::vector<uint32_t> op_masks;  // constrained decoding: op rows x words, once any op row has a mask
+  bool op_masked = false;
+  const size_t words = token_bitmask_words(vocab);
   std::vector<NextToken> host_next;
   bool op_logprobs = false;
   NextToken nt;
@@ -248,6 +251,16 @@ std::vector<std::optional<SampledToken>> Engine::sample_step(const std::vector<S
     next_token_context(*s, vocab, nt);
     const SamplingParams& p = s->request->request.params;
     if (op_can_sample(p, nt.ctx, vocab)) {
+      if (!nt.allowed.empty() && !op_masked) {
+        op_masked = true;
+        op_masks.assign(op_rows.size() * words, ~0u);
+      }
+      if (op_masked) {
+        if (nt.allowed.empty())
+          op_masks.insert(op_masks.end(), words, ~0u);
+        else
+          op_masks.insert(op_masks.end(), nt.allowed.begin(), nt.allowed.end());
+      }
       op_rows.push_back(static_cast<int64_t>(i));
       op_params.push_back(op_sample_row(p, s->rng));
       op_logprobs = op_logprobs || p.logprobs.has_value();
@@ -267,7 +280,9 @@ std::vector<std::optional<SampledToken>> Engine::sample_step(const std::vector<S
   if (!op_rows.empty()) {
     const auto n = static_cast<int64_t>(op_rows.size());
     core::Tensor ids = ops.empty_i32({n}), lp = op_logprobs ? ops.empty({n}) : core::Tensor();
-    ops.sample(rows_of(op_rows), op_params, ids, op_logprobs ? &lp : nullptr);
+    core::Tensor x = rows_of(op_rows);
+    if (op_masked) ops.mask_logits(x, op_masks);  // the step's logits are not read again
+    ops.sample(x, op_params, ids, op_logprobs ? &lp : nullptr);
     const std::vector<int32_t> h_ids = ops.to_host_i32(ids);
     const std::vector<float> h_lp = op_logprobs ? ops.to_host_f32(lp) : std::vector<float>();
     for (size_t j = 0; j < op_rows.size(); ++j) {

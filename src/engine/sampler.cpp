@@ -172,7 +172,7 @@ bool op_can_sample(const SamplingParams& p, const SampleContext& ctx, int64_t vo
   const bool temperature_ok = p.temperature == 0.0f || (p.temperature > 0.0f && std::isfinite(p.temperature) &&
                                                         std::isfinite(1.0f / p.temperature));
   return !penalties && !alternatives && temperature_ok && p.logit_bias.empty() && ctx.masked.empty() &&
-         ctx.allowed.empty() && ctx.forced < 0 && p.min_p <= 0.0f && p.top_p > 0.0f && p.top_p <= 1.0f && vocab >= 1 &&
+         ctx.forced < 0 && p.min_p <= 0.0f && p.top_p > 0.0f && p.top_p <= 1.0f && vocab >= 1 &&
          vocab <= ops::sampling::kMaxVocab;
 }
 

@@ -62,7 +62,9 @@ SampledToken sample_token(std::span<const float> logits, const SamplingParams& p
 // Whether ops::Ops::sample draws this token as sample_token would (the same distribution and the
 // same use of the RNG), so that the engine can sample on the device and copy back only the id: no
 // penalties, logit bias, masked ids, min_p, forced token or alternatives in the logprobs, a temperature with a
-// finite reciprocal, and a vocabulary the op accepts.
+// finite reciprocal, and a vocabulary the op accepts. A constrained row's allowed bitmask does not
+// stand in the way: the engine applies it on the device first (Ops::mask_logits), which is
+// mask_disallowed for a row without penalties or bias.
 bool op_can_sample(const SamplingParams& p, const SampleContext& ctx, int64_t vocab);
 // The op's parameters for such a token; draws the uniform from `rng` exactly when sample_token
 // would (not for greedy), so a seeded request gives the same tokens whichever path drew them.

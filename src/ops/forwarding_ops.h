@@ -99,6 +99,9 @@ class ForwardingOps : public Ops {
               core::Tensor* logprob_out) override {
     inner_.sample(logits, rows, ids_out, logprob_out);
   }
+  void mask_logits(core::Tensor& logits, std::span<const uint32_t> bitmask) override {
+    inner_.mask_logits(logits, bitmask);
+  }
   std::vector<float> to_host_f32(const core::Tensor& x) override { return inner_.to_host_f32(x); }
   std::vector<int32_t> to_host_i32(const core::Tensor& x) override { return inner_.to_host_i32(x); }
   std::vector<uint8_t> to_host_bytes(const core::Tensor& x) override { return inner_.to_host_bytes(x); }

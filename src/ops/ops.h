@@ -309,6 +309,10 @@ class Ops {
   // naming the parameter at fault (see sample_args.h).
   virtual void sample(const core::Tensor& logits, std::span<const SampleRow> rows, core::Tensor& ids_out,
                       core::Tensor* logprob_out) = 0;
+  // Constrained decoding: sets logits [rows, vocab] (F32) to -inf wherever the token's bit is clear
+  // in `bitmask`, a host array of rows x ceil(vocab / 32) words (bit t % 32 of word t / 32 of the
+  // row), so that Ops::sample draws only allowed tokens. In place.
+  virtual void mask_logits(core::Tensor& logits, std::span<const uint32_t> bitmask) = 0;
 
   // Copies a device tensor to host fp32 / int32.
   virtual std::vector<float> to_host_f32(const core::Tensor& x) = 0;

@@ -11,6 +11,17 @@
 
 namespace tessera::ops {
 
+// Ops::mask_logits: F32 [rows, vocab] and rows x ceil(vocab / 32) mask words.
+inline void check_mask_args(const core::Tensor& logits, std::span<const uint32_t> bitmask) {
+  TESSERA_CHECK(logits.rank() == 2 && logits.dtype() == core::DType::kF32,
+                "mask_logits: logits must be F32 [rows, vocab], got {} {}", core::dtype_name(logits.dtype()),
+                core::shape_str(logits.shape()));
+  const int64_t words = logits.dim(0) * ((logits.dim(1) + 31) / 32);
+  TESSERA_CHECK(static_cast<int64_t>(bitmask.size()) == words,
+                "mask_logits: {} mask words for logits {} (need rows x ceil(vocab / 32) = {})", bitmask.size(),
+                core::shape_str(logits.shape()), words);
+}
+
 inline void check_sample_args(const core::Tensor& logits, std::span<const SampleRow> rows, const core::Tensor& ids_out,
                               const core::Tensor* logprob_out) {
   TESSERA_CHECK(logits.rank() == 2 && logits.dtype() == core::DType::kF32,

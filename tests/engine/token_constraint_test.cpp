@@ -41,7 +41,9 @@ TEST(ConstrainedSampler, GreedyTakesTheBestAllowedToken) {
   EXPECT_NEAR(t.logprob, -std::log1p(std::exp(-30.0)), 1e-6);
   ASSERT_EQ(t.top.size(), 2u);
   EXPECT_EQ(t.top[1].token, 33);
-  EXPECT_FALSE(op_can_sample(p, ctx, 36));
+  EXPECT_FALSE(op_can_sample(p, ctx, 36));  // alternatives in the logprobs: the host path
+  p.logprobs.reset();
+  EXPECT_TRUE(op_can_sample(p, ctx, 36));  // the device path, after Ops::mask_logits
 }
 
 TEST(ConstrainedSampler, RandomDrawsStayInsideTheAllowedSet) {
@@ -191,6 +193,36 @@ TEST(ConstrainedEngine, EachSampleHasItsOwnConstraint) {
     if (x->token) per_sample[x->index].push_back(x->token->token);
   ASSERT_EQ(per_sample.size(), 3u);
   for (const auto& [i, toks] : per_sample) EXPECT_EQ(toks, (std::vector<int32_t>{100, 200, 1})) << "sample " << i;
+}
+
+// Even ids below 512, forever: a wide allowed set, so that the draw has real choices.
+class EvenTokens final : public TokenConstraint {
+ public:
+  bool active() const override { return true; }
+  void fill_allowed(std::span<uint32_t> m) override {
+    std::fill(m.begin(), m.end(), 0u);
+    for (size_t w = 0; w < 16; ++w) m[w] = 0x55555555u;
+  }
+  bool advance(int32_t token) override { return token % 2 == 0 && token < 512; }
+};
+class EvenFactory final : public TokenConstraintFactory {
+ public:
+  std::unique_ptr<TokenConstraint> create() const override { return std::make_unique<EvenTokens>(); }
+};
+
+TEST(ConstrainedEngine, DevicePathAndHostPathDrawTheSameTokens) {
+  // No logprob alternatives: the op path (Ops::mask_logits then Ops::sample); top-1 alternatives
+  // send the row through the host sampler. Same seed, same tokens.
+  for (float temperature : {0.0f, 0.8f}) {
+    Request r = request(temperature, 12);
+    r.params.constraint = std::make_shared<EvenFactory>();
+    const Out device = run(r);
+    r.params.logprobs = 1;
+    const Out host = run(r);
+    ASSERT_EQ(device.tokens.size(), 12u);
+    EXPECT_EQ(device.tokens, host.tokens) << "temperature " << temperature;
+    for (int32_t t : device.tokens) EXPECT_TRUE(t % 2 == 0 && t < 512) << t;
+  }
 }
 
 #if TESSERA_TEST_HOOKS

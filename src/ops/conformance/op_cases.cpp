@@ -1393,6 +1393,38 @@ void add_moe(Table& tb) {
   }
 }
 
+// --- Constrained decoding's logit mask: exact (a copy or -inf).
+
+void add_mask_logits(Table& tb) {
+  struct Mk {
+    const char* family;
+    int64_t rows, vocab;
+  };
+  for (const Mk mk : {Mk{kTiny, 3, 1000}, Mk{kRagged, 2, 32001}, Mk{kDsv3.family, 4, kDsv3.vocab}}) {
+    tb.add(
+        "mask_logits", mk.family, fmt::format("{} rows, vocab {}, random masks", mk.rows, mk.vocab), 0.0, [mk](Ctx& c) {
+          struct S {
+            Tensor logits;
+            std::vector<uint32_t> mask;
+          };
+          auto s = std::make_shared<S>();
+          std::vector<float> logits(static_cast<size_t>(mk.rows * mk.vocab));
+          for (auto& x : logits) x = 8.0f * c.rng.uniform() - 4.0f;
+          const int64_t words = (mk.vocab + 31) / 32;
+          s->mask.resize(static_cast<size_t>(mk.rows * words));
+          for (int64_t r = 0; r < mk.rows; ++r)
+            for (int64_t w = 0; w < words; ++w)  // row 0 sparse, then about half, ...
+              s->mask[static_cast<size_t>(r * words + w)] = r == 0
+                                                                ? (c.rng.uniform() < 0.05 ? 1u << (w % 32) : 0u)
+                                                                : static_cast<uint32_t>(c.rng.uniform() * 4294967296.0);
+          s->logits = c.f32({mk.rows, mk.vocab}, logits);
+          Ops* o = &c.o();
+          return BoundCase{[s, o] { o->mask_logits(s->logits, s->mask); },
+                           [s, o] { return std::vector{f32_out(*o, "logits", s->logits)}; }};
+        });
+  }
+}
+
 // --- Sampling: ids must match exactly (fixed-point masses, sampling_rule.h); log-probabilities are
 // fp32 reductions in different orders.
 
@@ -1473,6 +1505,7 @@ const std::vector<std::string>& ops_virtuals() {
                                              "step_boundary",
                                              "gather_rows",
                                              "sample",
+                                             "mask_logits",
                                              "to_host_f32",
                                              "to_host_i32",
                                              "to_host_bytes",
@@ -1500,6 +1533,7 @@ std::vector<OpCase> op_cases(const std::vector<std::string>& families) {
   add_mla(tb);
   add_moe(tb);
   add_sample(tb);
+  add_mask_logits(tb);
   return std::move(tb.cases);
 }
 

@@ -39,6 +39,7 @@ class CpuOps : public Ops {
   void moe_experts(const core::Tensor& x, const std::vector<ExpertWeights>& experts, const core::Tensor& ids,
                    const core::Tensor& weights, core::Tensor& out, const ExpertWeights* shared = nullptr) override;
   void gather_rows(const core::Tensor& x, std::span<const int64_t> rows, core::Tensor& out) override;
+  void mask_logits(core::Tensor& logits, std::span<const uint32_t> bitmask) override;
   void sample(const core::Tensor& logits, std::span<const SampleRow> rows, core::Tensor& ids_out,
               core::Tensor* logprob_out) override;
   std::vector<float> to_host_f32(const core::Tensor& x) override;

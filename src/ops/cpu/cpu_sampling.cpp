@@ -79,6 +79,16 @@ Drawn sample_one(const float* x, int64_t n, const SampleRow& p) {
 
 }  // namespace
 
+void CpuOps::mask_logits(core::Tensor& logits, std::span<const uint32_t> bitmask) {
+  check_mask_args(logits, bitmask);
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1), words = (vocab + 31) / 32;
+  float* x = logits.data<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < vocab; ++t)
+      if (!((bitmask[static_cast<size_t>(r * words + t / 32)] >> (t % 32)) & 1u))
+        x[r * vocab + t] = -std::numeric_limits<float>::infinity();
+}
+
 void CpuOps::sample(const core::Tensor& logits, std::span<const SampleRow> rows, core::Tensor& ids_out,
                     core::Tensor* logprob_out) {
   check_sample_args(logits, rows, ids_out, logprob_out);

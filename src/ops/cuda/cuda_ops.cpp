@@ -224,6 +224,9 @@ class CudaOps final : public Ops {
   void sample(const Tensor& logits, std::span<const SampleRow> rows, Tensor& ids_out, Tensor* logprob_out) override {
     cuda::sample(ctx_, logits, rows, ids_out, logprob_out);
   }
+  void mask_logits(Tensor& logits, std::span<const uint32_t> bitmask) override {
+    cuda::mask_logits(ctx_, logits, bitmask);
+  }
 
   Tensor graphed_step(int64_t key, const std::function<Tensor()>& step) override {
     return ctx_.graphed_step(key, step);

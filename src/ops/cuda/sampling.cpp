@@ -17,6 +17,14 @@ void gather_rows(CudaContext& ctx, const Tensor& x, std::span<const int64_t> row
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
+void mask_logits(CudaContext& ctx, Tensor& logits, std::span<const uint32_t> bitmask) {
+  check_mask_args(logits, bitmask);
+  if (logits.numel() == 0) return;
+  Tensor d_mask = ctx.upload_async(DType::kU8, {static_cast<int64_t>(bitmask.size_bytes())}, bitmask.data());
+  launch_mask_logits(ptr<float>(logits), logits.dim(0), logits.dim(1), d_mask.data<uint32_t>(), ctx.stream());
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
 void sample(CudaContext& ctx, const Tensor& logits, std::span<const SampleRow> rows, Tensor& ids_out,
             Tensor* logprob_out) {
   check_sample_args(logits, rows, ids_out, logprob_out);

@@ -12,6 +12,7 @@
 namespace tessera::ops::cuda {
 
 void gather_rows(CudaContext& ctx, const core::Tensor& x, std::span<const int64_t> rows, core::Tensor& out);
+void mask_logits(CudaContext& ctx, core::Tensor& logits, std::span<const uint32_t> bitmask);
 void sample(CudaContext& ctx, const core::Tensor& logits, std::span<const SampleRow> rows, core::Tensor& ids_out,
             core::Tensor* logprob_out);
 

@@ -309,7 +309,21 @@ __global__ void __launch_bounds__(kThreads)
   draw(row, cut, draw_target(p.uniform, cut.mass), argmax, sh, ids + r, logprob);
 }
 
+__global__ void mask_logits_kernel(float* logits, int64_t vocab, const uint32_t* bitmask) {
+  const int64_t row = blockIdx.y, t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= vocab) return;
+  const uint32_t word = bitmask[row * ((vocab + 31) / 32) + t / 32];
+  if (!((word >> (t % 32)) & 1u)) logits[row * vocab + t] = -INFINITY;
+}
+
 }  // namespace
+
+void launch_mask_logits(float* logits, int64_t rows, int64_t vocab, const uint32_t* bitmask, cudaStream_t s) {
+  if (rows == 0 || vocab == 0) return;
+  constexpr int kMaskThreads = 256;
+  const dim3 grid(static_cast<unsigned>((vocab + kMaskThreads - 1) / kMaskThreads), static_cast<unsigned>(rows));
+  launch_plain(mask_logits_kernel, grid, kMaskThreads, 0, s, logits, vocab, bitmask);
+}
 
 void launch_sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* ids,
                    float* logprobs, cudaStream_t s) {

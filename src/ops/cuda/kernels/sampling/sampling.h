@@ -13,6 +13,9 @@ namespace tessera::ops::cuda {
 // One block per row of logits [rows, vocab] (fp32, vocab <= sampling::kMaxVocab); `params` holds
 // the rows' SampleRow in device memory, already checked (check_sample_args). Writes ids[rows] and,
 // when `logprobs` is not null, logprobs[rows]. Same tokens as the CPU reference, bit for bit.
+// logits [rows, vocab] = -inf where the token's bit is clear in `bitmask` (rows x ceil(vocab / 32)
+// words, device memory): Ops::mask_logits.
+void launch_mask_logits(float* logits, int64_t rows, int64_t vocab, const uint32_t* bitmask, cudaStream_t s);
 void launch_sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* ids,
                    float* logprobs, cudaStream_t s);
 
