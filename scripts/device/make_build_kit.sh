@@ -27,5 +27,5 @@ done
 tar cJf "$kit/deps.tar.xz" -C "$stage" usr
 [ -f "$kit/fixtures.tar.xz" ] || tar cJf "$kit/fixtures.tar.xz" -C "$root/../shared" \
   --exclude=fixtures/tokenizers/o200k --exclude=fixtures/tokenizers/kimi-style-tiktoken fixtures
-cp "$root"/scripts/device/*.sh "$kit/"
+cp "$root"/scripts/device/*.sh "$root"/scripts/device/*.py "$kit/"
 du -sh "$kit"/*

@@ -30,6 +30,7 @@ model=$(curl -s localhost:18080/v1/models | python3 -c 'import json,sys; print(j
 curl -s localhost:18080/v1/chat/completions -H 'Content-Type: application/json' \
   -d "{\"model\":\"$model\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}],\"max_tokens\":16}" | cut -c1-300
 echo
+python3 "$(dirname "$0")/constrained_check.py" 18080 || echo "constrained_check FAILED"
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv
 grep -E "plan: memory" "$log" | cut -c1-300
 kill -TERM $pid; wait $pid; echo "serve exit $?"

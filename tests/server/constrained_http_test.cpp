@@ -39,7 +39,7 @@ void expect_matches_schema(const std::string& content) {
 }
 
 Json chat(Json extra) {
-  Json b = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris, as JSON?"}}}}, {"max_tokens", 200}};
+  Json b = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris, as JSON?"}}}}, {"max_tokens", 400}};
   b.update(extra);
   return b;
 }

@@ -98,5 +98,59 @@ TEST(ServerKimi, ReasoningAndToolCallsStreamedAndNot) {
   EXPECT_GT(usage["completion_tokens_details"]["reasoning_tokens"].get<int>(), 0);
 }
 
+// Constrained decoding in Kimi's syntax: after free (scripted) reasoning, tool_choice required
+// makes the random model write a well-formed Kimi tool section with valid arguments, and
+// response_format a JSON answer.
+TEST(ServerKimi, ToolChoiceRequiredAndJsonAnswersInKimiSyntax) {
+  ServerProcess srv({"--model", kimi_model_dir().string(), "--served-model-name", "kimi-test"});
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(120, 0);
+  Json b = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+            {"tools", Json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters":
+               {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"],
+                "additionalProperties": false}}}])")},
+            {"max_tokens", 300},
+            {"temperature", 1.0},
+            {"tessera_script", "<think>Need a call.</think>"}};
+  // required: one or more calls (a random model may chain several, so max_tokens may cut the last);
+  // named: exactly one, then the section closes and EOS follows.
+  for (const Json& choice :
+       {Json("required"), Json::parse(R"({"type": "function", "function": {"name": "get_weather"}})")}) {
+    b["tool_choice"] = choice;
+    b["seed"] = 1;
+    auto r = post_json(c, "/v1/chat/completions", b.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const Json full = Json::parse(r->body);
+    const Json& m = full["choices"][0]["message"];
+    EXPECT_EQ(m["reasoning_content"], "Need a call.");
+    ASSERT_GE(m["tool_calls"].size(), 1u) << r->body;
+    for (const auto& call : m["tool_calls"]) {
+      EXPECT_EQ(call["function"]["name"], "get_weather");
+      EXPECT_EQ(call["id"].get<std::string>().rfind("functions.get_weather:", 0), 0u) << call;
+      const Json args = Json::parse(call["function"]["arguments"].get<std::string>());
+      EXPECT_TRUE(args == Json({{"city", "Paris"}}) || args == Json({{"city", "Oslo"}})) << args;
+    }
+    if (choice.is_object()) {
+      EXPECT_EQ(m["tool_calls"].size(), 1u) << r->body;
+      EXPECT_EQ(full["choices"][0]["finish_reason"], "stop") << r->body;
+    }
+  }
+  Json j = {{"messages", {{{"role", "user"}, {"content", "JSON?"}}}},
+            {"response_format",
+             {{"type", "json_schema"},
+              {"json_schema", {{"name", "x"}, {"schema", Json::parse(R"({"type": "object", "properties":
+                 {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false})")}}}}},
+            {"max_tokens", 60},
+            {"seed", 3},
+            {"tessera_script", "<think>Think.</think>"}};
+  auto r = post_json(c, "/v1/chat/completions", j.dump());
+  ASSERT_TRUE(r);
+  const Json m = Json::parse(r->body)["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "Think.");
+  const Json answer = Json::parse(m["content"].get<std::string>());
+  EXPECT_TRUE(answer == Json({{"ok", true}}) || answer == Json({{"ok", false}})) << m;
+}
+
 }  // namespace
 }  // namespace tessera::test
