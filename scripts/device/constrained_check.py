@@ -2,6 +2,7 @@
 """Constrained decoding on a running `tessera serve` (random weights at real size): a json_schema
 answer and a tool_choice "required" call must parse and match their schemas, and the cost per
 token of a constrained answer is printed next to an unconstrained one. Usage: constrained_check.py PORT"""
+import concurrent.futures
 import json
 import sys
 import time
@@ -44,17 +45,30 @@ ok = len(calls) >= 1 and all(json.loads(c["function"]["arguments"])["city"] in (
 failed |= not ok
 print(f"tool_choice required: {'ok' if ok else 'FAIL'} {[c['function'] for c in calls]}")
 
-# Cost per token: 120 booleans (about 240 tokens) against 240 unconstrained tokens.
-bools = {"type": "array", "items": {"type": "boolean"}, "minItems": 120, "maxItems": 120}
+# Cost per token: an array of 400 booleans (never complete within 200 tokens, so both runs decode
+# exactly 200 tokens) against unconstrained tokens, one request alone and 16 at once.
+bools = {"type": "json_schema", "json_schema": {"name": "b", "schema": {
+    "type": "array", "items": {"type": "boolean"}, "minItems": 400, "maxItems": 400}}}
 post({"messages": msgs, "max_tokens": 8})  # warm
-free, t_free = post({"messages": msgs, "max_tokens": 240, "ignore_eos": True, "temperature": 1, "seed": 4})
-con, t_con = post({"messages": msgs, "max_tokens": 400, "temperature": 1, "seed": 4,
-                   "response_format": {"type": "json_schema", "json_schema": {"name": "b", "schema": bools}}})
-n_free, n_con = free["usage"]["completion_tokens"], con["usage"]["completion_tokens"]
-print(f"decode, batch 1: unconstrained {n_free} tokens in {t_free:.2f} s = {1000 * t_free / n_free:.2f} ms/token; "
-      f"json_schema (120 booleans) {n_con} tokens in {t_con:.2f} s = {1000 * t_con / n_con:.2f} ms/token")
-try:
-    failed |= len(json.loads(con["choices"][0]["message"]["content"])) != 120
-except Exception:
-    failed = True
+
+
+def batch(n, constrained):
+    bodies = [{"messages": msgs, "max_tokens": 200, "ignore_eos": True, "temperature": 1, "seed": 10 + i}
+              for i in range(n)]
+    if constrained:
+        for b in bodies:
+            b["response_format"] = bools
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(n) as ex:
+        outs = list(ex.map(lambda b: post(b)[0], bodies))
+    dt = time.time() - t0
+    tokens = sum(o["usage"]["completion_tokens"] for o in outs)
+    return tokens, dt
+
+
+for n in (1, 16):
+    tf, df = batch(n, False)
+    tc, dc = batch(n, True)
+    print(f"decode, {n} concurrent: unconstrained {tf} tokens in {df:.2f} s = {tf / df:.0f} tok/s; "
+          f"json_schema {tc} tokens in {dc:.2f} s = {tc / dc:.0f} tok/s ({100 * (tc / dc) / (tf / df):.0f}%)")
 sys.exit(1 if failed else 0)

@@ -13,6 +13,7 @@
 #include "hostile_helpers.h"
 #include "http_helpers.h"
 #include "server_process.h"
+#include "support/test_support.h"
 
 namespace tessera::test {
 namespace {
@@ -20,16 +21,6 @@ namespace {
 // Much longer than any answer may take: a request answered only at a deadline would show.
 constexpr double kStall = 30;
 constexpr size_t kMaxErrorBody = 1500;
-
-// AddressSanitizer builds: gcc defines __SANITIZE_ADDRESS__, clang (the asan preset) says it through
-// __has_feature.
-#if defined(__SANITIZE_ADDRESS__)
-#define TESSERA_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TESSERA_TEST_ASAN 1
-#endif
-#endif
 
 class HostileServer : public ::testing::Test {
  protected:

@@ -10,13 +10,21 @@
 
 #include "http_helpers.h"
 #include "server_process.h"
+#include "support/test_support.h"
 
 namespace tessera::test {
 namespace {
 
 TEST(ServerLoad, SixtyFourStreamsWithDisconnects) {
   ServerProcess srv({"--max-num-seqs", "64"});
-  constexpr int kRequests = 320, kConcurrency = 64;
+  // Under AddressSanitizer the server is ~8x slower (320 requests took 231 s of the CI's budget);
+  // 125 still keep all 64 streams busy and drop 25 of them mid-stream.
+#if defined(TESSERA_TEST_ASAN)
+  constexpr int kRequests = 125;
+#else
+  constexpr int kRequests = 320;
+#endif
+  constexpr int kConcurrency = 64;
   std::atomic<int> next{0}, completed{0}, disconnected{0}, failed{0};
   std::vector<std::thread> workers;
   const auto t0 = std::chrono::steady_clock::now();

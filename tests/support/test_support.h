@@ -4,6 +4,16 @@
 #include <filesystem>
 #include <string>
 
+// AddressSanitizer builds: gcc defines __SANITIZE_ADDRESS__, clang (the asan preset) says it through
+// __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define TESSERA_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TESSERA_TEST_ASAN 1
+#endif
+#endif
+
 namespace tessera::test {
 
 // ../shared/fixtures (or $TESSERA_FIXTURES).
