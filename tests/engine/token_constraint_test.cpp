@@ -16,8 +16,6 @@
 namespace tessera::engine {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-
 std::vector<uint32_t> bitmask(int64_t vocab, std::initializer_list<int32_t> ids) {
   std::vector<uint32_t> m(token_bitmask_words(vocab), 0);
   for (int32_t id : ids) m[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
