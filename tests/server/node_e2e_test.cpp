@@ -17,8 +17,9 @@ TEST(ServerNodeSdk, OpenAiSdkEndToEnd) {
   const std::filesystem::path npm = TESSERA_SOURCE_DIR "/third_party/npm";
   if (run_command("node --version", nullptr) != 0)
     TESSERA_SKIP_UNLESS_REQUIRED("node is not installed (scripts/setup.sh)");
-  if (!std::filesystem::exists(npm / "node_modules" / "openai" / "package.json"))
-    TESSERA_SKIP_UNLESS_REQUIRED("npm package 'openai' missing in " << npm << " (run scripts/setup.sh)");
+  for (const char* pkg : {"openai", "zod"})  // zod: the structured-output helpers
+    if (!std::filesystem::exists(npm / "node_modules" / pkg / "package.json"))
+      TESSERA_SKIP_UNLESS_REQUIRED("npm package '" << pkg << "' missing in " << npm << " (run scripts/setup.sh)");
   ServerProcess srv({"--api-key", "e2e-key"});
   std::string out;
   // The suite takes ~15 s in a release build, ~90 s under AddressSanitizer alone and over 120 s beside
@@ -51,7 +52,7 @@ TEST(ServerNodeSdk, LangChainAndAiSdkEndToEnd) {
   const std::filesystem::path npm = TESSERA_SOURCE_DIR "/third_party/npm";
   if (run_command("node --version", nullptr) != 0)
     TESSERA_SKIP_UNLESS_REQUIRED("node is not installed (scripts/setup.sh)");
-  for (const char* pkg : {"@langchain/openai", "ai", "@ai-sdk/openai-compatible"})
+  for (const char* pkg : {"@langchain/openai", "ai", "@ai-sdk/openai-compatible", "zod"})
     if (!std::filesystem::exists(npm / "node_modules" / pkg / "package.json"))
       TESSERA_SKIP_UNLESS_REQUIRED("npm package '" << pkg << "' missing in " << npm << " (run scripts/setup.sh)");
   ServerProcess srv({"--api-key", "e2e-key"});
