@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and runs each for a bounded time
-# (TESSERA_FUZZ_SECONDS, default 20). Seeds come from fuzz/<area>/corpus/<target>/ when present;
+# (TESSERA_FUZZ_SECONDS, default 10). Seeds come from fuzz/<area>/corpus/<target>/ when present;
 # the run works on a temporary copy so the repository is never modified. Fails on any crash,
 # hang (per-input timeout) or sanitizer report.
 set -euo pipefail
@@ -9,7 +9,7 @@ if ! command -v clang++ >/dev/null; then
   echo "fuzz: clang++ not found, skipping fuzz targets"
   exit 0
 fi
-seconds="${TESSERA_FUZZ_SECONDS:-20}"
+seconds="${TESSERA_FUZZ_SECONDS:-10}"
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "$(nproc)" --target fuzzers
 shopt -s nullglob
