@@ -750,7 +750,7 @@ TEST(MlaSplits, CountsKeepTheSplitsBusyAndChangeRarelyAsTheContextGrows) {
             const std::string what = fmt::format("{} tokens, {} heads, ctx {}, {} SMs, kernel {}", tokens, heads, ctx,
                                                  sms, static_cast<int>(kernel));
             ASSERT_GE(s, 1) << what;
-            EXPECT_LE(s, 128) << what;
+            EXPECT_LE(s, ops::cuda::kMlaMaxSplits) << what;
             const int64_t chunk = ops::cuda::mla_split_chunk(static_cast<int>(ctx), static_cast<int>(s), tile);
             EXPECT_GE(2 * ((ctx + chunk - 1) / chunk), s) << what << ": " << s << " splits of " << chunk;
           }

@@ -232,6 +232,9 @@ struct Seq {
   int64_t cached, fresh;
 };
 std::string seqs_name(const std::vector<Seq>& seqs) {
+  if (seqs.size() > 8)
+    return fmt::format("{} seqs {}+{} .. {}+{}", seqs.size(), seqs.front().cached, seqs.front().fresh,
+                       seqs.back().cached, seqs.back().fresh);
   std::string s;
   for (const auto& q : seqs) s += fmt::format("{}{}+{}", s.empty() ? "" : ",", q.cached, q.fresh);
   return s;
@@ -1069,6 +1072,9 @@ std::vector<MlaCase> mla_cases() {
       {kRagged, 16, 128, 64, 128, 512, kRaggedMixed, 64, true},
       {kRagged, 20, 32, 16, 32, 64, kRaggedMixed, 16, false},
       {kRagged, 8, 16, 16, 24, 32, kRaggedMixed, 64, true},
+      // One decode token with a long context and 8 heads: the most context splits (more than 128).
+      {kRagged, 8, 128, 64, 128, 512, {{20000, 1}}, 64, false},
+      {kRagged, 8, 128, 64, 128, 512, {{20000, 1}}, 64, true},
   };
   for (const ModelShape* m : {&kKimi, &kDsv3}) {
     // Decode at contexts around the 64-position tiles and a long one; a prefill chunk beside
@@ -1080,6 +1086,11 @@ std::vector<MlaCase> mla_cases() {
     v.push_back({m->family, m->heads, m->nope, m->rope, m->v, m->kv_lora, decode, 32, false});
     v.push_back({m->family, m->heads, m->nope, m->rope, m->v, m->kv_lora, decode, 64, true});
   }
+  // A decode batch of 128 (Kimi-K2.5's 64 heads): one context split, where the wgmma and KV-major
+  // kernels write the normalised output themselves and no combine runs.
+  std::vector<Seq> batch;
+  for (int64_t i = 0; i < 128; ++i) batch.push_back({(i * 37) % 200, 1});
+  v.push_back({kKimi.family, kKimi.heads, kKimi.nope, kKimi.rope, kKimi.v, kKimi.kv_lora, batch, 64, false});
   return v;
 }
 

@@ -128,6 +128,9 @@ __host__ __device__ inline MlaSplitRange mla_split_range(int pos, int split, int
   return {begin, end, end > begin ? (end - begin + tile - 1) / tile : 0};
 }
 bool mla_attend_mma_supported(int64_t latent, int64_t rope);
+// The most context splits a step may use (the combine kernel holds a factor per split in shared
+// memory): 256, so that a batch-1 step of the KV-major kernel (two blocks an SM) fills the GPU.
+constexpr int kMlaMaxSplits = 256;
 // Context splits for a step: the fewest whose blocks fill whole waves of the GPU. The wgmma kernel
 // runs 64 heads a block and one block an SM, the mma.sync kernels 16 heads and two. Chosen for
 // max_visible rounded up to an eighth of its power of two, so that it changes only every ~12% of

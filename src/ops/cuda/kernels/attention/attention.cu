@@ -173,73 +173,78 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
   }
 }
 
-// Merges the splits' partials: o = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s. The per-split
-// factors are computed once into shared memory (splits <= kMaxSplits). A block covers 128 output
-// columns of one (token, head) as 32 float4 columns x 4 groups of splits (a block per (token, head)
-// left a batch-1 step with 64 blocks reading 8 MB of partials).
-constexpr int kMaxSplits = 128;
-constexpr int kCombineCols = 32;   // float4 columns a block covers
-constexpr int kCombineGroups = 4;  // groups of splits a column is summed in
-__global__ void __launch_bounds__(kCombineCols* kCombineGroups)
-    combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
-                   float* o_lat) {
-  pdl_wait();  // first: launched with launch_dependent
-  __shared__ float m_s[kMaxSplits], l_s[kMaxSplits], f_s[kMaxSplits];
-  __shared__ float inv_s;
-  __shared__ float4 red[kCombineGroups][kCombineCols];
+// Merges the splits' partials: o = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s. A block covers
+// kCols float4 output columns of one (token, head), its 128 threads as kCols columns x 128 / kCols
+// groups of splits (group g sums splits g, g + groups, ...). kCols is 8 when the step has very few
+// (token, head) pairs, so that a batch-1 step still has hundreds of blocks in flight (32 blocks for
+// 8 heads read 4 MB of partials at 256 splits), 128 (a whole row) when it has thousands, else 32. The first batch of
+// partial loads is issued before the split factors are known (they do not depend on them), and M and the denominator
+// are warp reductions, not a loop on one thread behind block barriers (at 128 splits that loop was a third of this
+// kernel's time).
+constexpr int kCombineThreads = 128;
+constexpr int kCombineBatch = 8;  // partial loads in flight per thread
+template <int kCols>
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const float* o_part, const float* ml_part, int splits,
+                                                                  int tokens, int heads, int latent, float* o_lat) {
+  constexpr int kGroups = kCombineThreads / kCols;
+  pdl_wait();                                                 // first: launched with launch_dependent
+  __shared__ float f_s[kCombineThreads / 32][kMlaMaxSplits];  // a row per warp
+  __shared__ float4 red[kGroups][kCols];
   const int t = blockIdx.x, h = blockIdx.y;
   auto slot = [&](int s) { return (static_cast<int64_t>(s) * tokens + t) * heads + h; };
-  // m and l of every split in one parallel load (thread 0's sum below then reads shared memory: a
-  // loop over global loads waited for each, most of this kernel's time at batch 1).
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
-    const float2 ml = reinterpret_cast<const float2*>(ml_part)[slot(s)];
-    m_s[s] = ml.x;
-    l_s[s] = ml.y;
-  }
-  __syncthreads();
+  const bool vec = latent % 4 == 0;
+  const int col = threadIdx.x % kCols, grp = threadIdx.x / kCols;
+  const int d4 = static_cast<int>(blockIdx.z) * kCols + col;
+  const bool active = vec && d4 < latent / 4;
+  float4 v[kCombineBatch];
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int j = 0; j < kCombineBatch; ++j) {
+      const int s = s0 + j * kGroups;
+      v[j] = active && s < splits ? reinterpret_cast<const float4*>(o_part + slot(s) * latent)[d4]
+                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  };
+  load_batch(grp);
+  // Split factors, computed by every warp for itself (no block barrier before the sums; a step at
+  // batch 128 has 32768 of these blocks): lane i takes splits i, i + 32, ..., and the warp's
+  // factors go to its own row of f_s.
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  auto ml_of = [&](int s) { return reinterpret_cast<const float2*>(ml_part)[slot(s)]; };
   float M = -FLT_MAX;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, m_s[s]);
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) f_s[s] = __expf(m_s[s] - M);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float denom = 0.0f;
-    for (int s = 0; s < splits; ++s) denom += f_s[s] * l_s[s];
-    inv_s = 1.0f / denom;
+  for (int s = lane; s < splits; s += 32) M = fmaxf(M, ml_of(s).x);
+  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+  float den = 0.0f;
+  float* f_w = f_s[warp];
+  for (int s = lane; s < splits; s += 32) {
+    const float2 ml = ml_of(s);  // again, from L1: holding them in registers cost occupancy
+    const float f = __expf(ml.x - M);
+    f_w[s] = f;
+    den += f * ml.y;
   }
-  __syncthreads();
-  const float inv = inv_s;
+  for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+  const float inv = 1.0f / den;
+  __syncwarp();  // f_w is complete for every lane of this warp
   float* dst = o_lat + (static_cast<int64_t>(t) * heads + h) * latent;
-  if (latent % 4 == 0) {
-    const int col = threadIdx.x % kCombineCols, grp = threadIdx.x / kCombineCols;
-    const int d4 = static_cast<int>(blockIdx.z) * kCombineCols + col;
-    // Group grp sums splits grp, grp + 4, ..., eight loads in flight at a time.
-    constexpr int kBatch = 8;
+  if (vec) {
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (d4 < latent / 4) {
-      for (int s0 = grp; s0 < splits; s0 += kCombineGroups * kBatch) {
-        float4 v[kBatch];
+    for (int s0 = grp; s0 < splits; s0 += kGroups * kCombineBatch) {
+      if (s0 != grp) load_batch(s0);  // the first batch is in flight since the start
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          const int s = s0 + j * kCombineGroups;
-          v[j] = s < splits ? reinterpret_cast<const float4*>(o_part + slot(s) * latent)[d4]
-                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          const int s = s0 + j * kCombineGroups;
-          const float f = s < splits ? f_s[s] : 0.0f;
-          acc.x += f * v[j].x;
-          acc.y += f * v[j].y;
-          acc.z += f * v[j].z;
-          acc.w += f * v[j].w;
-        }
+      for (int j = 0; j < kCombineBatch; ++j) {
+        const int s = s0 + j * kGroups;
+        const float f = s < splits ? f_w[s] : 0.0f;
+        acc.x += f * v[j].x;
+        acc.y += f * v[j].y;
+        acc.z += f * v[j].z;
+        acc.w += f * v[j].w;
       }
     }
     red[grp][col] = acc;
     __syncthreads();
-    if (grp == 0 && d4 < latent / 4) {
+    if (grp == 0 && active) {
       float4 sum = red[0][col];
-      for (int g = 1; g < kCombineGroups; ++g) {
+      for (int g = 1; g < kGroups; ++g) {
         sum.x += red[g][col].x;
         sum.y += red[g][col].y;
         sum.z += red[g][col].z;
@@ -249,11 +254,13 @@ __global__ void __launch_bounds__(kCombineCols* kCombineGroups)
     }
     return;
   }
-  const int d = static_cast<int>(blockIdx.z) * kCombineCols * 4 + static_cast<int>(threadIdx.x);
-  if (d < latent) {
-    float v = 0.0f;
-    for (int s = 0; s < splits; ++s) v += f_s[s] * o_part[slot(s) * latent + d];
-    dst[d] = v * inv;
+  // Latent not a multiple of 4 (test shapes): one column a thread.
+  const int end = min(latent, static_cast<int>(blockIdx.z + 1) * kCols * 4);
+  for (int d = static_cast<int>(blockIdx.z) * kCols * 4 + static_cast<int>(threadIdx.x); d < end;
+       d += kCombineThreads) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits; ++s) acc += f_w[s] * o_part[slot(s) * latent + d];
+    dst[d] = acc * inv;
   }
 }
 
@@ -313,7 +320,7 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   while (octave * 2 <= max_visible) octave *= 2;
   const int64_t step = std::max<int64_t>(tile, octave / 8);
   const int64_t visible = (max_visible + step - 1) / step * step;
-  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, visible / (2 * tile)));
+  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMlaMaxSplits, visible / (2 * tile)));
   int64_t best = 1;
   double best_fill = 0;
   for (int64_t s = 1; s <= max_splits; ++s) {
@@ -354,7 +361,10 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
                        cudaStream_t s) {
   if (tokens == 0) return;
   const int64_t entry = latent + rope;
-  float* o_part = scratch;
+  // With one split the wgmma and KV-major kernels normalise their output and write it in place of
+  // the partials (same layout at split 0): no combine (at batch 128 it read and wrote 33 MB).
+  const bool direct = splits == 1 && ((kernel == MlaKernel::kWgmma && !cache.fp8) || kernel == MlaKernel::kKvMajor);
+  float* o_part = direct ? o_lat : scratch;
   float* ml_part = scratch + splits * tokens * heads * latent;
   if (kernel == MlaKernel::kWgmma && !cache.fp8) {
     // (The wgmma kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
@@ -379,11 +389,17 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
       launch_attend_cuda_core(grid, heads_per_block, smem, s, q_full, heads, latent, rope, info, tables, cache.bf16(),
                               page, scale, 1.0f, o_part, ml_part);
   }
+  if (direct) return;
+  // Column blocks by the number of (token, head) pairs: narrow ones when there are very few (batch
+  // 1 at 8 or 16 heads; at 64 heads they were slower), whole 512-wide rows when there are thousands (each block is a
+  // short chain of loads: 32768 blocks of a quarter row made the batch-128 combine a sixth of the attention time).
+  const int64_t pairs = tokens * heads;
+  const int cols = pairs <= 16 ? 8 : pairs >= 1024 ? 128 : 32;
+  auto combine = cols == 8 ? combine_kernel<8> : cols == 128 ? combine_kernel<128> : combine_kernel<32>;
   dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads),
-             static_cast<unsigned>((latent + 4 * kCombineCols - 1) / (4 * kCombineCols)));
-  launch_dependent(combine_kernel, cgrid, kCombineCols * kCombineGroups, 0, s, o_part, ml_part,
-                   static_cast<int>(splits), static_cast<int>(tokens), static_cast<int>(heads),
-                   static_cast<int>(latent), o_lat);
+             static_cast<unsigned>((latent + 4 * cols - 1) / (4 * cols)));
+  launch_dependent(combine, cgrid, kCombineThreads, 0, s, o_part, ml_part, static_cast<int>(splits),
+                   static_cast<int>(tokens), static_cast<int>(heads), static_cast<int>(latent), o_lat);
 }
 
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits) {

@@ -302,19 +302,22 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 
   // Partials: Oᵀ unnormalised (fp8: times the cache scale, the values being q · kv_scale), m and l
-  // per head.
-  const float o_scale = FP8 ? kv_scale : 1.0f;
+  // per head. With one split (large batches) `o_part` is the output [t, h, LAT] itself and Oᵀ is
+  // normalised here, so that no combine kernel runs.
+  const bool direct = gridDim.x == 1;
+  if (direct) __syncthreads();  // l_s of the last tile is complete
 #pragma unroll
   for (int nt = 0; nt < L::kNTiles; ++nt)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int h = h0 + 8 * nt + 2 * c + e;
       if (h >= heads) continue;
+      const float o_scale = (FP8 ? kv_scale : 1.0f) * (direct ? 1.0f / l_s[h - h0] : 1.0f);
       float* dst = o_part + ((static_cast<int64_t>(split) * tokens + t) * heads + h) * LAT + warp * L::kLatPerWarp;
 #pragma unroll
       for (int mi = 0; mi < L::kMTiles; ++mi) {
-        dst[16 * mi + g] = FP8 ? o[mi][nt][e] * o_scale : o[mi][nt][e];
-        dst[16 * mi + g + 8] = FP8 ? o[mi][nt][2 + e] * o_scale : o[mi][nt][2 + e];
+        dst[16 * mi + g] = o[mi][nt][e] * o_scale;
+        dst[16 * mi + g + 8] = o[mi][nt][2 + e] * o_scale;
       }
     }
   if (threadIdx.x < NH && h0 + static_cast<int>(threadIdx.x) < heads) {

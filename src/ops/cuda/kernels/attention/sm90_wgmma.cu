@@ -410,14 +410,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // Partials: O unnormalised [split, t, h, 512]; m and l per head from warpgroup 0.
+  // Partials: O unnormalised [split, t, h, 512]; m and l per head from warpgroup 0. With one split
+  // (large batches) `o_part` is the output [t, h, 512] itself and O is normalised here, so that no
+  // combine kernel runs: warpgroup 0 hands 1 / l to warpgroup 1 through alpha_s, once both are
+  // done with the last tile's.
+  const bool direct = gridDim.x == 1;
+  float norm0 = 1.0f, norm1 = 1.0f;
+  if (direct) {
+    __syncthreads();  // warpgroup 1 has read the last tile's alpha
+    if (wg == 0 && c == 0) {
+      alpha_s[r0] = 1.0f / l_run[0];
+      alpha_s[r1] = 1.0f / l_run[1];
+    }
+    __syncthreads();
+    norm0 = alpha_s[r0];
+    norm1 = alpha_s[r1];
+  }
   const int64_t slot0 = (static_cast<int64_t>(split) * tokens + t) * heads + h0;
   float* dst0 = o_part + (slot0 + r0) * kLat + 256 * wg + 2 * c;
   float* dst1 = o_part + (slot0 + r1) * kLat + 256 * wg + 2 * c;
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
-    *reinterpret_cast<float2*>(dst0 + 8 * j) = make_float2(o[4 * j], o[4 * j + 1]);
-    *reinterpret_cast<float2*>(dst1 + 8 * j) = make_float2(o[4 * j + 2], o[4 * j + 3]);
+    *reinterpret_cast<float2*>(dst0 + 8 * j) = make_float2(o[4 * j] * norm0, o[4 * j + 1] * norm0);
+    *reinterpret_cast<float2*>(dst1 + 8 * j) = make_float2(o[4 * j + 2] * norm1, o[4 * j + 3] * norm1);
   }
   if (wg == 0 && c == 0) {
     ml_part[2 * (slot0 + r0)] = m_run[0];
