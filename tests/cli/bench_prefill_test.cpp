@@ -1,0 +1,46 @@
+// tessera bench prefill: one row per prompt length with tokens/s and model FLOPs, on the CPU
+// reference over a tiny fixture checkpoint; prompt lengths the plan cannot hold are refused before
+// loading, by flag name.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "support/test_support.h"
+
+namespace tessera {
+namespace {
+
+using test::tessera;
+
+std::string model_dir(const std::string& name) { return (test::fixtures_dir() / "models" / name).string(); }
+
+TEST(BenchPrefill, ReportsARowPerPromptLength) {
+  int rc = 0;
+  const std::string out =
+      tessera("bench prefill --model " + model_dir("dsv3-tiny") + " --prompt-lens 8,40 --repeats 2", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* col : {"prompt", "TTFT ms", "tokens/s", "model GFLOP", "attn share", "TFLOP/s", "MFU"})
+    EXPECT_NE(out.find(col), std::string::npos) << col << " missing in:\n" << out;
+  EXPECT_NE(out.find("\n       8 "), std::string::npos) << out;
+  EXPECT_NE(out.find("\n      40 "), std::string::npos) << out;
+  EXPECT_NE(out.find("median of 2"), std::string::npos) << out;
+  // No GEMM ceiling on the CPU: no MFU figure, and no ceiling line.
+  EXPECT_EQ(out.find("ceiling:"), std::string::npos) << out;
+}
+
+TEST(BenchPrefill, RefusesPromptsThePlanCannotHold) {
+  int rc = 0;
+  std::string out = tessera("bench prefill --model " + model_dir("dsv3-tiny") + " --prompt-lens 8,10000000", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--prompt-lens 10000000"), std::string::npos) << out;
+  EXPECT_NE(out.find("max_model_len"), std::string::npos) << out;
+  out = tessera("bench prefill --model " + model_dir("dsv3-tiny") + " --prompt-lens 0", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--prompt-lens 0"), std::string::npos) << out;
+  out = tessera("bench prefill --model " + model_dir("dsv3-tiny") + " --repeats 0", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--repeats 0"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tessera
