@@ -1,6 +1,6 @@
 // tessera bench offline: throughput and latency of the engine on random prompts, all submitted up
-// front (or `--concurrency` at a time). Times are taken where a client would see them: when the
-// token is popped from the request's stream.
+// front (or `--concurrency` at a time, or arriving as a Poisson process at `--request-rate`). Times
+// are taken where a client would see them: when the token is popped from the request's stream.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,6 +26,7 @@ struct BenchArgs {
   int64_t input_len = 128;
   int64_t output_len = 128;
   int64_t concurrency = 0;  // 0: all at once
+  double request_rate = 0;  // requests a second, Poisson arrivals; 0: no pacing
   uint64_t seed = 0;
 };
 
@@ -49,6 +50,7 @@ struct Live {
 int run(const BenchArgs& a) {
   TESSERA_CHECK(a.num_requests > 0 && a.input_len > 0 && a.output_len > 0,
                 "bench offline: --num-requests, --input-len and --output-len must be positive");
+  TESSERA_CHECK(a.request_rate >= 0, "bench offline: --request-rate {} is negative (0: no pacing)", a.request_rate);
   std::unique_ptr<ops::Ops> backend = a.self_check.wrap(a.model.make_backend());
   const engine::RuntimePlan plan = plan_or_fail(a.model.model_dir, a.model, a.engine, *backend);
   model::LoadedModel m = model::load_model(plan.model, std::move(backend), stderr_load_progress());
@@ -71,6 +73,14 @@ int run(const BenchArgs& a) {
     requests.push_back(std::move(r));
   }
   const size_t concurrency = a.concurrency > 0 ? static_cast<size_t>(a.concurrency) : requests.size();
+  // Arrival offsets from the start: exponential gaps of mean 1 / rate (a Poisson process, as
+  // vLLM's benchmark_serving), from their own seeded generator so the prompts stay the same.
+  std::vector<double> arrival(requests.size(), 0.0);
+  if (a.request_rate > 0) {
+    std::mt19937_64 gaps(a.seed ^ 0x9e3779b97f4a7c15ull);
+    std::exponential_distribution<double> gap(a.request_rate);
+    for (size_t i = 1; i < arrival.size(); ++i) arrival[i] = arrival[i - 1] + gap(gaps);
+  }
 
   std::vector<double> ttft, itl, e2e;
   int64_t output_tokens = 0;
@@ -79,7 +89,8 @@ int run(const BenchArgs& a) {
   eng.start();
   const auto t0 = Clock::now();
   while (next < requests.size() || !live.empty()) {
-    while (live.size() < concurrency && next < requests.size()) {
+    while (live.size() < concurrency && next < requests.size() &&
+           std::chrono::duration<double>(Clock::now() - t0).count() >= arrival[next]) {
       Live l;
       l.submitted = Clock::now();
       l.stream = eng.submit(std::move(requests[next++]));
@@ -116,6 +127,8 @@ int run(const BenchArgs& a) {
 
   fmt::print("model {} | {} requests, input {} tokens, output {} tokens, concurrency {}\n", a.model.model_dir,
              a.num_requests, a.input_len, a.output_len, concurrency);
+  if (a.request_rate > 0)
+    fmt::print("arrivals: Poisson, {:.2f} requests/s (the last due at {:.3f} s)\n", a.request_rate, arrival.back());
   fmt::print("{}\n", plan.memory.describe());
   fmt::print("total {:.3f} s, {} output tokens\n", seconds, output_tokens);
   fmt::print("requests/s       {:.2f}\n", static_cast<double>(a.num_requests) / seconds);
@@ -160,6 +173,10 @@ CommandRegistration reg{
        off->add_option("--input-len", a->input_len, "prompt tokens per request")->capture_default_str();
        off->add_option("--output-len", a->output_len, "generated tokens per request")->capture_default_str();
        off->add_option("--concurrency", a->concurrency, "requests in flight (0 = all)")->capture_default_str();
+       off->add_option("--request-rate", a->request_rate,
+                       "requests arriving a second as a Poisson process (0 = all at the start); with "
+                       "--concurrency, at most that many in flight")
+           ->capture_default_str();
        off->add_option("--seed", a->seed, "seed of the random prompts and of sampling")->capture_default_str();
        return [a] { return run(*a); };
      },
