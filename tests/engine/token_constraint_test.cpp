@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "support/engine_run.h"
 #include "support/test_support.h"
 
 namespace tessera::engine {
@@ -120,23 +121,11 @@ class ScriptFactory final : public TokenConstraintFactory {
   ScriptState* st_;
 };
 
-struct Out {
-  std::vector<int32_t> tokens;
-  FinishReason finish = FinishReason::kNone;
-};
+using Out = test::EngineRun;
 
 Out run(const Request& r) {
   static model::LoadedModel m = model::load_model(test::fixtures_dir() / "models" / "dsv3-tiny");
-  Engine e(*m.model, m.make_kv_cache(32), EngineConfig{});
-  auto s = e.submit(r);
-  for (int guard = 0; e.step(); ++guard) EXPECT_LT(guard, 10000);
-  Out o;
-  while (auto x = s->try_pop()) {
-    if (x->token) o.tokens.push_back(x->token->token);
-    if (x->finish != FinishReason::kNone) o.finish = x->finish;
-  }
-  EXPECT_EQ(e.leak_report(), "");
-  return o;
+  return test::run_engine(m, r, EngineConfig{}, 32);
 }
 
 Request request(float temperature, int64_t max_tokens) {

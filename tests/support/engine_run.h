@@ -1,7 +1,10 @@
 // Runs one request through an engine::Engine on the calling thread (step() until idle) and returns
 // what its stream carried: the path the server takes, without HTTP or the engine thread, so tests
-// can compare other paths (the CLI, other models) against it.
+// can compare other paths (the CLI, other models) against it. Fails the calling test when the
+// engine does not go idle or leaves pages or sequences behind (Engine::leak_report).
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <memory>
@@ -24,13 +27,17 @@ inline EngineRun run_engine(std::unique_ptr<engine::Executor> executor, engine::
   engine::Engine e(std::move(executor), config);
   if (request.id.empty()) request.id = "test";
   auto stream = e.submit(std::move(request));
-  while (e.step()) {
-  }
+  for (int steps = 0; e.step(); ++steps)
+    if (steps >= 100000) {
+      ADD_FAILURE() << "run_engine: the engine did not go idle in " << steps << " steps";
+      break;
+    }
   EngineRun out;
   while (auto o = stream->try_pop()) {
     if (o->token) out.tokens.push_back(o->token->token);
     if (o->finish != engine::FinishReason::kNone) out.finish = o->finish;
   }
+  EXPECT_EQ(e.leak_report(), "") << "run_engine: left behind after the request finished";
   return out;
 }
 
