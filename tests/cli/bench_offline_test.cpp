@@ -11,11 +11,9 @@ namespace {
 
 using test::tessera;
 
-std::string model_dir(const std::string& name) { return (test::fixtures_dir() / "models" / name).string(); }
-
 TEST(BenchOffline, PacedArrivals) {
   int rc = 0;
-  const std::string out = tessera("bench offline --model " + model_dir("dsv3-tiny") +
+  const std::string out = tessera("bench offline --model " + test::fixture_model_dir("dsv3-tiny") +
                                       " --num-requests 6 --input-len 4 --output-len 3 --request-rate 20 --seed 3",
                                   &rc);
   ASSERT_EQ(rc, 0) << out;
@@ -36,8 +34,9 @@ TEST(BenchOffline, PacedArrivals) {
 
 TEST(BenchOffline, RefusesANegativeRequestRate) {
   int rc = 0;
-  const std::string out = tessera(
-      "bench offline --model " + model_dir("dsv3-tiny") + " --num-requests 2 --input-len 4 --request-rate -1", &rc);
+  const std::string out = tessera("bench offline --model " + test::fixture_model_dir("dsv3-tiny") +
+                                      " --num-requests 2 --input-len 4 --request-rate -1",
+                                  &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("--request-rate -1"), std::string::npos) << out;
 }

@@ -12,12 +12,10 @@ namespace {
 
 using test::tessera;
 
-std::string model_dir(const std::string& name) { return (test::fixtures_dir() / "models" / name).string(); }
-
 TEST(BenchPrefill, ReportsARowPerPromptLength) {
   int rc = 0;
   const std::string out =
-      tessera("bench prefill --model " + model_dir("dsv3-tiny") + " --prompt-lens 8,40 --repeats 2", &rc);
+      tessera("bench prefill --model " + test::fixture_model_dir("dsv3-tiny") + " --prompt-lens 8,40 --repeats 2", &rc);
   ASSERT_EQ(rc, 0) << out;
   for (const char* col : {"prompt", "TTFT ms", "tokens/s", "model GFLOP", "attn share", "TFLOP/s", "MFU"})
     EXPECT_NE(out.find(col), std::string::npos) << col << " missing in:\n" << out;
@@ -30,14 +28,15 @@ TEST(BenchPrefill, ReportsARowPerPromptLength) {
 
 TEST(BenchPrefill, RefusesPromptsThePlanCannotHold) {
   int rc = 0;
-  std::string out = tessera("bench prefill --model " + model_dir("dsv3-tiny") + " --prompt-lens 8,10000000", &rc);
+  std::string out =
+      tessera("bench prefill --model " + test::fixture_model_dir("dsv3-tiny") + " --prompt-lens 8,10000000", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("--prompt-lens 10000000"), std::string::npos) << out;
   EXPECT_NE(out.find("max_model_len"), std::string::npos) << out;
-  out = tessera("bench prefill --model " + model_dir("dsv3-tiny") + " --prompt-lens 0", &rc);
+  out = tessera("bench prefill --model " + test::fixture_model_dir("dsv3-tiny") + " --prompt-lens 0", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("--prompt-lens 0"), std::string::npos) << out;
-  out = tessera("bench prefill --model " + model_dir("dsv3-tiny") + " --repeats 0", &rc);
+  out = tessera("bench prefill --model " + test::fixture_model_dir("dsv3-tiny") + " --repeats 0", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("--repeats 0"), std::string::npos) << out;
 }

@@ -11,8 +11,6 @@
 namespace tessera {
 namespace {
 
-std::string model_dir(const std::string& name) { return (test::fixtures_dir() / "models" / name).string(); }
-
 // `tessera --log-level info <args>`: the self-check's line is an info line.
 std::string run(const std::string& args, int* rc) {
   std::string out;
@@ -22,7 +20,7 @@ std::string run(const std::string& args, int* rc) {
 
 TEST(SelfCheckCli, GenerateRefusesAWrongOpAndNamesIt) {
   int rc = 0;
-  const std::string out = run("generate --model " + model_dir("kimi-k25-tiny-nvfp4") +
+  const std::string out = run("generate --model " + test::fixture_model_dir("kimi-k25-tiny-nvfp4") +
                                   " --prompt-ids 1,2,3 --max-tokens 2 --test-perturb-op mla_attention",
                               &rc);
   EXPECT_EQ(rc, 1) << out;
@@ -38,7 +36,7 @@ TEST(SelfCheckCli, GenerateRefusesAWrongOpAndNamesIt) {
 
 TEST(SelfCheckCli, GenerateWithSkipSelfCheckRunsAnyway) {
   int rc = 0;
-  const std::string out = run("generate --model " + model_dir("dsv3-tiny") +
+  const std::string out = run("generate --model " + test::fixture_model_dir("dsv3-tiny") +
                                   " --prompt-ids 1,2,3 --max-tokens 2 --test-perturb-op linear --skip-self-check",
                               &rc);
   EXPECT_EQ(rc, 0) << out;
@@ -48,9 +46,9 @@ TEST(SelfCheckCli, GenerateWithSkipSelfCheckRunsAnyway) {
 
 TEST(SelfCheckCli, RunsAndPassesOnAnUnperturbedWrappedBackend) {
   int rc = 0;
-  const std::string out = run(
-      "generate --model " + model_dir("dsv3-tiny-fp8") + " --prompt-ids 1,2,3 --max-tokens 2 --test-perturb-op none",
-      &rc);
+  const std::string out = run("generate --model " + test::fixture_model_dir("dsv3-tiny-fp8") +
+                                  " --prompt-ids 1,2,3 --max-tokens 2 --test-perturb-op none",
+                              &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("self-check: 42 op calls on layers 0 and 1 (prefill of 16 tokens, decode of 1) agree with the "
                      "CPU reference"),
@@ -61,7 +59,7 @@ TEST(SelfCheckCli, RunsAndPassesOnAnUnperturbedWrappedBackend) {
 TEST(SelfCheckCli, NotNeededOnTheCpuReference) {
   int rc = 0;
   const std::string out =
-      run("generate --model " + model_dir("kimi-k2-tiny") + " --prompt-ids 1,2,3 --max-tokens 2", &rc);
+      run("generate --model " + test::fixture_model_dir("kimi-k2-tiny") + " --prompt-ids 1,2,3 --max-tokens 2", &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("self-check: not needed on --device cpu"), std::string::npos) << out;
   EXPECT_EQ(out.find("op calls"), std::string::npos) << out;
@@ -69,7 +67,7 @@ TEST(SelfCheckCli, NotNeededOnTheCpuReference) {
 
 TEST(SelfCheckCli, BenchOfflineRefusesAWrongOp) {
   int rc = 0;
-  const std::string out = run("bench offline --model " + model_dir("dsv3-tiny") +
+  const std::string out = run("bench offline --model " + test::fixture_model_dir("dsv3-tiny") +
                                   " --num-requests 2 --input-len 4 --output-len 2 --test-perturb-op moe",
                               &rc);
   EXPECT_EQ(rc, 1) << out;
@@ -79,9 +77,9 @@ TEST(SelfCheckCli, BenchOfflineRefusesAWrongOp) {
 
 TEST(SelfCheckCli, UnknownPerturbedOp) {
   int rc = 0;
-  const std::string out =
-      run("generate --model " + model_dir("dsv3-tiny") + " --prompt-ids 1 --max-tokens 1 --test-perturb-op no_such_op",
-          &rc);
+  const std::string out = run("generate --model " + test::fixture_model_dir("dsv3-tiny") +
+                                  " --prompt-ids 1 --max-tokens 1 --test-perturb-op no_such_op",
+                              &rc);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("--test-perturb-op 'no_such_op': not an op that can be perturbed"), std::string::npos) << out;
 }

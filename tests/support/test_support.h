@@ -18,6 +18,8 @@ namespace tessera::test {
 
 // ../shared/fixtures (or $TESSERA_FIXTURES).
 std::filesystem::path fixtures_dir();
+// A fixture checkpoint's directory (fixtures_dir()/models/name), as a command-line argument.
+inline std::string fixture_model_dir(const std::string& name) { return (fixtures_dir() / "models" / name).string(); }
 // A fresh empty directory under the system temp dir, removed by the caller when done (or left for
 // inspection on failure).
 std::filesystem::path make_temp_dir(const std::string& prefix);

@@ -36,9 +36,10 @@ struct DeviceMem {
 // cache of 37 MB would otherwise be partly cached), and the call's kernels are queued while the
 // flush runs, so the events time the GPU's work and not the host's launch latency (a decode step
 // replays its kernels from a CUDA graph, back to back).
+constexpr size_t kL2FlushBytes = size_t{128} << 20;
 template <class F>
 double time_it(int iters, F&& fn) {
-  static DeviceMem flush(size_t{128} << 20);
+  static DeviceMem flush(kL2FlushBytes);
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
@@ -46,7 +47,7 @@ double time_it(int iters, F&& fn) {
   fn();
   std::vector<double> t;
   for (int i = 0; i < iters; ++i) {
-    cudaMemsetAsync(flush.p, i & 0xff, size_t{128} << 20);
+    cudaMemsetAsync(flush.p, i & 0xff, kL2FlushBytes);
     cudaEventRecord(a);
     fn();
     cudaEventRecord(b);
