@@ -888,9 +888,10 @@ void add_linears(Table& tb) {
   }
   // Weights in their checkpoint formats: DeepSeek-V3's FP8 projections and Kimi-K2.5's NVFP4 expert
   // matrices, over every token count of the quantized matrix-vector kernels (1-8: instances for
-  // 1, 2, 4 and 8 rows of x) and past them (dequantized for a GEMM), and ragged widths (k a multiple
-  // of 16 but not of 32, or of neither: converted at upload). A device backend that keeps them
-  // quantized computes on exact weights; one that dequantizes rounds them to bf16 (~2^-9).
+  // 1, 2, 4 and 8 rows of x), past them (tensor cores: one 16-token tile, several, a part tile)
+  // and past those (dequantized for a GEMM), and ragged widths (k a multiple of 16 but not of 32,
+  // or of neither: converted at upload; n a multiple of 8 but not of the 128-row FP8 block). A device backend that
+  // keeps them quantized computes on exact weights; one that dequantizes rounds them to bf16 (~2^-9).
   struct Q {
     const char* family;
     const char* format;
@@ -906,15 +907,17 @@ void add_linears(Table& tb) {
       {kKimi.family, "nvfp4", kKimi.hidden, kKimi.inter, "expert down"},
       {kRagged, "fp8-block", 200, 304, ""},
       {kRagged, "nvfp4", 36, 96, ""},
-      {kRagged, "fp8-block", 44, 1000, ""}};
+      {kRagged, "fp8-block", 44, 1000, ""},
+      {kRagged, "fp8-block", 136, 384, ""},
+      {kRagged, "nvfp4", 72, 256, ""}};
   for (const Q& q : quantized)
-    for (int64_t T :
-         {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{40}}) {
+    for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{16},
+                      int64_t{40}, int64_t{64}, int64_t{65}}) {
       // The real shapes at every row count of the matrix-vector instances and either side of their
-      // limit (perf mode shows where the dequantize-and-GEMM path overtakes them); ragged ones at 3
-      // and 40 too.
-      if (q.family != kRagged && (T == 3 || T == 40)) continue;
-      if (q.family == kRagged && (T == 4 || T == 5)) continue;
+      // limit, and a full tensor-core tile (perf mode shows where each path overtakes the next);
+      // ragged ones at 3, 40, 64 and 65 too.
+      if (q.family != kRagged && (T == 3 || T == 40 || T == 64 || T == 65)) continue;
+      if (q.family == kRagged && (T == 4 || T == 5 || T == 16)) continue;
       tb.add("linear", q.family,
              fmt::format("{} {}{}{}x{}x{}", q.format, q.what, q.what.empty() ? "" : " ", T, q.out, q.in), 4e-3,
              [q, T](Ctx& c) {
@@ -1277,18 +1280,23 @@ void add_moe(Table& tb) {
       experts.push_back(
           {m->family, T, m->experts, m->top_k, m->hidden, m->inter, m->shared * m->inter, kDistinctExperts, false});
   // Experts in their checkpoint formats: Kimi-K2.5's NVFP4 routed experts beside a bf16 shared one,
-  // DeepSeek-V3's FP8 everywhere; decode sizes (the quantized matrix-vector kernels), a step past
+  // DeepSeek-V3's FP8 everywhere; decode sizes (the grouped tensor-core or CUDA-core kernels), a step past
   // the grouped limit (dequantized GEMMs per expert), ragged widths, empty experts.
   const std::vector<Ex> quantized = {{kTiny, 5, 6, 2, 128, 64, 0, 6, true, "nvfp4"},
                                      {kTiny, 3, 8, 2, 256, 128, 128, 8, true, "fp8-block", "fp8-block"},
                                      {kRagged, 7, 40, 8, 320, 96, 96, 40, false, "nvfp4"},
                                      {kRagged, 300, 12, 4, 256, 64, 128, 12, false, "fp8-block", "fp8-block"},
-                                     {kRagged, 260, 16, 4, 256, 64, 0, 16, false, "nvfp4"}};
+                                     {kRagged, 260, 16, 4, 256, 64, 0, 16, false, "nvfp4"},
+                                     // FP8 on tensor cores: one expert takes most pairs (several
+                                     // tiles of 16), others none; and widths they do not take
+                                     // (K not a multiple of 128: the CUDA-core kernels)
+                                     {kTiny, 40, 8, 2, 256, 128, 0, 8, true, "fp8-block"},
+                                     {kRagged, 7, 16, 4, 320, 96, 0, 16, false, "fp8-block"}};
   experts.insert(experts.end(), quantized.begin(), quantized.end());
   for (int64_t T : {int64_t{1}, int64_t{5}, int64_t{16}})
     experts.push_back({kKimi.family, T, kKimi.experts, kKimi.top_k, kKimi.hidden, kKimi.inter,
                        kKimi.shared * kKimi.inter, kDistinctExperts, false, "nvfp4"});
-  for (int64_t T : {int64_t{1}, int64_t{5}})
+  for (int64_t T : {int64_t{1}, int64_t{5}, int64_t{16}})
     experts.push_back({kDsv3.family, T, kDsv3.experts, kDsv3.top_k, kDsv3.hidden, kDsv3.inter,
                        kDsv3.shared * kDsv3.inter, kDistinctExperts, false, "fp8-block", "fp8-block"});
   auto ex_name = [](const Ex& e) {

@@ -241,8 +241,9 @@ void quantized_grouped_experts(CudaContext& ctx, MoeState& state, const Tensor& 
   const int64_t inter = experts[0].gate.out, P = T * K;
   const MoeState::QuantTable& table = quant_table(ctx, state, experts);
   const auto* q = static_cast<const QuantMatrix*>(table.storage.raw());
-  // NVFP4 on tensor cores (bf16 activations); otherwise the CUDA-core kernels (fp32 activations).
-  const bool mma = moe_nvfp4_mma_supported(table.host[0], table.host[2 * E]);
+  // Tensor cores (bf16 activations) where the shapes allow; otherwise the CUDA-core kernels (fp32
+  // activations).
+  const bool mma = moe_quant_mma_supported(table.host[0], table.host[2 * E]);
   Tensor xb = ctx.alloc(DType::kBF16, {T, H}), meta = ctx.alloc(DType::kI32, {2 * E + 2 + P}),
          act = ctx.alloc(mma ? DType::kBF16 : DType::kF32, {P, inter}), y = ctx.alloc(DType::kF32, {P, H});
   int32_t* m = ptr<int32_t>(meta);
@@ -251,7 +252,8 @@ void quantized_grouped_experts(CudaContext& ctx, MoeState& state, const Tensor& 
       ptr<float>(y),          nullptr};
   const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(K), -1};
   if (mma)
-    launch_moe_nvfp4_mma_experts(ptr<float>(x), T, H, slots, E, q, q + E, q + 2 * E, inter, scratch, ctx.stream());
+    launch_moe_quant_mma_experts(ptr<float>(x), T, H, slots, E, table.host[0].format, q, q + E, q + 2 * E, inter,
+                                 scratch, ctx.stream());
   else
     launch_moe_quant_experts(ptr<float>(x), T, H, slots, E, table.host[0].format, q, q + E, q + 2 * E, inter,
                              ptr<float>(act), scratch, ctx.stream());

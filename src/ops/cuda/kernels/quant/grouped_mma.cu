@@ -1,18 +1,20 @@
-// Routed experts in NVFP4 on tensor cores (W4A16): the pairs grouped.cu's prepare kernel sorted by
-// expert, 16 at a time as the M of mma.sync m16n8k16 (bf16 in, fp32 accumulate), 8 weight rows a
-// warp as its N. The e2m1 codes become bf16 in registers the way Marlin does it: a code's three
-// magnitude bits shifted under a bf16 exponent give the value times 2^-126, one bf16 multiply by
-// 2^126 makes it exact, a second by the group's e4m3 scale (exact: at most 6 significant bits); the
-// tensor's global scale multiplies the fp32 sums. About 2 instructions a weight where the CUDA-core
-// kernel (gemv.cu) needs 6, and 16 tokens for the price of one.
+// Routed experts in NVFP4 or DeepSeek's FP8 block format on tensor cores (W4A16 / W8A16): the pairs
+// grouped.cu's prepare kernel sorted by expert, 16 at a time as the M of mma.sync m16n8k16 (bf16
+// in, fp32 accumulate), 8 weight rows a warp as its N. The codes become bf16 in registers the way
+// Marlin does it: a code's bits shifted under a bf16 exponent give the value times a power of two
+// (NVFP4 e2m1: 2^-126; FP8 e4m3: 2^-120), made exact by one bf16 multiply:
+//   NVFP4: by the group's e4m3 scale times 2^117 (exact: at most 6 significant bits), the tensor's
+//          global scale and 2^9 on the fp32 sums;
+//   FP8:   by 2^120; a K block of 128 is one scale block (block_cols 128, 8 rows of a warp in one
+//          block row), so its MMAs go to a temporary the block's fp32 scale multiplies into the sums.
+// About 2.5 instructions a weight (NVFP4) or 2.5 a byte (FP8) where the CUDA-core kernels (gemv.cu)
+// need 6 a weight, and 16 tokens for the price of one.
 //
-// (The bias multiply is folded into the group scale: decode_nvfp4.)
-//
-// K is walked in blocks of 128: lane (g, c) loads 16 bytes of weight row n0 + g, values
-// [128 kb + 32 c, + 32), and their two e4m3 scales. Each 32-bit word (8 values, first in the low
-// nibble) is decoded into the pairs (3, 7), (2, 6), (1, 5), (0, 4), which become the B fragments of
-// two MMAs; the A fragments take the activations of the same K positions (a dot product allows any
-// permutation of K, as long as both operands follow it).
+// K is walked in blocks of 128: lane (g, c) loads values [128 kb + 32 c, + 32) of weight row n0 + g
+// (NVFP4: 16 bytes and their two e4m3 scales; FP8: 32 bytes and the block's scale). Each 8 values
+// (first in the lowest bits) are decoded into the pairs (3, 7), (2, 6), (1, 5), (0, 4), which
+// become the B fragments of two MMAs; the A fragments take the activations of the same K positions
+// (a dot product allows any permutation of K, as long as both operands follow it).
 //   gate/up: act[m, n] = silu(x[tok(m)] · Wg[e][n]) · (x[tok(m)] · Wu[e][n]), both matrices in one
 //            warp (two accumulators), act bf16 for the down projection
 //   down:    y[pair(m), n] = act[m] · Wd[e][n]
@@ -32,8 +34,24 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 8;  // MMA N
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
-constexpr int kBlockK = 128;  // values of a row the warp's 4 lanes of a row cover per load
-constexpr int kAhead = 4;     // K blocks of loads in flight (8: 168 registers, one block an SM, slower)
+constexpr int kBlockK = 128;  // values of a row the warp's 4 lanes of a row cover per K block
+
+// What a format's K block costs a lane: 16-byte loads, and how many K blocks of loads are in
+// flight (NVFP4 4: 8 took 168 registers, one block an SM, and was slower; FP8 2, the same bytes).
+template <QuantFormat F>
+struct MmaLayout;
+template <>
+struct MmaLayout<QuantFormat::kNvfp4> {
+  static constexpr int kLoads = 1;
+  static constexpr int kAhead = 4;
+  static constexpr float kSumUnbias = 0x1p9f;  // see kScaleBias
+};
+template <>
+struct MmaLayout<QuantFormat::kFp8Block> {
+  static constexpr int kLoads = 2;
+  static constexpr int kAhead = 2;
+  static constexpr float kSumUnbias = 1.0f;  // decode_fp8's values are exact
+};
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
@@ -45,13 +63,12 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
-// The codes' bits under a bf16 exponent are the values times 2^-126; the exponent bias is folded
-// into the group scale: scale · 2^117 (at most 448 · 2^117 < 2^126, the largest bf16 exponent; exact,
-// an e4m3 scale has 4 significant bits), so one multiply gives value · scale · 2^-9 (exact: at most
-// 6 significant bits, and at least 2^-19, a normal number) and the fp32 sums are scaled back by 2^9
-// with the global scale.
+// NVFP4: the codes' bits under a bf16 exponent are the values times 2^-126; the exponent bias is
+// folded into the group scale: scale · 2^117 (at most 448 · 2^117 < 2^126, the largest bf16
+// exponent; exact, an e4m3 scale has 4 significant bits), so one multiply gives value · scale · 2^-9
+// (exact: at most 6 significant bits, and at least 2^-19, a normal number) and the fp32 sums are
+// scaled back by 2^9 (kSumUnbias) with the global scale.
 constexpr float kScaleBias = 0x1p117f;
-constexpr float kSumUnbias = 0x1p9f;
 
 // The bf16x2 of a group's e4m3 scale byte times kScaleBias.
 __device__ __forceinline__ __nv_bfloat162 biased_scale(uint32_t e4m3) {
@@ -70,8 +87,23 @@ __device__ __forceinline__ void decode_nvfp4(uint32_t q, __nv_bfloat162 scale, u
   }
 }
 
+// FP8: the 8 e4m3 values of x (0-3) and y (4-7) as exact bf16 pairs (3, 7), (2, 6), (1, 5), (0, 4).
+// A byte as the high byte of a half, shifted right by 4 under the sign, is a bf16 with the e4m3
+// exponent in the low bits of its own: the value times 2^-120 (subnormals included), which one
+// multiply by 2^120 makes exact.
+__device__ __forceinline__ void decode_fp8(uint32_t x, uint32_t y, uint32_t (&b)[4]) {
+  const __nv_bfloat162 unbias = __floats2bfloat162_rn(0x1p120f, 0x1p120f);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int j = 3 - i;  // pair (j, j + 4): byte j of x and of y into bytes 1 and 3
+    const uint32_t p = __byte_perm(x, y, static_cast<uint32_t>(j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)));
+    const uint32_t bits = (p & 0x80008000u) | ((p >> 4) & 0x07f007f0u);
+    b[i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), unbias));
+  }
+}
+
 // Activations of 8 consecutive K positions (bf16, 16 bytes) as the pairs (3, 7), (2, 6), (1, 5),
-// (0, 4) that decode_nvfp4 produces for the weights.
+// (0, 4) that the decoders produce for the weights.
 __device__ __forceinline__ void permute_act(const uint4& r, uint32_t (&a)[4]) {
   a[0] = __byte_perm(r.y, r.w, 0x7632);
   a[1] = __byte_perm(r.y, r.w, 0x5410);
@@ -83,18 +115,25 @@ __device__ __forceinline__ uint4 load_or_zero(const __nv_bfloat16* p) {
   return p ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
-// acc[s] += A · W_s over all K for the 16 pairs of the tile (lo/hi: this lane's two pairs' rows,
-// null past the expert's end), S weight streams of the same row index. (A cp.async ring in shared
-// memory kStages = 4 blocks deep instead of the kAhead registers measured slower at batch 16 and 128
-// and the same at batch 1: the kernel is bound by its instructions, not by exposed load latency;
+__device__ __forceinline__ uint32_t word(const uint4& r, int i) {
+  return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
+}
+
+// acc[s] += A · W_s over K blocks [kb_begin, kb_end) of 128 for the 16 pairs of the tile (lo/hi: this lane's two pairs'
+// rows, null past the expert's end), S weight streams of the same row index. (A cp.async ring in shared memory 4 K
+// blocks deep instead of the kAhead registers measured slower at batch 16 and 128 and the same at batch 1;
 // docs/PERFORMANCE.md.)
-template <int S>
-__device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_dim, const __nv_bfloat16* lo,
-                                         const __nv_bfloat16* hi, uint64_t policy, float (&acc)[S][4]) {
+template <QuantFormat F, int S>
+__device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int kb_begin, int kb_end,
+                                         const __nv_bfloat16* lo, const __nv_bfloat16* hi, uint64_t policy,
+                                         float (&acc)[S][4]) {
+  using L = MmaLayout<F>;
+  constexpr int kAhead = L::kAhead, kLoads = L::kLoads;
+  constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
   const int c = threadIdx.x & 3;
-  const int blocks = k_dim / kBlockK;
-  for (int kb0 = 0; kb0 < blocks; kb0 += kAhead) {
-    uint4 raw[S][kAhead];
+  const int blocks = kb_end;
+  for (int kb0 = kb_begin; kb0 < blocks; kb0 += kAhead) {
+    uint4 raw[S][kAhead][kLoads];
     uint32_t sc[S][kAhead];
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
@@ -102,21 +141,32 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
       const bool in = kb0 + u < blocks;
 #pragma unroll
       for (int s = 0; s < S; ++s) {
-        raw[s][u] = in ? load_stream(reinterpret_cast<const __nv_bfloat16*>(ref[s].data + k / 2), policy)
-                       : make_uint4(0, 0, 0, 0);
-        sc[s][u] = in ? quant::load_scales<QuantFormat::kNvfp4>(ref[s], k, 0) : 0u;
+#pragma unroll
+        for (int l = 0; l < kLoads; ++l)
+          raw[s][u][l] =
+              in ? load_stream(reinterpret_cast<const __nv_bfloat16*>(ref[s].data + quant::row_byte<F>(k) + 16 * l),
+                               policy)
+                 : make_uint4(0, 0, 0, 0);
+        sc[s][u] = in ? quant::load_scales<F>(ref[s], k, kBlockK) : 0u;
       }
     }
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       if (kb0 + u >= blocks) break;
       const int k = (kb0 + u) * kBlockK + 32 * c;
-      // The lane's two groups of 16 values: words 0-1 and 2-3.
+      // NVFP4: the lane's two groups of 16 values (words 0-1 and 2-3); FP8: the MMAs of the block go
+      // to part, which the block's scale multiplies into acc.
       __nv_bfloat162 scale[S][2];
+      float part[S][4];
 #pragma unroll
       for (int s = 0; s < S; ++s) {
-        scale[s][0] = biased_scale(sc[s][u] & 0xffu);
-        scale[s][1] = biased_scale((sc[s][u] >> 8) & 0xffu);
+        if constexpr (kNvfp4) {
+          scale[s][0] = biased_scale(sc[s][u] & 0xffu);
+          scale[s][1] = biased_scale((sc[s][u] >> 8) & 0xffu);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) part[s][i] = 0.0f;
+        }
       }
 #pragma unroll
       for (int w = 0; w < 4; ++w) {  // 8 values each: [k + 8w, + 8)
@@ -125,11 +175,25 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
         permute_act(load_or_zero(hi ? hi + k + 8 * w : nullptr), ahi);
 #pragma unroll
         for (int s = 0; s < S; ++s) {
-          const uint32_t q = w == 0 ? raw[s][u].x : w == 1 ? raw[s][u].y : w == 2 ? raw[s][u].z : raw[s][u].w;
           uint32_t b[4];
-          decode_nvfp4(q, scale[s][w / 2], b);
-          mma_bf16(acc[s], alo[0], ahi[0], alo[1], ahi[1], b[0], b[1]);
-          mma_bf16(acc[s], alo[2], ahi[2], alo[3], ahi[3], b[2], b[3]);
+          if constexpr (kNvfp4) {
+            decode_nvfp4(word(raw[s][u][0], w), scale[s][w / 2], b);
+            mma_bf16(acc[s], alo[0], ahi[0], alo[1], ahi[1], b[0], b[1]);
+            mma_bf16(acc[s], alo[2], ahi[2], alo[3], ahi[3], b[2], b[3]);
+          } else {
+            const uint4& r = raw[s][u][w / 2];
+            decode_fp8(word(r, 2 * (w % 2)), word(r, 2 * (w % 2) + 1), b);
+            mma_bf16(part[s], alo[0], ahi[0], alo[1], ahi[1], b[0], b[1]);
+            mma_bf16(part[s], alo[2], ahi[2], alo[3], ahi[3], b[2], b[3]);
+          }
+        }
+      }
+      if constexpr (!kNvfp4) {
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+          const float f = __uint_as_float(sc[s][u]);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[s][i] = fmaf(part[s][i], f, acc[s][i]);
         }
       }
     }
@@ -138,9 +202,9 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
 
 // One block per (kRowsPerBlock weight rows, active expert), over all of the expert's pairs in tiles
 // of 16.
-template <bool kGateUp>
+template <QuantFormat F, bool kGateUp>
 __global__ void __launch_bounds__(kWarps * 32)
-    nvfp4_expert_mma_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
+    quant_expert_mma_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
                             const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
                             const int32_t* __restrict__ num_active, const QuantMatrix* __restrict__ w0,
                             const QuantMatrix* __restrict__ w1, __nv_bfloat16* __restrict__ act_out,
@@ -156,8 +220,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int begin = offsets[e], end = offsets[e + 1];
   constexpr int S = kGateUp ? 2 : 1;
   quant::RowRef ref[S];
-  ref[0] = quant::row_ref<QuantFormat::kNvfp4>(m0, n0 + g);
-  if constexpr (kGateUp) ref[1] = quant::row_ref<QuantFormat::kNvfp4>(w1[e], n0 + g);
+  ref[0] = quant::row_ref<F>(m0, n0 + g);
+  if constexpr (kGateUp) ref[1] = quant::row_ref<F>(w1[e], n0 + g);
   const uint64_t policy = l2_evict_first_policy();
   auto a_row = [&](int m) { return kGateUp ? sorted[m] / top_k : m; };
   for (int m0i = begin; m0i < end; m0i += 16) {
@@ -169,12 +233,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int s = 0; s < S; ++s)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[s][i] = 0.0f;
-    tile_dot<S>(ref, k_dim, lo, hi, policy, acc);
+    tile_dot<F, S>(ref, 0, k_dim / kBlockK, lo, hi, policy, acc);
     // C fragment: pairs m_lo (acc 0, 1) and m_hi (acc 2, 3), weight rows n0 + 2c, n0 + 2c + 1. The
-    // group scales' kUnscale is 1 here: the codes were made exact before the MMA, times 2^-9.
-    const float g0 = m0.global_scale * kSumUnbias;
+    // group scales' kUnscale is not used here: the codes were made exact (NVFP4 times 2^-9) before
+    // the MMA.
+    const float g0 = m0.global_scale * MmaLayout<F>::kSumUnbias;
     if constexpr (kGateUp) {
-      const float g1 = w1[e].global_scale * kSumUnbias;
+      const float g1 = w1[e].global_scale * MmaLayout<F>::kSumUnbias;
       auto act = [&](float gate, float up) {
         gate *= g0;
         up *= g1;
@@ -197,31 +262,109 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-}  // namespace
-
-bool moe_nvfp4_mma_supported(const QuantMatrix& gate, const QuantMatrix& down) {
-  return gate.format == QuantFormat::kNvfp4 && down.format == QuantFormat::kNvfp4 && gate.k % kBlockK == 0 &&
-         down.k % kBlockK == 0 && gate.n % kRowsPerWarp == 0 && down.n % kRowsPerWarp == 0;
+// A dense linear on the same tiles: y [tokens, n] = x [tokens, k] · Wᵀ. A block is kWarps / slices
+// row groups of 8 and one 16-token tile; the `slices` warps of a group split K and add their sums
+// in shared memory (short matrices would leave most SMs idle with a warp per row group).
+template <QuantFormat F>
+__global__ void __launch_bounds__(kWarps * 32)
+    quant_linear_mma_kernel(const __nv_bfloat16* __restrict__ x, int tokens, const QuantMatrix w, int slices,
+                            float* __restrict__ y) {
+  __shared__ float4 part[kWarps][32];
+  pdl_wait();  // first: launched with launch_dependent
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int group = warp / slices, slice = warp % slices;
+  const int n0 = (static_cast<int>(blockIdx.y) * (kWarps / slices) + group) * kRowsPerWarp;
+  const bool rows = n0 < w.n;  // n % 8 == 0
+  const int m_lo = static_cast<int>(blockIdx.x) * 16 + g, m_hi = m_lo + 8;
+  float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+  if (rows) {
+    const int blocks = w.k / kBlockK, per = (blocks + slices - 1) / slices;
+    const int kb_begin = min(blocks, slice * per), kb_end = min(blocks, kb_begin + per);
+    const quant::RowRef ref[1] = {quant::row_ref<F>(w, n0 + g)};
+    const __nv_bfloat16* lo = m_lo < tokens ? x + static_cast<int64_t>(m_lo) * w.k : nullptr;
+    const __nv_bfloat16* hi = m_hi < tokens ? x + static_cast<int64_t>(m_hi) * w.k : nullptr;
+    tile_dot<F, 1>(ref, kb_begin, kb_end, lo, hi, l2_evict_first_policy(), acc);
+  }
+  if (slices > 1) {
+    part[warp][lane] = make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]);
+    __syncthreads();
+    if (slice != 0) return;
+    for (int s = 1; s < slices; ++s) {
+      const float4 p = part[warp + s][lane];
+      acc[0][0] += p.x, acc[0][1] += p.y, acc[0][2] += p.z, acc[0][3] += p.w;
+    }
+  }
+  if (!rows) return;
+  const float f = w.global_scale * MmaLayout<F>::kSumUnbias;
+  if (m_lo < tokens)
+    *reinterpret_cast<float2*>(y + static_cast<int64_t>(m_lo) * w.n + n0 + 2 * c) =
+        make_float2(acc[0][0] * f, acc[0][1] * f);
+  if (m_hi < tokens)
+    *reinterpret_cast<float2*>(y + static_cast<int64_t>(m_hi) * w.n + n0 + 2 * c) =
+        make_float2(acc[0][2] * f, acc[0][3] * f);
 }
 
-void launch_moe_nvfp4_mma_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
-                                  int64_t experts, const QuantMatrix* gate_w, const QuantMatrix* up_w,
-                                  const QuantMatrix* down_w, int64_t inter, const MoeGroupedScratch& s,
-                                  cudaStream_t stream) {
-  const int64_t pairs = tokens * slots.per_token();
-  if (pairs == 0) return;
-  launch_moe_prepare(x, tokens, hidden, slots, experts, s, stream);
-  const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
-  const int top_k = slots.per_token();
-  launch_dependent(nvfp4_expert_mma_kernel<true>,
+template <QuantFormat F>
+void launch_experts(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
+                    const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
+                    cudaStream_t stream) {
+  launch_dependent(quant_expert_mma_kernel<F, true>,
                    dim3(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots), kWarps * 32,
                    0, stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets, s.active,
                    s.num_active, gate_w, up_w, s.act, static_cast<float*>(nullptr));
-  launch_dependent(nvfp4_expert_mma_kernel<false>,
+  launch_dependent(quant_expert_mma_kernel<F, false>,
                    dim3(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots), kWarps * 32,
                    0, stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets, s.active,
                    s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr), static_cast<__nv_bfloat16*>(nullptr),
                    s.y);
+}
+
+bool mma_shape_ok(const QuantMatrix& m) {
+  if (m.k % kBlockK != 0 || m.n % kRowsPerWarp != 0) return false;
+  // FP8: a K block is one scale column, a warp's rows one scale row.
+  return m.format == QuantFormat::kNvfp4 || (m.block_cols == kBlockK && m.block_rows % kRowsPerWarp == 0);
+}
+
+}  // namespace
+
+bool moe_quant_mma_supported(const QuantMatrix& gate, const QuantMatrix& down) {
+  return gate.format == down.format && mma_shape_ok(gate) && mma_shape_ok(down);
+}
+
+void launch_moe_quant_mma_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
+                                  int64_t experts, QuantFormat format, const QuantMatrix* gate_w,
+                                  const QuantMatrix* up_w, const QuantMatrix* down_w, int64_t inter,
+                                  const MoeGroupedScratch& s, cudaStream_t stream) {
+  const int64_t pairs = tokens * slots.per_token();
+  if (pairs == 0) return;
+  launch_moe_prepare(x, tokens, hidden, slots, experts, s, stream);
+  const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
+  if (format == QuantFormat::kNvfp4)
+    launch_experts<QuantFormat::kNvfp4>(s, slots.per_token(), expert_slots, hidden, inter, gate_w, up_w, down_w,
+                                        stream);
+  else
+    launch_experts<QuantFormat::kFp8Block>(s, slots.per_token(), expert_slots, hidden, inter, gate_w, up_w, down_w,
+                                           stream);
+}
+
+bool quant_linear_mma_supported(const QuantMatrix& w) { return mma_shape_ok(w); }
+
+void launch_quant_linear_mma(const QuantMatrix& w, const __nv_bfloat16* x, int64_t tokens, float* y, int num_sms,
+                             cudaStream_t stream) {
+  if (tokens == 0) return;
+  // Split K (up to a warp a K block) until the grid fills two blocks an SM, the kernel's occupancy.
+  const int64_t row_groups = w.n / kRowsPerWarp, tiles = (tokens + 15) / 16, k_blocks = w.k / kBlockK;
+  auto blocks = [&](int slices) { return (row_groups + kWarps / slices - 1) / (kWarps / slices); };
+  int slices = 1;
+  while (slices < kWarps && 2 * slices <= k_blocks && blocks(slices) * tiles < 2 * num_sms) slices *= 2;
+  // Tiles fastest: the blocks of one weight row group run together and share its reads in L2.
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(blocks(slices)));
+  if (w.format == QuantFormat::kNvfp4)
+    launch_dependent(quant_linear_mma_kernel<QuantFormat::kNvfp4>, grid, kWarps * 32, 0, stream, x,
+                     static_cast<int>(tokens), w, slices, y);
+  else
+    launch_dependent(quant_linear_mma_kernel<QuantFormat::kFp8Block>, grid, kWarps * 32, 0, stream, x,
+                     static_cast<int>(tokens), w, slices, y);
 }
 
 }  // namespace tessera::ops::cuda
