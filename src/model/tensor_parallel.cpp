@@ -101,9 +101,9 @@ KvCache LoadedRanks::make_kv_cache(int rank, int64_t num_pages) const {
                  config.kv_cache_entry_dim(), kv_cache.dtype, kKvPageSize, kv_scales);
 }
 
-LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string& device) {
+LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string& device, RankDevices where) {
   check_tensor_parallel(plan.config, size);
-  TESSERA_CHECK(device == "cpu",
+  TESSERA_CHECK(device == "cpu" || where == RankDevices::kShareOneGpu,
                 "--tensor-parallel-size {} on --device {}: ranks on GPUs need the NCCL communicator, which is not "
                 "built yet; tensor parallelism runs on the CPU backend",
                 size, device);
@@ -118,8 +118,10 @@ LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string&
   for (int r = 0; r < size; ++r) {
     const TensorParallel tp{r, size};
     m.comms.push_back(m.group->communicator(r));
+    // Ranks sharing a GPU run eagerly: a collective's host copies cannot be recorded in a graph.
+    auto backend = ops::make_backend(device, "", /*enforce_eager=*/device != "cpu");
     m.ranks.push_back(std::make_unique<DeepseekV3Model>(m.config, shard_weights(weights, m.config, tp),
-                                                        ops::make_backend(device), nullptr, tp, m.comms.back().get()));
+                                                        std::move(backend), nullptr, tp, m.comms.back().get()));
   }
   spdlog::info("tensor parallel: {} ranks, {} attention heads and about {} routed experts each", size,
                m.config.num_attention_heads / size, (m.config.n_routed_experts + size - 1) / size);

@@ -55,9 +55,17 @@ struct LoadedRanks {
   KvCache make_kv_cache(int rank, int64_t num_pages) const;
 };
 
-// Loads `plan` as `size` CPU ranks (threads of this process, the in-process communicator). Throws
-// naming heads and ranks for a size check_tensor_parallel refuses, and for a device other than the
-// CPU (ranks on GPUs need the NCCL communicator).
-LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string& device = "cpu");
+// Where the ranks of load_model_ranks compute.
+enum class RankDevices {
+  kCpu,          // the CPU backend (the reference)
+  kShareOneGpu,  // every rank a backend on the one `device`, eager (no CUDA graphs: the in-process
+                 // communicator copies through the host); tests of the sharded CUDA kernels
+};
+
+// Loads `plan` as `size` ranks, threads of this process joined by the in-process communicator.
+// Throws naming heads and ranks for a size check_tensor_parallel refuses, and for a GPU `device`
+// unless the ranks are to share it (ranks on several GPUs need the NCCL communicator).
+LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string& device = "cpu",
+                             RankDevices where = RankDevices::kCpu);
 
 }  // namespace tessera::model

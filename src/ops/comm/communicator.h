@@ -2,8 +2,9 @@
 // its own backend (Ops), weight shards and KV pages; the model calls these between its ops: one
 // all-reduce after the attention output projection, one after the MoE / MLP, one all-gather of
 // the vocabulary-sharded logits. Every rank calls every collective in the same order.
-// Implementations: InProcessGroup (ranks as threads of one process, CPU tensors: tests and the CPU
-// reference); NCCL and a one-shot peer-memory all-reduce for GPUs are to come behind the same calls.
+// Implementations: InProcessGroup (ranks as threads of one process: the CPU reference, and ranks
+// sharing one GPU in tests); NCCL and a one-shot peer-memory all-reduce for GPUs are to come behind
+// the same calls.
 #pragma once
 
 #include "core/tensor.h"

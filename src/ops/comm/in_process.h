@@ -1,6 +1,8 @@
-// A Communicator for ranks that are threads of one process (CPU ranks; the reference and the
-// tests of tensor parallelism without several GPUs). Ranks meet at a barrier and read each other's
-// buffers directly; sums run in rank order on every rank, so all ranks get identical bits.
+// A Communicator for ranks that are threads of one process: CPU ranks (the reference), and ranks
+// that share one GPU (the tests of sharded CUDA kernels without several GPUs). Ranks meet at a
+// barrier and read each other's buffers directly (device buffers through a host copy, so it is
+// slow and cannot be inside a recorded CUDA graph); sums run in rank order on every rank, so all
+// ranks get identical bits.
 #pragma once
 
 #include <condition_variable>
@@ -36,9 +38,13 @@ class InProcessGroup {
   uint64_t generation_ = 0;
   bool aborted_ = false;
   std::string why_;
-  // Each rank's buffer of the collective under way (written before the first barrier of a
-  // collective, read between its barriers).
-  std::vector<const core::Tensor*> slots_;
+  // Each rank's buffer of the collective under way and its values in host memory (written before
+  // the first barrier of a collective, read between its barriers).
+  struct Slot {
+    const core::Tensor* tensor = nullptr;
+    const float* data = nullptr;
+  };
+  std::vector<Slot> slots_;
 };
 
 }  // namespace tessera::ops

@@ -888,9 +888,9 @@ void add_linears(Table& tb) {
   }
   // Weights in their checkpoint formats: DeepSeek-V3's FP8 projections and Kimi-K2.5's NVFP4 expert
   // matrices, over every token count of the quantized matrix-vector kernels (1-8: instances for
-  // 1, 2, 4 and 8 rows of x), past them (tensor cores: one 16-token tile, several, a part tile)
-  // and past those (dequantized for a GEMM), and ragged widths (k a multiple of 16 but not of 32,
-  // or of neither: converted at upload; n a multiple of 8 but not of the 128-row FP8 block). A device backend that
+  // 1, 2, 4 and 8 rows of x) and past them (dequantized for a GEMM), and ragged widths (k a multiple
+  // of 16 but not of 32, or of neither: converted at upload; n a multiple of 8 but not of the
+  // 128-row FP8 block). A device backend that
   // keeps them quantized computes on exact weights; one that dequantizes rounds them to bf16 (~2^-9).
   struct Q {
     const char* family;
@@ -913,9 +913,9 @@ void add_linears(Table& tb) {
   for (const Q& q : quantized)
     for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{16},
                       int64_t{40}, int64_t{64}, int64_t{65}}) {
-      // The real shapes at every row count of the matrix-vector instances and either side of their
-      // limit, and a full tensor-core tile (perf mode shows where each path overtakes the next);
-      // ragged ones at 3, 40, 64 and 65 too.
+      // The real shapes at every row count of the matrix-vector instances, either side of their
+      // limit and at 16 (perf mode shows where each path overtakes the next); ragged ones at 3, 40,
+      // 64 and 65 too.
       if (q.family != kRagged && (T == 3 || T == 40 || T == 64 || T == 65)) continue;
       if (q.family == kRagged && (T == 4 || T == 5 || T == 16)) continue;
       tb.add("linear", q.family,

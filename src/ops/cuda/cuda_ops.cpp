@@ -65,12 +65,8 @@ KernelChoice weight_group_row(const WeightGroup& g) {
                 "quant_expert_mma_kernel (mma.sync, 16 pairs a tile; widths multiples of 128) or "
                 "quant_expert_kernel",
                 kGroupedMoeMaxTokens)
-          : fmt::format(
-                "{} stored; {} quant_linear_mma_kernel (2-{} tokens; widths multiples of 128), "
-                "quant_gemv_kernel (1 token, or up to {} where the MMA kernel does not fit), dequantized + "
-                "cuBLASLt GEMM beyond",
-                g.format_name, mv, kQuantMmaMaxTokens,
-                quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
+          : fmt::format("{} stored; {} quant_gemv_kernel (<= {} tokens), dequantized + cuBLASLt GEMM beyond",
+                        g.format_name, mv, quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
   return {"weights: " + g.name, kernel, size + "; dequantized in registers, fp32 accumulation", true};
 }
 

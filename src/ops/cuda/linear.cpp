@@ -36,29 +36,20 @@ GemvArgs gemv_args(const Tensor& x, const LinearWeight& w, Tensor& out) {
 
 bool quantized(const LinearWeight& w) { return w.format != LinearWeight::Format::kDense; }
 
-// Over the checkpoint's bytes up to kQuantMmaMaxTokens: one token on the CUDA-core matrix-vector
-// kernel (tensor cores would pad it to 16 rows), more on tensor cores where the shape allows (from
-// 2 tokens they were 1.2-3x faster on every real shape, docs/PERFORMANCE.md), else the CUDA-core
-// kernel up to its limit; beyond, the weight is dequantized to bf16 in pool memory for one
-// cuBLASLt GEMM (compute-bound steps, where reading 2 more bytes a weight costs little next to the
-// GEMM).
+// The matrix-vector kernels over the checkpoint's bytes for a few tokens; otherwise the weight is
+// dequantized to bf16 in pool memory for one cuBLASLt GEMM (compute-bound steps, where reading
+// 2 more bytes a weight costs little next to the GEMM).
 void quantized_linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& out) {
   const int64_t T = x.dim(0);
   const QuantMatrix m = quant_matrix(w);
-  const bool mma = T <= kQuantMmaMaxTokens && quant_linear_mma_supported(m);
-  if ((T == 1 || !mma) && T <= quant_gemv_max_tokens(m.format) && quant_gemv_supported(m)) {
+  if (T <= quant_gemv_max_tokens(m.format) && quant_gemv_supported(m)) {
     launch_quant_gemv(m, ptr<float>(x), x.dim(1), T, ptr<float>(out), ctx.num_sms(), ctx.stream());
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }
+  const Tensor wb = dequantized_bf16(ctx, w);
   Tensor xb = ctx.alloc(DType::kBF16, {T, w.in});
   launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), ctx.stream());
-  if (mma) {
-    launch_quant_linear_mma(m, ptr<__nv_bfloat16>(xb), T, ptr<float>(out), ctx.num_sms(), ctx.stream());
-    TESSERA_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  const Tensor wb = dequantized_bf16(ctx, w);
   ctx.gemm_bf16(ptr<__nv_bfloat16>(wb), ptr<__nv_bfloat16>(xb), ptr<float>(out), w.out, T, w.in);
 }
 

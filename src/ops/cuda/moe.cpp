@@ -119,6 +119,12 @@ void add_shared_expert(CudaContext& ctx, Ops& ops, const Tensor& x, const Expert
   add_inplace(ctx, out, y);
 }
 
+// Whether every routed expert is held here: a tensor-parallel rank holds a share, the others'
+// entries are empty (ExpertWeights::held()).
+bool all_held(const std::vector<ExpertWeights>& experts) {
+  return std::all_of(experts.begin(), experts.end(), [](const ExpertWeights& e) { return e.held(); });
+}
+
 // Routing read back to the host, then per expert a gather, three cuBLASLt GEMMs and a weighted
 // scatter-add.
 void moe_experts_per_expert(CudaContext& ctx, const Tensor& x, const std::vector<ExpertWeights>& experts,
@@ -142,7 +148,7 @@ void moe_experts_per_expert(CudaContext& ctx, const Tensor& x, const std::vector
     TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream));
   for (size_t e = 0; e < experts.size(); ++e) {
     const int64_t n = static_cast<int64_t>(rows[e].size());
-    if (n == 0) continue;
+    if (n == 0 || !experts[e].held()) continue;  // another tensor-parallel rank's expert
     const int64_t inter = experts[e].gate.out;
     Tensor d_rows = ctx.upload_async(DType::kI32, {n}, rows[e].data());
     Tensor d_w = ctx.upload_async(DType::kF32, {n}, wts[e].data());
@@ -286,6 +292,13 @@ void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const Tensor& x,
     if (shared && T > 0) add_shared_expert(ctx, ops, x, *shared, out);
     return;
   }
+  if (!all_held(experts)) {
+    // A tensor-parallel rank's share (ranks sharing one GPU, in tests): the grouped kernels index
+    // a table of every expert, so the held ones run one at a time.
+    moe_experts_per_expert(ctx, x, experts, ids, weights, out);
+    if (shared) add_shared_expert(ctx, ops, x, *shared, out);
+    return;
+  }
   if (quantized_experts(experts)) {
     if (quantized_grouped_applies(ctx, x, experts))
       quantized_grouped_experts(ctx, state, x, experts, ids, weights, out);
@@ -320,8 +333,9 @@ void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const Tensor& x,
 bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight& router, const Tensor& bias,
          const RouterConfig& cfg, const std::vector<ExpertWeights>& experts, const ExpertWeights* shared, Tensor& out) {
   const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
-  if (!shared || T == 0 || E == 0 || quantized_experts(experts) || !shared_expert_stream_enabled() ||
-      !moe_grouped_applies(ctx, x, experts) || !shared_expert_groups_with(x, experts, *shared))
+  if (!shared || T == 0 || E == 0 || !all_held(experts) || quantized_experts(experts) ||
+      !shared_expert_stream_enabled() || !moe_grouped_applies(ctx, x, experts) ||
+      !shared_expert_groups_with(x, experts, *shared))
     return false;
   const ExpertTable& table = expert_table(ctx, state, experts, shared);
   const int64_t inter = experts[0].gate.out;

@@ -343,9 +343,8 @@ inline void add_fields(Signature& s, const QuantMatrix& m) {
 void launch_dequant_bf16(const QuantMatrix& w, __nv_bfloat16* out, cudaStream_t s);
 // The most tokens launch_quant_gemv takes.
 constexpr int64_t kQuantGemvMaxTokens = 8;
-// Where the tensor-core kernel (launch_quant_linear_mma) does not take the shape, steps of at most
-// this many tokens run quantized projections as matrix-vector kernels; larger ones dequantize to
-// bf16 for one cuBLASLt GEMM. The matrix-vector kernel's time grows with every
+// Steps of at most this many tokens run quantized projections as matrix-vector kernels; larger
+// ones dequantize to bf16 for one cuBLASLt GEMM. The matrix-vector kernel's time grows with every
 // token while the GEMM's is flat, so the limit is where they cross, measured on the H200 on the
 // real shapes (bench kernels --cases deepseek-v3,kimi-k2.5 --filter linear, docs/PERFORMANCE.md):
 // NVFP4 expert gate/down cross between 4 and 5 tokens; FP8 q_a at 5, o_proj between 6 and 7,
@@ -357,14 +356,6 @@ bool quant_gemv_supported(const QuantMatrix& w);
 // out [tokens, n] = x [tokens, k] · Wᵀ (x fp32, rows x_row apart), tokens <= kQuantGemvMaxTokens.
 void launch_quant_gemv(const QuantMatrix& w, const float* x, int64_t x_row, int64_t tokens, float* out, int num_sms,
                        cudaStream_t s);
-// out [tokens, n] = x [tokens, k] · Wᵀ on tensor cores (quant/grouped_mma.cu: x bf16, blocks of 16
-// tokens, K split among warps for short matrices), tokens <= kQuantMmaMaxTokens: where the CUDA-core
-// kernels stop and before dequantizing for a GEMM pays. Shapes as
-// moe_quant_mma_supported's.
-constexpr int64_t kQuantMmaMaxTokens = 64;
-bool quant_linear_mma_supported(const QuantMatrix& w);
-void launch_quant_linear_mma(const QuantMatrix& w, const __nv_bfloat16* x, int64_t tokens, float* out, int num_sms,
-                             cudaStream_t s);
 // The routed experts of launch_moe_grouped_experts with quantized weights (tables of QuantMatrix
 // [experts] on the device, one format): the pairs sorted by expert into `scratch`, then
 // matrix-vector kernels over each expert's pairs with fp32 activations (gate/up write act

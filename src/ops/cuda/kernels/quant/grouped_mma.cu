@@ -262,48 +262,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// A dense linear on the same tiles: y [tokens, n] = x [tokens, k] · Wᵀ. A block is kWarps / slices
-// row groups of 8 and one 16-token tile; the `slices` warps of a group split K and add their sums
-// in shared memory (short matrices would leave most SMs idle with a warp per row group).
-template <QuantFormat F>
-__global__ void __launch_bounds__(kWarps * 32)
-    quant_linear_mma_kernel(const __nv_bfloat16* __restrict__ x, int tokens, const QuantMatrix w, int slices,
-                            float* __restrict__ y) {
-  __shared__ float4 part[kWarps][32];
-  pdl_wait();  // first: launched with launch_dependent
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int group = warp / slices, slice = warp % slices;
-  const int n0 = (static_cast<int>(blockIdx.y) * (kWarps / slices) + group) * kRowsPerWarp;
-  const bool rows = n0 < w.n;  // n % 8 == 0
-  const int m_lo = static_cast<int>(blockIdx.x) * 16 + g, m_hi = m_lo + 8;
-  float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-  if (rows) {
-    const int blocks = w.k / kBlockK, per = (blocks + slices - 1) / slices;
-    const int kb_begin = min(blocks, slice * per), kb_end = min(blocks, kb_begin + per);
-    const quant::RowRef ref[1] = {quant::row_ref<F>(w, n0 + g)};
-    const __nv_bfloat16* lo = m_lo < tokens ? x + static_cast<int64_t>(m_lo) * w.k : nullptr;
-    const __nv_bfloat16* hi = m_hi < tokens ? x + static_cast<int64_t>(m_hi) * w.k : nullptr;
-    tile_dot<F, 1>(ref, kb_begin, kb_end, lo, hi, l2_evict_first_policy(), acc);
-  }
-  if (slices > 1) {
-    part[warp][lane] = make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]);
-    __syncthreads();
-    if (slice != 0) return;
-    for (int s = 1; s < slices; ++s) {
-      const float4 p = part[warp + s][lane];
-      acc[0][0] += p.x, acc[0][1] += p.y, acc[0][2] += p.z, acc[0][3] += p.w;
-    }
-  }
-  if (!rows) return;
-  const float f = w.global_scale * MmaLayout<F>::kSumUnbias;
-  if (m_lo < tokens)
-    *reinterpret_cast<float2*>(y + static_cast<int64_t>(m_lo) * w.n + n0 + 2 * c) =
-        make_float2(acc[0][0] * f, acc[0][1] * f);
-  if (m_hi < tokens)
-    *reinterpret_cast<float2*>(y + static_cast<int64_t>(m_hi) * w.n + n0 + 2 * c) =
-        make_float2(acc[0][2] * f, acc[0][3] * f);
-}
-
 template <QuantFormat F>
 void launch_experts(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
                     const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
@@ -345,26 +303,6 @@ void launch_moe_quant_mma_experts(const float* x, int64_t tokens, int64_t hidden
   else
     launch_experts<QuantFormat::kFp8Block>(s, slots.per_token(), expert_slots, hidden, inter, gate_w, up_w, down_w,
                                            stream);
-}
-
-bool quant_linear_mma_supported(const QuantMatrix& w) { return mma_shape_ok(w); }
-
-void launch_quant_linear_mma(const QuantMatrix& w, const __nv_bfloat16* x, int64_t tokens, float* y, int num_sms,
-                             cudaStream_t stream) {
-  if (tokens == 0) return;
-  // Split K (up to a warp a K block) until the grid fills two blocks an SM, the kernel's occupancy.
-  const int64_t row_groups = w.n / kRowsPerWarp, tiles = (tokens + 15) / 16, k_blocks = w.k / kBlockK;
-  auto blocks = [&](int slices) { return (row_groups + kWarps / slices - 1) / (kWarps / slices); };
-  int slices = 1;
-  while (slices < kWarps && 2 * slices <= k_blocks && blocks(slices) * tiles < 2 * num_sms) slices *= 2;
-  // Tiles fastest: the blocks of one weight row group run together and share its reads in L2.
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(blocks(slices)));
-  if (w.format == QuantFormat::kNvfp4)
-    launch_dependent(quant_linear_mma_kernel<QuantFormat::kNvfp4>, grid, kWarps * 32, 0, stream, x,
-                     static_cast<int>(tokens), w, slices, y);
-  else
-    launch_dependent(quant_linear_mma_kernel<QuantFormat::kFp8Block>, grid, kWarps * 32, 0, stream, x,
-                     static_cast<int>(tokens), w, slices, y);
 }
 
 }  // namespace tessera::ops::cuda
