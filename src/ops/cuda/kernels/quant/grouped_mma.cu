@@ -119,20 +119,19 @@ __device__ __forceinline__ uint32_t word(const uint4& r, int i) {
   return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
 }
 
-// acc[s] += A · W_s over K blocks [kb_begin, kb_end) of 128 for the 16 pairs of the tile (lo/hi: this lane's two pairs'
+// acc[s] += A · W_s over all K for the 16 pairs of the tile (lo/hi: this lane's two pairs'
 // rows, null past the expert's end), S weight streams of the same row index. (A cp.async ring in shared memory 4 K
 // blocks deep instead of the kAhead registers measured slower at batch 16 and 128 and the same at batch 1;
 // docs/PERFORMANCE.md.)
 template <QuantFormat F, int S>
-__device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int kb_begin, int kb_end,
-                                         const __nv_bfloat16* lo, const __nv_bfloat16* hi, uint64_t policy,
-                                         float (&acc)[S][4]) {
+__device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_dim, const __nv_bfloat16* lo,
+                                         const __nv_bfloat16* hi, uint64_t policy, float (&acc)[S][4]) {
   using L = MmaLayout<F>;
   constexpr int kAhead = L::kAhead, kLoads = L::kLoads;
   constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
   const int c = threadIdx.x & 3;
-  const int blocks = kb_end;
-  for (int kb0 = kb_begin; kb0 < blocks; kb0 += kAhead) {
+  const int blocks = k_dim / kBlockK;
+  for (int kb0 = 0; kb0 < blocks; kb0 += kAhead) {
     uint4 raw[S][kAhead][kLoads];
     uint32_t sc[S][kAhead];
 #pragma unroll
@@ -233,7 +232,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int s = 0; s < S; ++s)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[s][i] = 0.0f;
-    tile_dot<F, S>(ref, 0, k_dim / kBlockK, lo, hi, policy, acc);
+    tile_dot<F, S>(ref, k_dim, lo, hi, policy, acc);
     // C fragment: pairs m_lo (acc 0, 1) and m_hi (acc 2, 3), weight rows n0 + 2c, n0 + 2c + 1. The
     // group scales' kUnscale is not used here: the codes were made exact (NVFP4 times 2^-9) before
     // the MMA.
