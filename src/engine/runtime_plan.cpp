@@ -25,7 +25,11 @@ uint64_t activation_workspace_bytes(const io::ModelConfig& c, int64_t tokens, in
                         3 * inter + c.n_routed_experts);
   const uint64_t bf16 = 2 * T * std::max<uint64_t>({H, inter, N * c.v_head_dim});
   const uint64_t logits = 4 * static_cast<uint64_t>(max_seqs) * c.vocab_size;
-  return f32 + bf16 + logits + (32ull << 20);
+  // The routed experts' grouped kernels at any step size (quantized experts run prefill there too):
+  // per token-expert pair its fp32 output row, its bf16 activation row and its sorted index.
+  const uint64_t pairs = c.n_routed_experts > 0 ? T * static_cast<uint64_t>(c.num_experts_per_tok) : 0;
+  const uint64_t routed = pairs * (4 * H + 2 * static_cast<uint64_t>(c.moe_intermediate_size) + 4);
+  return f32 + bf16 + logits + routed + (32ull << 20);
 }
 
 RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOptions& model_options,

@@ -58,7 +58,8 @@ std::vector<std::string> kernel_lines(const ops::BackendPlan& backend);
 inline constexpr uint64_t kRuntimeReserveBytes = 256ull << 20;
 
 // Peak activation memory of one step of `tokens` tokens on a GPU backend (fp32 activations, bf16
-// copies of GEMM inputs, attention partials, logits), plus the GEMM workspace. An estimate: the
+// copies of GEMM inputs, attention partials, the routed experts' rows per token-expert pair,
+// logits), plus the GEMM workspace. An estimate: the
 // terms are the tensors the forward allocates, not a measurement.
 uint64_t activation_workspace_bytes(const io::ModelConfig& config, int64_t tokens, int64_t max_seqs);
 

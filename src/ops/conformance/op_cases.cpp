@@ -1280,18 +1280,29 @@ void add_moe(Table& tb) {
       experts.push_back(
           {m->family, T, m->experts, m->top_k, m->hidden, m->inter, m->shared * m->inter, kDistinctExperts, false});
   // Experts in their checkpoint formats: Kimi-K2.5's NVFP4 routed experts beside a bf16 shared one,
-  // DeepSeek-V3's FP8 everywhere; decode sizes (the grouped tensor-core or CUDA-core kernels), a step past
-  // the grouped limit (dequantized GEMMs per expert), ragged widths, empty experts.
-  const std::vector<Ex> quantized = {{kTiny, 5, 6, 2, 128, 64, 0, 6, true, "nvfp4"},
-                                     {kTiny, 3, 8, 2, 256, 128, 128, 8, true, "fp8-block", "fp8-block"},
-                                     {kRagged, 7, 40, 8, 320, 96, 96, 40, false, "nvfp4"},
-                                     {kRagged, 300, 12, 4, 256, 64, 128, 12, false, "fp8-block", "fp8-block"},
-                                     {kRagged, 260, 16, 4, 256, 64, 0, 16, false, "nvfp4"},
-                                     // FP8 on tensor cores: one expert takes most pairs (several
-                                     // tiles of 16), others none; and widths they do not take
-                                     // (K not a multiple of 128: the CUDA-core kernels)
-                                     {kTiny, 40, 8, 2, 256, 128, 0, 8, true, "fp8-block"},
-                                     {kRagged, 7, 16, 4, 320, 96, 0, 16, false, "fp8-block"}};
+  // DeepSeek-V3's FP8 everywhere; decode sizes (the grouped tensor-core or CUDA-core kernels), steps
+  // past the grouped limit (the tensor-core kernels where the widths allow, else dequantized GEMMs per
+  // expert), ragged widths, empty experts.
+  const std::vector<Ex> quantized = {
+      {kTiny, 5, 6, 2, 128, 64, 0, 6, true, "nvfp4"},
+      {kTiny, 3, 8, 2, 256, 128, 128, 8, true, "fp8-block", "fp8-block"},
+      {kRagged, 7, 40, 8, 320, 96, 96, 40, false, "nvfp4"},
+      {kRagged, 300, 12, 4, 256, 64, 128, 12, false, "fp8-block", "fp8-block"},
+      {kRagged, 260, 16, 4, 256, 64, 0, 16, false, "nvfp4"},
+      // FP8 on tensor cores: one expert takes most pairs (several
+      // tiles of 16), others none; and widths they do not take
+      // (K not a multiple of 128: the CUDA-core kernels)
+      {kTiny, 40, 8, 2, 256, 128, 0, 8, true, "fp8-block"},
+      {kRagged, 7, 16, 4, 320, 96, 0, 16, false, "fp8-block"},
+      // Prefill sizes (more than 16 pairs an expert on average: 4
+      // tiles a decoded fragment): one expert with every token (a
+      // full group of 64 and a part one), others none; the real
+      // widths with 48 pairs an expert.
+      {kTiny, 100, 8, 2, 256, 128, 0, 8, true, "nvfp4"},
+      {kRagged, 100, 8, 2, 384, 256, 0, 8, true, "fp8-block"},
+      {kKimi.family, 96, 16, kKimi.top_k, kKimi.hidden, kKimi.inter, kKimi.shared * kKimi.inter, 4, false, "nvfp4"},
+      {kDsv3.family, 96, 16, kDsv3.top_k, kDsv3.hidden, kDsv3.inter, kDsv3.shared * kDsv3.inter, 4, false, "fp8-block",
+       "fp8-block"}};
   experts.insert(experts.end(), quantized.begin(), quantized.end());
   for (int64_t T : {int64_t{1}, int64_t{5}, int64_t{16}})
     experts.push_back({kKimi.family, T, kKimi.experts, kKimi.top_k, kKimi.hidden, kKimi.inter,

@@ -59,12 +59,10 @@ KernelChoice weight_group_row(const WeightGroup& g) {
   const std::string kernel =
       g.name == "routed experts"
           ? fmt::format(
-                "{} stored; {} {} over expert-sorted pairs (steps <= {} tokens), dequantized + cuBLASLt "
-                "per expert beyond",
-                g.format_name, mv,
-                "quant_expert_mma_kernel (mma.sync, 16 pairs a tile; widths multiples of 128) or "
-                "quant_expert_kernel",
-                kGroupedMoeMaxTokens)
+                "{} stored; {} over expert-sorted pairs: quant_expert_mma_kernel (mma.sync, tiles of 16 pairs, "
+                "4 tiles a decoded weight fragment at prefill; widths multiples of 128) at every step size, or "
+                "else quant_expert_kernel (steps <= {} tokens) and dequantized + cuBLASLt per expert beyond",
+                g.format_name, mv, kGroupedMoeMaxTokens)
           : fmt::format("{} stored; {} quant_gemv_kernel (<= {} tokens), dequantized + cuBLASLt GEMM beyond",
                         g.format_name, mv, quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
   return {"weights: " + g.name, kernel, size + "; dequantized in registers, fp32 accumulation", true};

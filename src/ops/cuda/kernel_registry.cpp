@@ -401,9 +401,13 @@ MoePlan plan_moe(const DeviceCaps& caps, const MoeShape& shape, const KernelOver
   return p;
 }
 
-bool MoePlan::grouped_for(int64_t tokens) const {
+bool MoePlan::grouped_allowed() const {
   TESSERA_CHECK(row.available, "MoE experts: {}", row.reason);
-  return kernel == MoeKernel::kGrouped && (forced || tokens <= kGroupedMoeMaxTokens);
+  return kernel == MoeKernel::kGrouped;
+}
+
+bool MoePlan::grouped_for(int64_t tokens) const {
+  return grouped_allowed() && (forced || tokens <= kGroupedMoeMaxTokens);
 }
 
 bool KernelPlan::ok() const {

@@ -84,6 +84,9 @@ struct MoePlan {
   // steps (<= kGroupedMoeMaxTokens) unless forced for all. Throws core::Error with the plan's reason
   // when the chosen kernel cannot run.
   bool grouped_for(int64_t tokens) const;
+  // Whether the grouped kernels may run at all (the choice, or forced); for kernels that serve every
+  // step size.
+  bool grouped_allowed() const;
 };
 
 // Decode steps up to this many tokens run the routed experts with the grouped kernels (larger steps

@@ -268,12 +268,18 @@ void quantized_grouped_experts(CudaContext& ctx, MoeState& state, const Tensor& 
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
+// The tensor-core kernels take every step size (prefill in tiles of 64 pairs that share the
+// weights' decode: faster than dequantizing each expert for cuBLASLt, and no routing read back to
+// the host); the CUDA-core kernels only decode-sized steps.
 bool quantized_grouped_applies(CudaContext& ctx, const Tensor& x, const std::vector<ExpertWeights>& experts) {
   const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
-  if (!ctx.moe_plan({E, x.dim(1), experts[0].gate.out}).grouped_for(T)) return false;
   const ExpertWeights& f = experts[0];
-  return f.gate.format == f.down.format && f.up.format == f.gate.format &&
-         moe_quant_supported(quant_matrix(f.gate), quant_matrix(f.down), E);
+  if (!(f.gate.format == f.down.format && f.up.format == f.gate.format &&
+        moe_quant_supported(quant_matrix(f.gate), quant_matrix(f.down), E)))
+    return false;
+  const MoePlan& plan = ctx.moe_plan({E, x.dim(1), f.gate.out});
+  return moe_quant_mma_supported(quant_matrix(f.gate), quant_matrix(f.down)) ? plan.grouped_allowed()
+                                                                             : plan.grouped_for(T);
 }
 
 }  // namespace

@@ -8,7 +8,10 @@
 //   FP8:   by 2^120; a K block of 128 is one scale block (block_cols 128, 8 rows of a warp in one
 //          block row), so its MMAs go to a temporary the block's fp32 scale multiplies into the sums.
 // About 2.5 instructions a weight (NVFP4) or 2.5 a byte (FP8) where the CUDA-core kernels (gemv.cu)
-// need 6 a weight, and 16 tokens for the price of one.
+// need 6 a weight, and 16 tokens for the price of one. Every step size runs here, prefill included
+// (no routing read back to the host): where experts average more than one tile, each decoded
+// fragment feeds 4 tiles (64 pairs), so a prefill chunk decodes the weights once per 64 pairs an
+// expert instead of dequantizing them to bf16 in memory for cuBLASLt.
 //
 // K is walked in blocks of 128: lane (g, c) loads values [128 kb + 32 c, + 32) of weight row n0 + g
 // (NVFP4: 16 bytes and their two e4m3 scales; FP8: 32 bytes and the block's scale). Each 8 values
@@ -34,6 +37,7 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 8;  // MMA N
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
+constexpr int kTile = 16;     // pairs a tile: the MMA's M
 constexpr int kBlockK = 128;  // values of a row the warp's 4 lanes of a row cover per K block
 
 // What a format's K block costs a lane: 16-byte loads, and how many K blocks of loads are in
@@ -119,16 +123,21 @@ __device__ __forceinline__ uint32_t word(const uint4& r, int i) {
   return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
 }
 
-// acc[s] += A · W_s over all K for the 16 pairs of the tile (lo/hi: this lane's two pairs'
-// rows, null past the expert's end), S weight streams of the same row index. (A cp.async ring in shared memory 4 K
-// blocks deep instead of the kAhead registers measured slower at batch 16 and 128 and the same at batch 1;
-// docs/PERFORMANCE.md.)
-template <QuantFormat F, int S>
-__device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_dim, const __nv_bfloat16* lo,
-                                         const __nv_bfloat16* hi, uint64_t policy, float (&acc)[S][4]) {
+// acc[s][t] += A_t · W_s over all K for the MT tiles of 16 pairs (lo[t]/hi[t]: this lane's two
+// pairs' rows of tile t, null past the expert's end), S weight streams of the same row index. Each
+// weight fragment is decoded once and multiplied into every tile: at prefill (MT 4) the decode, the
+// kernel's main cost, is paid once for 64 pairs instead of once for 16. (A cp.async ring in shared
+// memory 4 K blocks deep instead of the kAhead registers measured slower at batch 16 and 128 and the
+// same at batch 1; docs/PERFORMANCE.md.)
+template <QuantFormat F, int S, int MT>
+__device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_dim, const __nv_bfloat16* const (&lo)[MT],
+                                         const __nv_bfloat16* const (&hi)[MT], uint64_t policy,
+                                         float (&acc)[S][MT][4]) {
   using L = MmaLayout<F>;
-  constexpr int kAhead = L::kAhead, kLoads = L::kLoads;
   constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
+  // Several tiles give each load 4x the work to hide behind, and their accumulators need the
+  // registers: fewer K blocks in flight.
+  constexpr int kAhead = MT == 1 ? L::kAhead : kNvfp4 ? 2 : 1, kLoads = L::kLoads;
   const int c = threadIdx.x & 3;
   const int blocks = k_dim / kBlockK;
   for (int kb0 = 0; kb0 < blocks; kb0 += kAhead) {
@@ -156,7 +165,7 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
       // NVFP4: the lane's two groups of 16 values (words 0-1 and 2-3); FP8: the MMAs of the block go
       // to part, which the block's scale multiplies into acc.
       __nv_bfloat162 scale[S][2];
-      float part[S][4];
+      float part[S][MT][4];
 #pragma unroll
       for (int s = 0; s < S; ++s) {
         if constexpr (kNvfp4) {
@@ -164,26 +173,37 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
           scale[s][1] = biased_scale((sc[s][u] >> 8) & 0xffu);
         } else {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) part[s][i] = 0.0f;
+          for (int t = 0; t < MT; ++t)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) part[s][t][i] = 0.0f;
         }
       }
 #pragma unroll
       for (int w = 0; w < 4; ++w) {  // 8 values each: [k + 8w, + 8)
-        uint32_t alo[4], ahi[4];
-        permute_act(load_or_zero(lo ? lo + k + 8 * w : nullptr), alo);
-        permute_act(load_or_zero(hi ? hi + k + 8 * w : nullptr), ahi);
+        uint32_t b[S][4];
 #pragma unroll
         for (int s = 0; s < S; ++s) {
-          uint32_t b[4];
           if constexpr (kNvfp4) {
-            decode_nvfp4(word(raw[s][u][0], w), scale[s][w / 2], b);
-            mma_bf16(acc[s], alo[0], ahi[0], alo[1], ahi[1], b[0], b[1]);
-            mma_bf16(acc[s], alo[2], ahi[2], alo[3], ahi[3], b[2], b[3]);
+            decode_nvfp4(word(raw[s][u][0], w), scale[s][w / 2], b[s]);
           } else {
             const uint4& r = raw[s][u][w / 2];
-            decode_fp8(word(r, 2 * (w % 2)), word(r, 2 * (w % 2) + 1), b);
-            mma_bf16(part[s], alo[0], ahi[0], alo[1], ahi[1], b[0], b[1]);
-            mma_bf16(part[s], alo[2], ahi[2], alo[3], ahi[3], b[2], b[3]);
+            decode_fp8(word(r, 2 * (w % 2)), word(r, 2 * (w % 2) + 1), b[s]);
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+          uint32_t alo[4], ahi[4];
+          permute_act(load_or_zero(lo[t] ? lo[t] + k + 8 * w : nullptr), alo);
+          permute_act(load_or_zero(hi[t] ? hi[t] + k + 8 * w : nullptr), ahi);
+#pragma unroll
+          for (int s = 0; s < S; ++s) {
+            if constexpr (kNvfp4) {
+              mma_bf16(acc[s][t], alo[0], ahi[0], alo[1], ahi[1], b[s][0], b[s][1]);
+              mma_bf16(acc[s][t], alo[2], ahi[2], alo[3], ahi[3], b[s][2], b[s][3]);
+            } else {
+              mma_bf16(part[s][t], alo[0], ahi[0], alo[1], ahi[1], b[s][0], b[s][1]);
+              mma_bf16(part[s][t], alo[2], ahi[2], alo[3], ahi[3], b[s][2], b[s][3]);
+            }
           }
         }
       }
@@ -192,16 +212,18 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
         for (int s = 0; s < S; ++s) {
           const float f = __uint_as_float(sc[s][u]);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[s][i] = fmaf(part[s][i], f, acc[s][i]);
+          for (int t = 0; t < MT; ++t)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[s][t][i] = fmaf(part[s][t][i], f, acc[s][t][i]);
         }
       }
     }
   }
 }
 
-// One block per (kRowsPerBlock weight rows, active expert), over all of the expert's pairs in tiles
-// of 16.
-template <QuantFormat F, bool kGateUp>
+// One block per (kRowsPerBlock weight rows, active expert), over all of the expert's pairs in
+// groups of MT tiles of 16.
+template <QuantFormat F, bool kGateUp, int MT>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_expert_mma_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
                             const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
@@ -223,57 +245,80 @@ __global__ void __launch_bounds__(kWarps * 32)
   if constexpr (kGateUp) ref[1] = quant::row_ref<F>(w1[e], n0 + g);
   const uint64_t policy = l2_evict_first_policy();
   auto a_row = [&](int m) { return kGateUp ? sorted[m] / top_k : m; };
-  for (int m0i = begin; m0i < end; m0i += 16) {
-    const int m_lo = m0i + g, m_hi = m0i + g + 8;
-    const __nv_bfloat16* lo = m_lo < end ? a + static_cast<int64_t>(a_row(m_lo)) * k_dim : nullptr;
-    const __nv_bfloat16* hi = m_hi < end ? a + static_cast<int64_t>(a_row(m_hi)) * k_dim : nullptr;
-    float acc[S][4];
+  // C fragment: pairs m_lo (acc 0, 1) and m_hi (acc 2, 3), weight rows n0 + 2c, n0 + 2c + 1. The
+  // group scales' kUnscale is not used here: the codes were made exact (NVFP4 times 2^-9) before
+  // the MMA.
+  const float g0 = m0.global_scale * MmaLayout<F>::kSumUnbias;
+  const float g1 = kGateUp ? w1[e].global_scale * MmaLayout<F>::kSumUnbias : 0.0f;
+  for (int m0i = begin; m0i < end; m0i += kTile * MT) {
+    const __nv_bfloat16* lo[MT];
+    const __nv_bfloat16* hi[MT];
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      const int m_lo = m0i + kTile * t + g, m_hi = m_lo + 8;
+      lo[t] = m_lo < end ? a + static_cast<int64_t>(a_row(m_lo)) * k_dim : nullptr;
+      hi[t] = m_hi < end ? a + static_cast<int64_t>(a_row(m_hi)) * k_dim : nullptr;
+    }
+    float acc[S][MT][4];
 #pragma unroll
     for (int s = 0; s < S; ++s)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[s][i] = 0.0f;
-    tile_dot<F, S>(ref, k_dim, lo, hi, policy, acc);
-    // C fragment: pairs m_lo (acc 0, 1) and m_hi (acc 2, 3), weight rows n0 + 2c, n0 + 2c + 1. The
-    // group scales' kUnscale is not used here: the codes were made exact (NVFP4 times 2^-9) before
-    // the MMA.
-    const float g0 = m0.global_scale * MmaLayout<F>::kSumUnbias;
-    if constexpr (kGateUp) {
-      const float g1 = w1[e].global_scale * MmaLayout<F>::kSumUnbias;
-      auto act = [&](float gate, float up) {
-        gate *= g0;
-        up *= g1;
-        return gate / (1.0f + __expf(-gate)) * up;
-      };
-      if (m_lo < end)
-        *reinterpret_cast<__nv_bfloat162*>(act_out + static_cast<int64_t>(m_lo) * n_dim + n0 + 2 * c) =
-            __floats2bfloat162_rn(act(acc[0][0], acc[1][0]), act(acc[0][1], acc[1][1]));
-      if (m_hi < end)
-        *reinterpret_cast<__nv_bfloat162*>(act_out + static_cast<int64_t>(m_hi) * n_dim + n0 + 2 * c) =
-            __floats2bfloat162_rn(act(acc[0][2], acc[1][2]), act(acc[0][3], acc[1][3]));
-    } else {
-      if (m_lo < end)
-        *reinterpret_cast<float2*>(y_out + static_cast<int64_t>(sorted[m_lo]) * n_dim + n0 + 2 * c) =
-            make_float2(acc[0][0] * g0, acc[0][1] * g0);
-      if (m_hi < end)
-        *reinterpret_cast<float2*>(y_out + static_cast<int64_t>(sorted[m_hi]) * n_dim + n0 + 2 * c) =
-            make_float2(acc[0][2] * g0, acc[0][3] * g0);
+      for (int t = 0; t < MT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[s][t][i] = 0.0f;
+    tile_dot<F, S, MT>(ref, k_dim, lo, hi, policy, acc);
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      const int m_lo = m0i + kTile * t + g, m_hi = m_lo + 8;
+      if constexpr (kGateUp) {
+        auto act = [&](float gate, float up) {
+          gate *= g0;
+          up *= g1;
+          return gate / (1.0f + __expf(-gate)) * up;
+        };
+        if (m_lo < end)
+          *reinterpret_cast<__nv_bfloat162*>(act_out + static_cast<int64_t>(m_lo) * n_dim + n0 + 2 * c) =
+              __floats2bfloat162_rn(act(acc[0][t][0], acc[1][t][0]), act(acc[0][t][1], acc[1][t][1]));
+        if (m_hi < end)
+          *reinterpret_cast<__nv_bfloat162*>(act_out + static_cast<int64_t>(m_hi) * n_dim + n0 + 2 * c) =
+              __floats2bfloat162_rn(act(acc[0][t][2], acc[1][t][2]), act(acc[0][t][3], acc[1][t][3]));
+      } else {
+        if (m_lo < end)
+          *reinterpret_cast<float2*>(y_out + static_cast<int64_t>(sorted[m_lo]) * n_dim + n0 + 2 * c) =
+              make_float2(acc[0][t][0] * g0, acc[0][t][1] * g0);
+        if (m_hi < end)
+          *reinterpret_cast<float2*>(y_out + static_cast<int64_t>(sorted[m_hi]) * n_dim + n0 + 2 * c) =
+              make_float2(acc[0][t][2] * g0, acc[0][t][3] * g0);
+      }
     }
   }
 }
 
-template <QuantFormat F>
-void launch_experts(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
-                    const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
-                    cudaStream_t stream) {
-  launch_dependent(quant_expert_mma_kernel<F, true>,
+template <QuantFormat F, int MT>
+void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
+                           const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
+                           cudaStream_t stream) {
+  launch_dependent(quant_expert_mma_kernel<F, true, MT>,
                    dim3(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots), kWarps * 32,
                    0, stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets, s.active,
                    s.num_active, gate_w, up_w, s.act, static_cast<float*>(nullptr));
-  launch_dependent(quant_expert_mma_kernel<F, false>,
+  launch_dependent(quant_expert_mma_kernel<F, false, MT>,
                    dim3(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots), kWarps * 32,
                    0, stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets, s.active,
                    s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr), static_cast<__nv_bfloat16*>(nullptr),
                    s.y);
+}
+
+// Tiles of 16 pairs an expert at decode; at prefill sizes (more than one tile an expert on average)
+// 4 tiles share each decoded weight fragment.
+template <QuantFormat F>
+void launch_experts(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t pairs, int64_t hidden,
+                    int64_t inter, const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
+                    cudaStream_t stream) {
+  if (pairs > kTile * static_cast<int64_t>(expert_slots))
+    launch_expert_kernels<F, 4>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
+  else
+    launch_expert_kernels<F, 1>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
 }
 
 bool mma_shape_ok(const QuantMatrix& m) {
@@ -297,11 +342,11 @@ void launch_moe_quant_mma_experts(const float* x, int64_t tokens, int64_t hidden
   launch_moe_prepare(x, tokens, hidden, slots, experts, s, stream);
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
   if (format == QuantFormat::kNvfp4)
-    launch_experts<QuantFormat::kNvfp4>(s, slots.per_token(), expert_slots, hidden, inter, gate_w, up_w, down_w,
+    launch_experts<QuantFormat::kNvfp4>(s, slots.per_token(), expert_slots, pairs, hidden, inter, gate_w, up_w, down_w,
                                         stream);
   else
-    launch_experts<QuantFormat::kFp8Block>(s, slots.per_token(), expert_slots, hidden, inter, gate_w, up_w, down_w,
-                                           stream);
+    launch_experts<QuantFormat::kFp8Block>(s, slots.per_token(), expert_slots, pairs, hidden, inter, gate_w, up_w,
+                                           down_w, stream);
 }
 
 }  // namespace tessera::ops::cuda
