@@ -5,9 +5,11 @@
 // calls pdl_wait() before it touches memory that earlier kernels write (activations, the cache,
 // routing): it returns once the previous kernel has completed and its writes are visible. Only
 // weights, which no kernel writes, may be read before it (the matrix-vector kernels start
-// streaming theirs there). pdl_wait() then lets the next kernel be scheduled: its blocks may take
-// free SM slots while this one runs. Kernels without it keep ordinary launches. TESSERA_PDL=0
-// turns it off.
+// streaming theirs there), and no block may return before it: a grid that completed before the
+// kernel it depends on would let the next kernel's wait return too early
+// (tests/ops/pdl_launch_rules_test.cpp scans the kernels for both rules). pdl_wait() then lets the next kernel be
+// scheduled: its blocks may take free SM slots while this one runs. Kernels without it keep ordinary launches.
+// TESSERA_PDL=0 turns it off.
 #pragma once
 
 #include <cuda_runtime.h>
