@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "io/model_config.h"
 #include "ops/cpu/cpu_ops.h"
 #include "support/test_support.h"
 
@@ -95,6 +96,25 @@ TEST(RuntimePlan, KernelLinesListTheOtherChoices) {
   EXPECT_TRUE(has_line(plan,
                        "  mla decode   ok  attend_wgmma_kernel — sm_90 (other choices: --kernels mla=kv-major, "
                        "mla=mma)"));
+}
+
+// The grouped expert kernels run every step size for quantized experts (prefill included): a full
+// step holds, per token-expert pair, an fp32 output row of the hidden size and a bf16 activation row
+// of the expert width. The workspace must leave room for them beside everything else, or `serve`
+// would run out of device memory where `plan` said ok.
+TEST(RuntimePlan, WorkspaceHoldsTheRoutedPairsOfAFullStep) {
+  const io::ModelConfig moe = io::load_model_config(test::fixtures_dir() / "models" / "kimi-k2-tiny");
+  ASSERT_GT(moe.n_routed_experts, 0);
+  io::ModelConfig dense = moe;
+  dense.n_routed_experts = 0;
+  for (const int64_t tokens : {int64_t{1}, int64_t{2048}, int64_t{8192}}) {
+    const uint64_t pairs = static_cast<uint64_t>(tokens * moe.num_experts_per_tok);
+    const uint64_t rows =
+        pairs * (4 * static_cast<uint64_t>(moe.hidden_size) + 2 * static_cast<uint64_t>(moe.moe_intermediate_size));
+    EXPECT_GE(engine::activation_workspace_bytes(moe, tokens, 256),
+              engine::activation_workspace_bytes(dense, tokens, 256) + rows)
+        << tokens << " tokens";
+  }
 }
 
 }  // namespace
