@@ -1289,15 +1289,13 @@ void add_moe(Table& tb) {
       {kRagged, 7, 40, 8, 320, 96, 96, 40, false, "nvfp4"},
       {kRagged, 300, 12, 4, 256, 64, 128, 12, false, "fp8-block", "fp8-block"},
       {kRagged, 260, 16, 4, 256, 64, 0, 16, false, "nvfp4"},
-      // FP8 on tensor cores: one expert takes most pairs (several
-      // tiles of 16), others none; and widths they do not take
-      // (K not a multiple of 128: the CUDA-core kernels)
+      // FP8 on tensor cores: one expert takes most pairs (several tiles of 16), others none; and
+      // widths they do not take (K not a multiple of 128: the CUDA-core kernels)
       {kTiny, 40, 8, 2, 256, 128, 0, 8, true, "fp8-block"},
       {kRagged, 7, 16, 4, 320, 96, 0, 16, false, "fp8-block"},
-      // Prefill sizes (more than 16 pairs an expert on average: 4
-      // tiles a decoded fragment): one expert with every token (a
-      // full group of 64 and a part one), others none; the real
-      // widths with 48 pairs an expert.
+      // Prefill sizes (more than 16 pairs an expert on average: 4 tiles a decoded fragment): one
+      // expert with every token (a full group of 64 and a part one), others none; the real widths
+      // with 48 pairs an expert.
       {kTiny, 100, 8, 2, 256, 128, 0, 8, true, "nvfp4"},
       {kRagged, 100, 8, 2, 384, 256, 0, 8, true, "fp8-block"},
       {kKimi.family, 96, 16, kKimi.top_k, kKimi.hidden, kKimi.inter, kKimi.shared * kKimi.inter, 4, false, "nvfp4"},
