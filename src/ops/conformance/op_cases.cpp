@@ -909,14 +909,24 @@ void add_linears(Table& tb) {
       {kRagged, "nvfp4", 36, 96, ""},
       {kRagged, "fp8-block", 44, 1000, ""},
       {kRagged, "fp8-block", 136, 384, ""},
-      {kRagged, "nvfp4", 72, 256, ""}};
+      {kRagged, "nvfp4", 72, 256, ""},
+      // dsv3-tiny-fp8's own projections (q_a, kv_a, o_proj, dense gate/up and down) at its golden
+      // prompts' 7 and 33 tokens.
+      {kTiny, "fp8-block", 96, 256, "q_a"},
+      {kTiny, "fp8-block", 80, 256, "kv_a"},
+      {kTiny, "fp8-block", 256, 128, "o_proj"},
+      {kTiny, "fp8-block", 512, 256, "mlp gate"},
+      {kTiny, "fp8-block", 256, 512, "mlp down"}};
   for (const Q& q : quantized)
-    for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{16},
-                      int64_t{40}, int64_t{64}, int64_t{65}}) {
+    for (int64_t T :
+         {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{12}, int64_t{13},
+          int64_t{16}, int64_t{17}, int64_t{40}, int64_t{64}, int64_t{65}, int64_t{7}, int64_t{33}}) {
       // The real shapes at every row count of the matrix-vector instances, either side of their
       // limit and at 16 (perf mode shows where each path overtakes the next); ragged ones at 3, 40,
-      // 64 and 65 too.
-      if (q.family != kRagged && (T == 3 || T == 40 || T == 64 || T == 65)) continue;
+      // 64 and 65 too, and either side of the tensor-core kernel's limits (two tiles sharing the
+      // decode up to 12 tokens, the kernel up to 16).
+      if ((q.family == kTiny) != (T == 7 || T == 33)) continue;
+      if (q.family != kRagged && (T == 3 || T == 12 || T == 13 || T == 17 || T == 40 || T == 64 || T == 65)) continue;
       if (q.family == kRagged && (T == 4 || T == 5 || T == 16)) continue;
       tb.add("linear", q.family,
              fmt::format("{} {}{}{}x{}x{}", q.format, q.what, q.what.empty() ? "" : " ", T, q.out, q.in), 4e-3,

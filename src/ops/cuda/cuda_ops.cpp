@@ -63,8 +63,12 @@ KernelChoice weight_group_row(const WeightGroup& g) {
                 "4 tiles a decoded weight fragment at prefill; widths multiples of 128) at every step size, or "
                 "else quant_expert_kernel (steps <= {} tokens) and dequantized + cuBLASLt per expert beyond",
                 g.format_name, mv, kGroupedMoeMaxTokens)
-          : fmt::format("{} stored; {} quant_gemv_kernel (<= {} tokens), dequantized + cuBLASLt GEMM beyond",
-                        g.format_name, mv, quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
+          : fmt::format(
+                "{} stored; {} quant_linear_mma_kernel (2-{} tokens, activations as two bf16 halves; widths "
+                "multiples of 128), quant_gemv_kernel (1 token, or up to {} where the MMA kernel does not fit), "
+                "dequantized + cuBLASLt GEMM beyond",
+                g.format_name, mv, kQuantMmaMaxTokens,
+                quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
   return {"weights: " + g.name, kernel, size + "; dequantized in registers, fp32 accumulation", true};
 }
 

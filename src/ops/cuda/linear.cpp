@@ -36,14 +36,25 @@ GemvArgs gemv_args(const Tensor& x, const LinearWeight& w, Tensor& out) {
 
 bool quantized(const LinearWeight& w) { return w.format != LinearWeight::Format::kDense; }
 
-// The matrix-vector kernels over the checkpoint's bytes for a few tokens; otherwise the weight is
-// dequantized to bf16 in pool memory for one cuBLASLt GEMM (compute-bound steps, where reading
-// 2 more bytes a weight costs little next to the GEMM).
+// Over the checkpoint's bytes up to kQuantMmaMaxTokens: one token on the CUDA-core matrix-vector
+// kernel (faster on short matrices than a tile of padding), more on tensor cores where the shape
+// allows (activations split into two bf16 halves, not rounded), else the CUDA-core kernel up to its
+// limit; beyond, the weight is dequantized to bf16 in pool memory for one cuBLASLt GEMM
+// (compute-bound steps, where reading 2 more bytes a weight costs little next to the GEMM).
 void quantized_linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& out) {
   const int64_t T = x.dim(0);
   const QuantMatrix m = quant_matrix(w);
-  if (T <= quant_gemv_max_tokens(m.format) && quant_gemv_supported(m)) {
+  const bool mma = T <= kQuantMmaMaxTokens && quant_linear_mma_supported(m);
+  if ((T == 1 || !mma) && T <= quant_gemv_max_tokens(m.format) && quant_gemv_supported(m)) {
     launch_quant_gemv(m, ptr<float>(x), x.dim(1), T, ptr<float>(out), ctx.num_sms(), ctx.stream());
+    TESSERA_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  if (mma) {
+    Tensor xs = ctx.alloc(DType::kBF16, {2, T, w.in});
+    __nv_bfloat16* hi = ptr<__nv_bfloat16>(xs);
+    launch_f32_to_bf16_split(ptr<float>(x), hi, hi + T * w.in, x.numel(), ctx.stream());
+    launch_quant_linear_mma(m, hi, hi + T * w.in, T, ptr<float>(out), ctx.num_sms(), ctx.stream());
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }

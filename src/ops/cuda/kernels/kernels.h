@@ -356,6 +356,15 @@ bool quant_gemv_supported(const QuantMatrix& w);
 // out [tokens, n] = x [tokens, k] · Wᵀ (x fp32, rows x_row apart), tokens <= kQuantGemvMaxTokens.
 void launch_quant_gemv(const QuantMatrix& w, const float* x, int64_t x_row, int64_t tokens, float* out, int num_sms,
                        cudaStream_t s);
+// out [tokens, n] = x [tokens, k] · Wᵀ on tensor cores (quant/grouped_mma.cu), x given as x_hi + x_lo
+// (launch_f32_to_bf16_split: not rounded), tiles of 8 tokens, K split among warps for short
+// matrices; tokens <= kQuantMmaMaxTokens: at 16 tokens it ties with dequantizing for a cuBLASLt
+// GEMM on the FP8 o_proj and wins on the smaller projections (docs/PERFORMANCE.md); beyond, each
+// tile decodes the weights again. Shapes as moe_quant_mma_supported's.
+constexpr int64_t kQuantMmaMaxTokens = 16;
+bool quant_linear_mma_supported(const QuantMatrix& w);
+void launch_quant_linear_mma(const QuantMatrix& w, const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo, int64_t tokens,
+                             float* out, int num_sms, cudaStream_t s);
 // The routed experts of launch_moe_grouped_experts with quantized weights (tables of QuantMatrix
 // [experts] on the device, one format): the pairs sorted by expert into `scratch`, then
 // matrix-vector kernels over each expert's pairs with fp32 activations (gate/up write act

@@ -37,8 +37,9 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 8;  // MMA N
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
-constexpr int kTile = 16;     // pairs a tile: the MMA's M
-constexpr int kBlockK = 128;  // values of a row the warp's 4 lanes of a row cover per K block
+constexpr int kTile = 16;            // pairs a tile: the MMA's M
+constexpr int kDenseTileTokens = 8;  // a dense tile: each token's hi and lo rows
+constexpr int kBlockK = 128;         // values of a row the warp's 4 lanes of a row cover per K block
 
 // What a format's K block costs a lane: 16-byte loads, and how many K blocks of loads are in
 // flight (NVFP4 4: 8 took 168 registers, one block an SM, and was slower; FP8 2, the same bytes).
@@ -294,6 +295,68 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// A dense projection of 2-64 tokens on the same tiles, y [tokens, n] = x [tokens, k] · Wᵀ, with
+// activations that are not rounded: x = hi + lo (bf16 each, to ~2^-17), a tile's 16 MMA rows are 8
+// tokens' hi (rows g) and lo (rows g + 8), and the epilogue adds the two sums. (Rounding x to bf16
+// with exact weights flipped an expert choice of the FP8 fixture, docs/PERFORMANCE.md; at <= 8
+// tokens the lo rows cost no MMAs, the tile would be padding there.) A block is kWarps / slices row
+// groups of 8 and MT tiles (8 MT tokens) that share each decoded weight fragment; the `slices`
+// warps of a group split K and add their sums in shared memory (short matrices would leave most
+// SMs idle with a warp per row group).
+template <QuantFormat F, int MT>
+__global__ void __launch_bounds__(kWarps * 32)
+    quant_linear_mma_kernel(const __nv_bfloat16* __restrict__ x_hi, const __nv_bfloat16* __restrict__ x_lo, int tokens,
+                            const QuantMatrix w, int slices, float* __restrict__ y) {
+  __shared__ float4 part[kWarps][MT][32];
+  pdl_wait();  // first: launched with launch_dependent
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int group = warp / slices, slice = warp % slices;
+  const int n0 = (static_cast<int>(blockIdx.y) * (kWarps / slices) + group) * kRowsPerWarp;
+  const bool rows = n0 < w.n;                                                    // n % 8 == 0
+  const int m_first = static_cast<int>(blockIdx.x) * kDenseTileTokens * MT + g;  // token of tile 0's rows g
+  float acc[1][MT][4] = {};
+  if (rows) {
+    const int blocks = w.k / kBlockK, per = (blocks + slices - 1) / slices;
+    const int kb_begin = min(blocks, slice * per), kb_end = min(blocks, kb_begin + per);
+    const int k0 = kb_begin * kBlockK;
+    const quant::RowRef ref[1] = {quant::advance<F>(quant::row_ref<F>(w, n0 + g), k0, w.block_cols)};
+    const __nv_bfloat16* hi[MT];
+    const __nv_bfloat16* lo[MT];
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      const int m = m_first + kDenseTileTokens * t;
+      const int64_t row = static_cast<int64_t>(m) * w.k + k0;
+      hi[t] = m < tokens ? x_hi + row : nullptr;
+      lo[t] = m < tokens ? x_lo + row : nullptr;
+    }
+    if (kb_end > kb_begin) tile_dot<F, 1, MT>(ref, (kb_end - kb_begin) * kBlockK, hi, lo, l2_evict_first_policy(), acc);
+  }
+  if (slices > 1) {
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+      part[warp][t][lane] = make_float4(acc[0][t][0], acc[0][t][1], acc[0][t][2], acc[0][t][3]);
+    __syncthreads();
+    if (slice != 0) return;
+    for (int s = 1; s < slices; ++s) {
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        const float4 p = part[warp + s][t][lane];
+        acc[0][t][0] += p.x, acc[0][t][1] += p.y, acc[0][t][2] += p.z, acc[0][t][3] += p.w;
+      }
+    }
+  }
+  if (!rows) return;
+  // Rows g (hi) and g + 8 (lo) of a tile's C fragment are the same token: weight rows n0 + 2c, + 1.
+  const float f = w.global_scale * MmaLayout<F>::kSumUnbias;
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+    const int m = m_first + kDenseTileTokens * t;
+    if (m < tokens)
+      *reinterpret_cast<float2*>(y + static_cast<int64_t>(m) * w.n + n0 + 2 * c) =
+          make_float2((acc[0][t][0] + acc[0][t][2]) * f, (acc[0][t][1] + acc[0][t][3]) * f);
+  }
+}
+
 template <QuantFormat F, int MT>
 void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
                            const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
@@ -347,6 +410,48 @@ void launch_moe_quant_mma_experts(const float* x, int64_t tokens, int64_t hidden
   else
     launch_experts<QuantFormat::kFp8Block>(s, slots.per_token(), expert_slots, pairs, hidden, inter, gate_w, up_w,
                                            down_w, stream);
+}
+
+bool quant_linear_mma_supported(const QuantMatrix& w) { return mma_shape_ok(w); }
+
+namespace {
+
+template <QuantFormat F, int MT>
+void launch_linear_tiles(const QuantMatrix& w, const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo, int64_t tokens,
+                         float* y, int num_sms, cudaStream_t stream) {
+  // Split K (up to a warp a K block) until the grid fills two blocks an SM, the kernel's occupancy.
+  const int64_t row_groups = w.n / kRowsPerWarp, tiles = (tokens + kDenseTileTokens * MT - 1) / (kDenseTileTokens * MT),
+                k_blocks = w.k / kBlockK;
+  auto blocks = [&](int slices) { return (row_groups + kWarps / slices - 1) / (kWarps / slices); };
+  int slices = 1;
+  while (slices < kWarps && 2 * slices <= k_blocks && blocks(slices) * tiles < 2 * num_sms) slices *= 2;
+  // Tiles fastest: the blocks of one weight row group run together and share its reads in L2.
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(blocks(slices)));
+  launch_dependent(quant_linear_mma_kernel<F, MT>, grid, kWarps * 32, 0, stream, x_hi, x_lo, static_cast<int>(tokens),
+                   w, slices, y);
+}
+
+// 8 tokens a tile. Two tiles share each decoded weight fragment where the second holds at most 4
+// tokens: a full second tile doubles the activation loads a weight byte costs, and at 16 tokens the
+// FP8 o_proj took 241 µs with shared fragments against 174 µs as two blocks of one tile each (H200).
+template <QuantFormat F>
+void launch_linear(const QuantMatrix& w, const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo, int64_t tokens, float* y,
+                   int num_sms, cudaStream_t stream) {
+  if (tokens > kDenseTileTokens && tokens <= kDenseTileTokens + 4)
+    launch_linear_tiles<F, 2>(w, x_hi, x_lo, tokens, y, num_sms, stream);
+  else
+    launch_linear_tiles<F, 1>(w, x_hi, x_lo, tokens, y, num_sms, stream);
+}
+
+}  // namespace
+
+void launch_quant_linear_mma(const QuantMatrix& w, const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo, int64_t tokens,
+                             float* y, int num_sms, cudaStream_t stream) {
+  if (tokens == 0) return;
+  if (w.format == QuantFormat::kNvfp4)
+    launch_linear<QuantFormat::kNvfp4>(w, x_hi, x_lo, tokens, y, num_sms, stream);
+  else
+    launch_linear<QuantFormat::kFp8Block>(w, x_hi, x_lo, tokens, y, num_sms, stream);
 }
 
 }  // namespace tessera::ops::cuda

@@ -123,4 +123,15 @@ __device__ __forceinline__ int row_byte(int k) {
   return F == QuantFormat::kNvfp4 ? k / 2 : k;
 }
 
+// The same row from value k0 on (k0 a multiple of the scale groups: 16 NVFP4, block_cols FP8).
+template <QuantFormat F>
+__device__ __forceinline__ RowRef advance(RowRef r, int k0, int block_cols) {
+  r.data += row_byte<F>(k0);
+  if constexpr (F == QuantFormat::kNvfp4)
+    r.scale = static_cast<const uint8_t*>(r.scale) + k0 / 16;
+  else
+    r.scale = static_cast<const float*>(r.scale) + k0 / block_cols;
+  return r;
+}
+
 }  // namespace tessera::ops::cuda::quant
