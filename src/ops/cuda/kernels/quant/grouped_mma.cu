@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// A dense projection of 2-64 tokens on the same tiles, y [tokens, n] = x [tokens, k] · Wᵀ, with
+// A dense projection of 2-16 tokens on the same tiles, y [tokens, n] = x [tokens, k] · Wᵀ, with
 // activations that are not rounded: x = hi + lo (bf16 each, to ~2^-17), a tile's 16 MMA rows are 8
 // tokens' hi (rows g) and lo (rows g + 8), and the epilogue adds the two sums. (Rounding x to bf16
 // with exact weights flipped an expert choice of the FP8 fixture, docs/PERFORMANCE.md; at <= 8
