@@ -234,6 +234,7 @@ class CudaOps final : public Ops {
   }
   void step_boundary() override { ctx_.step_boundary(); }
   StepGraphStats graph_stats() const { return ctx_.graph_stats(); }
+  cudaStream_t stream() { return ctx_.stream(); }
 
  private:
   template <class T>
@@ -256,6 +257,12 @@ std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels, bool step_graphs,
 
 bool step_graphs_enabled(bool step_graphs) {
   return step_graphs && ab_switch_on("TESSERA_CUDA_GRAPHS") && !DevicePool::exact_mode();
+}
+
+void* backend_stream(Ops& ops) {
+  auto* cuda = dynamic_cast<CudaOps*>(&ops);
+  TESSERA_CHECK(cuda != nullptr, "backend_stream: the {} backend has no CUDA stream", ops.name());
+  return cuda->stream();
 }
 
 StepGraphStats step_graph_stats(const Ops& ops) {

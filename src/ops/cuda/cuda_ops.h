@@ -27,6 +27,10 @@ std::string device_description(int index = 0);
 // (--enforce-eager) or TESSERA_CUDA_GRAPHS=0.
 std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels = "", bool step_graphs = true, int device = 0);
 
+// The stream a CUDA backend issues all of its work on (a cudaStream_t), for work that must be
+// ordered with it (collectives); throws for another backend.
+void* backend_stream(Ops& ops);
+
 // How the CUDA backend's decode steps ran (step_graph.h); all zero for other backends.
 struct StepGraphStats {
   int64_t eager = 0;               // steps run as usual: first sight of a key, or a key that cannot be captured

@@ -1,0 +1,113 @@
+#include "ops/cuda/nccl.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/runtime/context.h"
+#include "ops/cuda/runtime/cuda_check.h"
+
+namespace tessera::ops::cuda {
+
+namespace {
+
+void check_nccl(ncclResult_t r, const char* what, ncclComm_t comm = nullptr) {
+  if (r == ncclSuccess) return;
+  const char* last = comm ? ncclGetLastError(comm) : nullptr;
+  core::fail("NCCL {}: {}{}{}", what, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+}
+
+// Columns [first, first + count) of rank r when `total` are split the way the model splits the
+// vocabulary (model::TensorParallel::range): contiguous and balanced, the first total % size ranks
+// one more.
+std::pair<int64_t, int64_t> cols_of(int64_t total, int size, int r) {
+  const int64_t base = total / size, extra = total % size;
+  return {r * base + std::min<int64_t>(r, extra), base + (r < extra ? 1 : 0)};
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  // In place: every rank gets the ring's (or tree's) one result, the same bits on every rank.
+  void all_reduce_sum(Ops& ops, core::Tensor& x) override {
+    TESSERA_CHECK(x.dtype() == core::DType::kF32, "NCCL all-reduce: fp32 activations expected, got {}",
+                  core::dtype_name(x.dtype()));
+    const auto stream = static_cast<cudaStream_t>(backend_stream(ops));
+    if (x.numel() == 0 || !admit_op("nccl all-reduce", x.raw(), x.numel(), static_cast<void*>(comm_), stream)) return;
+    check_nccl(ncclAllReduce(x.raw(), x.raw(), static_cast<size_t>(x.numel()), ncclFloat32, ncclSum, comm_, stream),
+               "all-reduce", comm_);
+  }
+
+  // NCCL gathers equal blocks: each rank's part goes into a block of the widest part's columns,
+  // then every block's columns into their place in `out`.
+  void all_gather_cols(Ops& ops, const core::Tensor& part, core::Tensor& out) override {
+    TESSERA_CHECK(part.dtype() == core::DType::kF32 && out.dtype() == core::DType::kF32 && part.dim(0) == out.dim(0),
+                  "NCCL all-gather: part [{}, {}] and out [{}, {}] must be fp32 of the same rows", part.dim(0),
+                  part.dim(1), out.dim(0), out.dim(1));
+    const int64_t rows = part.dim(0), total = out.dim(1), width = (total + size_ - 1) / size_;
+    const auto [first, count] = cols_of(total, size_, rank_);
+    TESSERA_CHECK(part.dim(1) == count,
+                  "NCCL all-gather: rank {} of {} holds {} of {} columns where the balanced split gives it {}", rank_,
+                  size_, part.dim(1), total, count);
+    (void)first;
+    if (rows == 0 || total == 0) return;
+    const auto stream = static_cast<cudaStream_t>(backend_stream(ops));
+    core::Tensor send = ops.empty({rows, width}), gathered = ops.empty({size_ * rows, width});
+    const size_t f = sizeof(float);
+    if (count > 0 && admit_op("nccl gather pack", send.raw(), part.raw(), rows, width, count, stream))
+      TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(send.raw(), width * f, part.raw(), count * f, count * f, rows,
+                                           cudaMemcpyDeviceToDevice, stream));
+    if (admit_op("nccl all-gather", send.raw(), gathered.raw(), rows * width, static_cast<void*>(comm_), stream))
+      check_nccl(
+          ncclAllGather(send.raw(), gathered.raw(), static_cast<size_t>(rows * width), ncclFloat32, comm_, stream),
+          "all-gather", comm_);
+    for (int r = 0; r < size_; ++r) {
+      const auto [c0, n] = cols_of(total, size_, r);
+      float* dst = out.data<float>() + c0;
+      const float* src = gathered.data<float>() + static_cast<int64_t>(r) * rows * width;
+      if (n > 0 && admit_op("nccl gather unpack", dst, src, rows, total, width, n, stream))
+        TESSERA_CUDA_CHECK(
+            cudaMemcpy2DAsync(dst, total * f, src, width * f, n * f, rows, cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+
+ private:
+  ncclComm_t comm_;
+  int rank_, size_;
+};
+
+}  // namespace
+
+NcclGroup::NcclGroup(std::vector<int> devices) : devices_(std::move(devices)) {
+  TESSERA_CHECK(!devices_.empty(), "NCCL group: no devices");
+  std::vector<ncclComm_t> comms(devices_.size());
+  check_nccl(ncclCommInitAll(comms.data(), static_cast<int>(devices_.size()), devices_.data()),
+             fmt::format("init of {} ranks", devices_.size()).c_str());
+  comms_.assign(comms.begin(), comms.end());
+}
+
+NcclGroup::~NcclGroup() {
+  for (void* c : comms_) (void)ncclCommDestroy(static_cast<ncclComm_t>(c));
+}
+
+std::unique_ptr<Communicator> NcclGroup::communicator(int rank) {
+  TESSERA_CHECK(rank >= 0 && rank < size(), "NCCL group: no rank {} among {}", rank, size());
+  return std::make_unique<NcclCommunicator>(static_cast<ncclComm_t>(comms_[static_cast<size_t>(rank)]), rank, size());
+}
+
+std::string nccl_version() {
+  int v = 0;
+  check_nccl(ncclGetVersion(&v), "version");
+  // NCCL_VERSION(X, Y, Z) = X * 10000 + Y * 100 + Z since 2.9.
+  return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
+}
+
+}  // namespace tessera::ops::cuda
