@@ -20,9 +20,11 @@ export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 start=$(date +%s)
 # The carried headers go before the image's own (its nlohmann-json 3.11.3 has another ABI namespace:
 # a source that picked it up would not link with one that used 3.11.2).
+# NCCL: the toolkit's copy if it has one, else the nvidia-nccl Python wheel's (torch brings it).
+NCCL_ROOT=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real \
-    -DTESSERA_USE_ICU=OFF -DCMAKE_PREFIX_PATH="$DEPS/usr" \
+    -DTESSERA_USE_ICU=OFF -DCMAKE_PREFIX_PATH="$DEPS/usr" ${NCCL_ROOT:+-DTESSERA_NCCL_ROOT="$NCCL_ROOT"} \
     -DCMAKE_CXX_FLAGS="-isystem $DEPS/usr/include" > "$BUILD.configure.log" 2>&1 ||
     { tail -40 "$BUILD.configure.log"; exit 1; }
 fi
