@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "ops/backend.h"
+#include "ops/comm/lone_rank.h"
 #ifdef TESSERA_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_registry.h"
@@ -41,6 +42,7 @@ struct DecodeArgs {
   std::string weights = "bf16";         // the linears' checkpoint format (model::SyntheticFormat)
   bool trace = false;                   // one more step per batch size, its kernels on the device clock
   bool enforce_eager = false;           // CUDA: no decode-step graphs
+  int tensor_parallel_size = 1;         // > 1: rank 0's share of the split, timed alone
 };
 
 using Clock = std::chrono::steady_clock;
@@ -157,6 +159,11 @@ int run(const DecodeArgs& args) {
   for (int64_t b : a.batches) TESSERA_CHECK(b >= 1, "--batch {}: at least one sequence", b);
   const int64_t max_batch = *std::max_element(a.batches.begin(), a.batches.end());
   const model::SyntheticFormat format = model::parse_synthetic_format(a.weights);
+  // Rank 0's share of a tensor-parallel split, timed alone: what one GPU of N does per step.
+  const model::TensorParallel tp{0, a.tensor_parallel_size};
+  model::check_tensor_parallel(model::synthetic_config(a.preset, 1), tp.size);
+  ops::LoneRankCommunicator lone(tp.rank, tp.size);
+  ops::Communicator* comm = tp.size > 1 ? &lone : nullptr;
 
   std::unique_ptr<ops::Ops> backend = ops::make_backend(a.device, a.kernels, a.enforce_eager);
   // No checkpoint, so no hint: an explicit --kv-cache-dtype or the backend's default.
@@ -193,12 +200,12 @@ int run(const DecodeArgs& args) {
   const io::ModelConfig cfg = model::synthetic_config(a.preset, layers);
   fmt::print("ceiling      copy bandwidth {:.0f} GB/s (read + write, measured now)\n", bandwidth / 1e9);
 
-  model::ModelWeights weights = model::synthetic_weights(cfg, *backend, random, format);
+  model::ModelWeights weights = model::synthetic_weights(cfg, *backend, random, format, tp);
   // The kernel registry's choices for these shapes and weights, as `tessera plan` prints them for a
   // checkpoint: what the timed steps run.
   for (const std::string& line : engine::kernel_lines(backend->plan(cfg, kv_dtype, model::linear_groups(weights))))
     fmt::print("{}\n", line);
-  model::DeepseekV3Model m(cfg, std::move(weights), std::move(backend));
+  model::DeepseekV3Model m(cfg, std::move(weights), std::move(backend), nullptr, tp, comm);
   ops::Ops& o = m.ops();
   const int64_t max_tokens = a.context + 2 + a.steps + 1;
   const int64_t pages_per_seq = model::pages_for_tokens(max_tokens);
@@ -210,6 +217,15 @@ int run(const DecodeArgs& args) {
       cfg.num_attention_heads, model::synthetic_format_name(format), core::human_bytes(m.weight_bytes()));
   fmt::print("kv cache     {} pages of {} ({}), context {} per sequence\n", cache.num_pages(), cache.page_size(),
              core::kv_cache_dtype_name(kv_dtype), a.context);
+  if (tp.size > 1) {
+    int64_t held = 0;
+    for (int64_t e = 0; e < cfg.n_routed_experts; ++e) held += tp.holds_expert(e) ? 1 : 0;
+    fmt::print(
+        "tensor       rank 0 of {} timed alone: {} of {} heads, {} of {} routed experts, 1/{} of the shared expert "
+        "and lm_head; the KV cache whole on the rank (not sharded yet); the all-reduces after attention and MoE "
+        "are not run (add their latency for a step's time)\n",
+        tp.size, cfg.num_attention_heads / tp.size, cfg.num_attention_heads, held, cfg.n_routed_experts, tp.size);
+  }
   // A 1-layer twin on the same first-layer weights (shared, not copied) with a backend and a cache
   // of its own: the per-layer slope (step - twin's step) / (layers - 1) is free of what every step
   // pays once (launch latency, the first kernels' ramp, a graph replay's host check before its first
@@ -221,7 +237,8 @@ int run(const DecodeArgs& args) {
       model::ModelWeights first = m.weights();
       first.layers.resize(1);
       twin = std::make_unique<model::DeepseekV3Model>(model::synthetic_config(a.preset, 1), std::move(first),
-                                                      ops::make_backend(a.device, a.kernels, a.enforce_eager));
+                                                      ops::make_backend(a.device, a.kernels, a.enforce_eager), nullptr,
+                                                      tp, comm);
       twin_cache = std::make_unique<model::KvCache>(twin->ops(), 1, max_batch * pages_per_seq, cfg.kv_cache_entry_dim(),
                                                     kv_dtype);
       fmt::print("slope        against a 1-layer twin on the same weights\n");
@@ -274,7 +291,7 @@ int run(const DecodeArgs& args) {
       const double dt = timed([&] { (void)m.forward(step, cache); });
       // The part of the step that is not a layer: final norm + lm_head.
       core::Tensor x = o.empty({batch, cfg.hidden_size}), normed = o.empty({batch, cfg.hidden_size});
-      core::Tensor head_logits = o.empty({batch, cfg.vocab_size});
+      core::Tensor head_logits = o.empty({batch, w.lm_head.out});  // a rank's share of the vocabulary
       const double dh = timed([&] {
         o.rms_norm(x, w.final_norm, static_cast<float>(cfg.rms_norm_eps), normed);
         o.linear(normed, w.lm_head, head_logits);
@@ -289,7 +306,7 @@ int run(const DecodeArgs& args) {
     const double step = median(step_s), head = median(head_s);
     const double layer = std::max(0.0, step - head) / static_cast<double>(layers);
     const model::DecodeLayerBytes bytes = model::decode_layer_bytes(
-        cfg, batch, a.context, static_cast<double>(model::KvCache::bytes_per_token(1, 1, kv_dtype)), format);
+        cfg, batch, a.context, static_cast<double>(model::KvCache::bytes_per_token(1, 1, kv_dtype)), format, tp);
     const double floor = bytes.total() / bandwidth;  // the copy moves read + write bytes at this rate
     fmt::print("{:>6} {:>10.3f} {:>10.3f} {:>11.1f} {:>11.1f} {:>7.0f}% {:>9.1f} {:>12.1f}", batch, step * 1e3,
                head * 1e3, layer * 1e6, floor * 1e6, 100.0 * floor / layer, bytes.expected_experts,
@@ -361,6 +378,11 @@ CommandRegistration reg{
            ->capture_default_str();
        app.add_flag("--enforce-eager", a->enforce_eager,
                     "CUDA: launch each step's kernels one by one instead of replaying a CUDA graph");
+       app.add_option("--tensor-parallel-size", a->tensor_parallel_size,
+                      "time one rank's share of a split over this many GPUs (rank 0: its heads, routed experts, "
+                      "shared-expert columns, the KV cache whole), the collectives not run; must divide the heads")
+           ->capture_default_str()
+           ->check(CLI::PositiveNumber);
        app.add_flag("--trace", a->trace,
                     "after each batch size, one more step with its kernels' device start and end times (CUDA: "
                     "loads the toolkit's CUPTI library)");

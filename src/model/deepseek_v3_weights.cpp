@@ -256,7 +256,8 @@ std::vector<ops::WeightGroup> linear_groups(const ModelWeights& w) {
     if (L.is_moe) add("router", LinearUse::kRouter, L.moe.router);
   for (const auto& L : w.layers)
     if (L.is_moe)
-      for (const auto& e : L.moe.experts) mlp("routed experts", e);
+      for (const auto& e : L.moe.experts)
+        if (e.held()) mlp("routed experts", e);  // not another tensor-parallel rank's
   for (const auto& L : w.layers)
     if (L.is_moe && L.moe.shared) mlp("shared experts", *L.moe.shared);
   if (w.lm_head.weight.raw() != w.embed.raw()) add("lm_head", LinearUse::kProjection, w.lm_head);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/tensor_parallel.h"
 
 namespace tessera::model {
 
@@ -125,7 +126,8 @@ std::string synthetic_format_name(SyntheticFormat f) {
 }
 
 ModelWeights synthetic_weights(const io::ModelConfig& c, ops::Ops& ops, const RandomTensors& random,
-                               SyntheticFormat format) {
+                               SyntheticFormat format, TensorParallel tp) {
+  check_tensor_parallel(c, tp.size);
   using Format = ops::LinearWeight::Format;
   auto linear_as = [&](const std::string& name, int64_t out, int64_t in, Format f) {
     ops::LinearWeight w;
@@ -159,16 +161,21 @@ ModelWeights synthetic_weights(const io::ModelConfig& c, ops::Ops& ops, const Ra
     std::vector<float> v(static_cast<size_t>(n), value);
     return ops.from_host_f32({n}, v.data());
   };
+  // Split MLPs (dense, shared) keep this rank's intermediate columns; routed experts are whole.
+  auto part = [&](int64_t n) {
+    const auto [b, e] = tp.range(n);
+    return e - b;
+  };
   auto mlp = [&](const std::string& name, int64_t inter, Format f) {
     return ops::ExpertWeights{linear_as(name + ".gate_proj", inter, c.hidden_size, f),
                               linear_as(name + ".up_proj", inter, c.hidden_size, f),
                               linear_as(name + ".down_proj", c.hidden_size, inter, f)};
   };
-  const int64_t H = c.hidden_size, N = c.num_attention_heads;
+  const int64_t H = c.hidden_size, N = part(c.num_attention_heads);  // this rank's heads
   ModelWeights w;
   w.embed = random.bf16({c.vocab_size, H}, 1.0f);
   w.final_norm = vector(H, 1.0f);
-  w.lm_head = linear_as("lm_head", c.vocab_size, H, Format::kDense);
+  w.lm_head = linear_as("lm_head", part(c.vocab_size), H, Format::kDense);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
     LayerWeights L;
@@ -188,14 +195,16 @@ ModelWeights synthetic_weights(const io::ModelConfig& c, ops::Ops& ops, const Ra
     A.o = linear(p + ".self_attn.o_proj", H, N * c.v_head_dim);
     L.is_moe = c.is_moe_layer(l);
     if (!L.is_moe) {
-      L.dense_mlp = mlp(p + ".mlp", c.intermediate_size, dense);
+      L.dense_mlp = mlp(p + ".mlp", part(c.intermediate_size), dense);
     } else {
       L.moe.router = linear_as(p + ".mlp.gate", c.n_routed_experts, H, Format::kDense);
       L.moe.correction_bias = vector(c.n_routed_experts, 0.0f);
       for (int64_t e = 0; e < c.n_routed_experts; ++e)
-        L.moe.experts.push_back(mlp(p + ".mlp.experts." + std::to_string(e), c.moe_intermediate_size, routed));
+        L.moe.experts.push_back(tp.holds_expert(e)
+                                    ? mlp(p + ".mlp.experts." + std::to_string(e), c.moe_intermediate_size, routed)
+                                    : ops::ExpertWeights{});  // another rank's
       if (c.n_shared_experts > 0)
-        L.moe.shared = mlp(p + ".mlp.shared_experts", c.n_shared_experts * c.moe_intermediate_size, dense);
+        L.moe.shared = mlp(p + ".mlp.shared_experts", part(c.n_shared_experts * c.moe_intermediate_size), dense);
     }
     w.layers.push_back(std::move(L));
   }
@@ -203,8 +212,13 @@ ModelWeights synthetic_weights(const io::ModelConfig& c, ops::Ops& ops, const Ra
 }
 
 DecodeLayerBytes decode_layer_bytes(const io::ModelConfig& c, int64_t batch, int64_t context,
-                                    double kv_bytes_per_element, SyntheticFormat format) {
-  const double H = static_cast<double>(c.hidden_size), N = static_cast<double>(c.num_attention_heads), bf16 = 2;
+                                    double kv_bytes_per_element, SyntheticFormat format, TensorParallel tp) {
+  check_tensor_parallel(c, tp.size);
+  auto part = [&](int64_t n) {
+    const auto [b, e] = tp.range(n);
+    return static_cast<double>(e - b);
+  };
+  const double H = static_cast<double>(c.hidden_size), N = part(c.num_attention_heads), bf16 = 2;
   const double fp8 = 1.0 + 4.0 / (128.0 * 128.0), nvfp4 = 0.5 + 1.0 / 16.0;
   const double dense = format == SyntheticFormat::kFp8 ? fp8 : bf16;
   const double routed = format == SyntheticFormat::kFp8 ? fp8 : format == SyntheticFormat::kNvfp4 ? nvfp4 : bf16;
@@ -216,9 +230,12 @@ DecodeLayerBytes decode_layer_bytes(const io::ModelConfig& c, int64_t batch, int
   b.router = bf16 * c.n_routed_experts * H;
   const double expert_weights = 3.0 * H * static_cast<double>(c.moe_intermediate_size);
   const double expert = routed * expert_weights;
-  b.shared_expert = dense * expert_weights * static_cast<double>(c.n_shared_experts);
+  b.shared_expert = dense * 3.0 * H * part(c.n_shared_experts * c.moe_intermediate_size);
   const double E = static_cast<double>(c.n_routed_experts), k = static_cast<double>(c.num_experts_per_tok);
-  b.expected_experts = E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
+  int64_t held = 0;
+  for (int64_t e = 0; e < c.n_routed_experts; ++e) held += tp.holds_expert(e) ? 1 : 0;
+  // Each expert is touched with probability 1 - (1 - k/E)^batch; this rank reads the ones it holds.
+  b.expected_experts = static_cast<double>(held) * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
   b.routed_experts = expert * b.expected_experts;
   b.kv = kv_bytes_per_element * static_cast<double>(c.kv_cache_entry_dim()) * static_cast<double>(batch) *
          static_cast<double>(context + 1);

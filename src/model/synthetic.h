@@ -9,6 +9,7 @@
 
 #include "io/model_config.h"
 #include "model/deepseek_v3_weights.h"
+#include "model/tensor_parallel.h"
 #include "ops/ops.h"
 
 namespace tessera::model {
@@ -36,9 +37,12 @@ SyntheticFormat parse_synthetic_format(const std::string& name);
 std::string synthetic_format_name(SyntheticFormat f);
 
 // Weights for every tensor of `cfg` in `format` (norm weights 1, small router bias), of magnitudes
-// about 1/sqrt(fan-in) so activations stay finite through the layers.
+// about 1/sqrt(fan-in) so activations stay finite through the layers. With tp.size > 1, rank
+// tp.rank's share in the shapes shard_weights gives it (its heads' rows of q_b and kv_b and columns
+// of o_proj, its columns of the shared expert, its routed experts, its rows of lm_head), made
+// directly in `format`: what one GPU of a tensor-parallel deployment holds.
 ModelWeights synthetic_weights(const io::ModelConfig& cfg, ops::Ops& ops, const RandomTensors& random,
-                               SyntheticFormat format = SyntheticFormat::kBf16);
+                               SyntheticFormat format = SyntheticFormat::kBf16, TensorParallel tp = {});
 
 // Bytes one decode step must read per MoE layer at `batch` sequences of `context` cached tokens:
 // attention weights, router, shared expert, the routed experts touched (expected distinct experts
@@ -50,7 +54,11 @@ struct DecodeLayerBytes {
   double expected_experts = 0;
   double total() const { return attention_weights + router + shared_expert + routed_experts + kv; }
 };
+// With tp.size > 1: what rank tp.rank reads (its share of the split weights, the replicated ones
+// whole, the routed experts it holds that the batch touches, the whole KV cache: it is not sharded
+// across ranks yet).
 DecodeLayerBytes decode_layer_bytes(const io::ModelConfig& cfg, int64_t batch, int64_t context,
-                                    double kv_bytes_per_element, SyntheticFormat format = SyntheticFormat::kBf16);
+                                    double kv_bytes_per_element, SyntheticFormat format = SyntheticFormat::kBf16,
+                                    TensorParallel tp = {});
 
 }  // namespace tessera::model

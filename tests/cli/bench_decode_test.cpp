@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "model/synthetic.h"
+#include "model/tensor_parallel.h"
+#include "ops/backend.h"
 #include "support/test_support.h"
 
 namespace tessera {
@@ -118,6 +120,82 @@ TEST(BenchDecode, BytesFloorOfAKimiLayer) {
   EXPECT_GT(b.expected_experts, 383.9);
   EXPECT_LE(b.expected_experts, 384.0);
   EXPECT_DOUBLE_EQ(b.kv, 576.0 * 8192 * 1001);
+}
+
+// One rank of 8 on Kimi-K2.5's shapes reads its 8 heads' share of q_b, kv_b and o_proj, q_a and
+// kv_a whole, 1/8 of the shared expert, and of the routed experts only the 48 it holds (at batch 1
+// each is touched with probability 8/384); the KV cache whole.
+TEST(BenchDecode, BytesFloorOfOneTensorParallelRank) {
+  const auto cfg = model::synthetic_config("kimi-k2.5", 1);
+  const model::TensorParallel tp{0, 8};
+  const auto r = model::decode_layer_bytes(cfg, 1, 100, 2, model::SyntheticFormat::kNvfp4, tp);
+  const double replicated = 1536.0 * 7168 + 576.0 * 7168;
+  const double split = 8.0 * 192 * 1536 + 7168.0 * 8 * 128;  // 8 heads of q_b and o_proj
+  const double kv_b = 8.0 * 256 * 512;
+  EXPECT_DOUBLE_EQ(r.attention_weights, 2 * (replicated + split + kv_b));
+  EXPECT_DOUBLE_EQ(r.shared_expert, 3.0 * 7168 * 256 * 2);
+  EXPECT_DOUBLE_EQ(r.router, 384.0 * 7168 * 2);
+  EXPECT_NEAR(r.expected_experts, 48.0 * 8 / 384, 1e-9);
+  EXPECT_NEAR(r.routed_experts, r.expected_experts * 3 * 7168 * 2048 * (0.5 + 1.0 / 16), 1.0);
+  EXPECT_DOUBLE_EQ(r.kv, 576.0 * 2 * 101);
+  // 12 experts over 4 ranks: rank 3 holds experts 3, 7 and 11; over 2 ranks rank 0 holds six.
+  auto small = model::synthetic_config("tiny", 1);
+  small.n_routed_experts = 12;
+  const double p = 1.0 - (1.0 - 4.0 / 12);  // batch 1, top-4 of 12
+  EXPECT_NEAR(model::decode_layer_bytes(small, 1, 0, 2, model::SyntheticFormat::kBf16, {3, 4}).expected_experts, 3 * p,
+              1e-9);
+  EXPECT_NEAR(model::decode_layer_bytes(small, 1, 0, 2, model::SyntheticFormat::kBf16, {0, 2}).expected_experts, 6 * p,
+              1e-9);
+}
+
+// A rank's synthetic weights have the shapes shard_weights cuts from the whole model's.
+TEST(BenchDecode, SyntheticRankWeightsHaveTheShardedShapes) {
+  const auto cfg = model::synthetic_config("tiny", 2);
+  auto ops = ops::make_backend("cpu");
+  model::RandomTensors random;  // the shapes are the test: zeros will do
+  random.bf16 = [](core::Shape s, float) { return core::Tensor::zeros(core::DType::kBF16, std::move(s)); };
+  random.bytes = [](core::Shape s, uint8_t, uint8_t) { return core::Tensor::zeros(core::DType::kU8, std::move(s)); };
+  const model::ModelWeights whole = model::synthetic_weights(cfg, *ops, random);
+  for (int size : {2, 4}) {
+    for (int rank = 0; rank < size; ++rank) {
+      const model::TensorParallel tp{rank, size};
+      const model::ModelWeights cut = model::shard_weights(whole, cfg, tp);
+      const model::ModelWeights made = model::synthetic_weights(cfg, *ops, random, model::SyntheticFormat::kBf16, tp);
+      auto same = [&](const ops::LinearWeight& a, const ops::LinearWeight& b) {
+        EXPECT_EQ(a.out, b.out) << a.name << " rank " << rank << " of " << size;
+        EXPECT_EQ(a.in, b.in) << a.name << " rank " << rank << " of " << size;
+      };
+      same(cut.lm_head, made.lm_head);
+      for (size_t l = 0; l < cut.layers.size(); ++l) {
+        const auto &c = cut.layers[l], &m = made.layers[l];
+        same(*c.attn.q_b, *m.attn.q_b);
+        same(c.attn.kv_b, m.attn.kv_b);
+        same(c.attn.o, m.attn.o);
+        same(*c.attn.q_a, *m.attn.q_a);
+        ASSERT_EQ(c.moe.experts.size(), m.moe.experts.size());
+        for (size_t e = 0; e < c.moe.experts.size(); ++e) {
+          EXPECT_EQ(c.moe.experts[e].held(), m.moe.experts[e].held()) << "expert " << e;
+          if (c.moe.experts[e].held()) same(c.moe.experts[e].down, m.moe.experts[e].down);
+        }
+        same(c.moe.shared->gate, m.moe.shared->gate);
+        same(c.moe.shared->down, m.moe.shared->down);
+      }
+    }
+  }
+}
+
+TEST(BenchDecode, OneTensorParallelRankIsTimedAlone) {
+  int rc = 0;
+  std::string out = tessera(
+      "bench decode --synthetic tiny --device cpu --layers 2 --batch 1 --context 70 --steps 2 --tensor-parallel-size 2",
+      &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("rank 0 of 2 timed alone: 2 of 4 heads, 8 of 16 routed experts"), std::string::npos) << out;
+  // Batch 1 touches 4 of 16 experts; rank 0 holds half of them.
+  EXPECT_NE(out.find(" 2.0 "), std::string::npos) << out;
+  out = tessera("bench decode --synthetic tiny --device cpu --tensor-parallel-size 3", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--tensor-parallel-size 3: the model's 4 attention heads"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -1280,6 +1280,9 @@ void add_moe(Table& tb) {
     bool uneven;                    // most tokens to one expert, some experts empty
     std::string format = "bf16";    // routed experts' checkpoint format
     std::string shared_format = "bf16";
+    // > 1: a tensor-parallel rank's share: routed expert i held only where i % ranks == 1 (rank 1),
+    // the others empty (ExpertWeights::held), as load_model_ranks leaves them.
+    int64_t ranks = 1;
   };
   std::vector<Ex> experts = {
       {kTiny, 5, 6, 2, 128, 64, 0, 6, true},          {kTiny, 3, 4, 2, 128, 48, 0, 4, false},
@@ -1312,6 +1315,12 @@ void add_moe(Table& tb) {
       {kDsv3.family, 96, 16, kDsv3.top_k, kDsv3.hidden, kDsv3.inter, kDsv3.shared * kDsv3.inter, 4, false, "fp8-block",
        "fp8-block"}};
   experts.insert(experts.end(), quantized.begin(), quantized.end());
+  // Rank 1 of 4 with DeepSeek-V3-tiny-FP8's shapes (shared expert a quarter of 128 columns) and of
+  // 8 with Kimi-K2.5-tiny-NVFP4's, at a decode step, a short prompt and a prefill.
+  for (int64_t T : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{600}}) {
+    experts.push_back({kTiny, T, 16, 4, 256, 128, 32, 16, false, "fp8-block", "fp8-block", 4});
+    experts.push_back({kTiny, T, 12, 4, 256, 128, 16, 12, false, "nvfp4", "bf16", 8});
+  }
   for (int64_t T : {int64_t{1}, int64_t{5}, int64_t{16}})
     experts.push_back({kKimi.family, T, kKimi.experts, kKimi.top_k, kKimi.hidden, kKimi.inter,
                        kKimi.shared * kKimi.inter, kDistinctExperts, false, "nvfp4"});
@@ -1319,10 +1328,11 @@ void add_moe(Table& tb) {
     experts.push_back({kDsv3.family, T, kDsv3.experts, kDsv3.top_k, kDsv3.hidden, kDsv3.inter,
                        kDsv3.shared * kDsv3.inter, kDistinctExperts, false, "fp8-block", "fp8-block"});
   auto ex_name = [](const Ex& e) {
-    return fmt::format("{} tokens, {} experts{}, top-{}, hidden {}, inter {}, {}{}{}", e.T, e.E,
+    return fmt::format("{} tokens, {} experts{}, top-{}, hidden {}, inter {}, {}{}{}{}", e.T, e.E,
                        e.distinct < e.E ? fmt::format(" ({} distinct weight sets)", e.distinct) : "", e.K, e.H, e.I,
                        e.shared ? fmt::format("shared {}", e.shared) : "no shared", e.uneven ? ", uneven routing" : "",
-                       e.format == "bf16" ? "" : fmt::format(", experts {}, shared {}", e.format, e.shared_format));
+                       e.format == "bf16" ? "" : fmt::format(", experts {}, shared {}", e.format, e.shared_format),
+                       e.ranks > 1 ? fmt::format(", rank 1 of {}", e.ranks) : "");
   };
   struct Weights {
     std::vector<HostExpert> host;
@@ -1337,7 +1347,9 @@ void add_moe(Table& tb) {
       w->host.push_back(host_expert(c.rng, e.H, e.I, e.format));
       uploaded.push_back(upload_expert(c.o(), w->host.back()));
     }
-    for (int64_t i = 0; i < e.E; ++i) w->experts.push_back(uploaded[static_cast<size_t>(i % e.distinct)]);
+    for (int64_t i = 0; i < e.E; ++i)
+      w->experts.push_back(e.ranks == 1 || i % e.ranks == 1 ? uploaded[static_cast<size_t>(i % e.distinct)]
+                                                            : ops::ExpertWeights{});
     if (e.shared) {
       w->shared_host = host_expert(c.rng, e.H, e.shared, e.shared_format);
       w->shared = upload_expert(c.o(), *w->shared_host);

@@ -22,6 +22,15 @@ MoeState::MoeState(CudaContext& ctx) {
 
 namespace {
 
+// The first routed expert this rank holds: the reference for the format and shape the grouped
+// kernels take (a tensor-parallel rank holds a share, the others' entries are empty). Null when it
+// holds none.
+const ExpertWeights* first_held(const std::vector<ExpertWeights>& experts) {
+  for (const ExpertWeights& e : experts)
+    if (e.held()) return &e;
+  return nullptr;
+}
+
 // `shared`, when given, is appended as expert E. Cached per expert list, and checked against the
 // weights' current device pointers: a list freed and another allocated at the same address (a
 // second model, a test) must not get the old table. Not while a recorded step is replayed: steps
@@ -38,6 +47,7 @@ const ExpertTable& expert_table(CudaContext& ctx, MoeState& state, const std::ve
   std::vector<const __nv_bfloat16*> host(3 * E);
   for (size_t e = 0; e < E; ++e) {
     const ExpertWeights& w = e < experts.size() ? experts[e] : *shared;
+    if (!w.held()) continue;  // another rank's: null, its pairs are dropped (held_mask)
     host[e] = ptr<__nv_bfloat16>(w.gate.weight);
     host[E + e] = ptr<__nv_bfloat16>(w.up.weight);
     host[2 * E + e] = ptr<__nv_bfloat16>(w.down.weight);
@@ -89,10 +99,11 @@ bool has_routed_shape(const ExpertWeights& e, int64_t hidden, int64_t inter) {
 // Whether the grouped kernels take these routed experts for a step of x's tokens: the plan's
 // choice (kernel_registry.h), for experts of one shape (the grouped kernels index one table).
 bool moe_grouped_applies(CudaContext& ctx, const Tensor& x, const std::vector<ExpertWeights>& experts) {
-  const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size()), inter = experts[0].gate.out;
+  const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size());
+  const int64_t inter = first_held(experts)->gate.out;
   if (!ctx.moe_plan({E, H, inter}).grouped_for(T)) return false;
   const bool uniform = std::all_of(experts.begin(), experts.end(),
-                                   [&](const ExpertWeights& e) { return has_routed_shape(e, H, inter); });
+                                   [&](const ExpertWeights& e) { return !e.held() || has_routed_shape(e, H, inter); });
   TESSERA_CHECK(uniform || ctx.overrides().moe != MoeKernel::kGrouped,
                 "MoE kernel 'grouped' was forced but the routed experts do not all have the shape of the first "
                 "(hidden {}, moe_intermediate {})",
@@ -103,7 +114,7 @@ bool moe_grouped_applies(CudaContext& ctx, const Tensor& x, const std::vector<Ex
 // Whether the shared expert can run in the grouped kernels as one more expert of the table.
 bool shared_expert_groups_with(const Tensor& x, const std::vector<ExpertWeights>& experts,
                                const ExpertWeights& shared) {
-  const int64_t H = x.dim(1), inter = experts[0].gate.out;
+  const int64_t H = x.dim(1), inter = first_held(experts)->gate.out;
   return has_routed_shape(shared, H, inter) &&
          moe_grouped_supported(H, inter, static_cast<int64_t>(experts.size()) + 1);
 }
@@ -123,6 +134,19 @@ void add_shared_expert(CudaContext& ctx, Ops& ops, const Tensor& x, const Expert
 // entries are empty (ExpertWeights::held()).
 bool all_held(const std::vector<ExpertWeights>& experts) {
   return std::all_of(experts.begin(), experts.end(), [](const ExpertWeights& e) { return e.held(); });
+}
+
+// MoeSlots::held for `experts`: null when every expert is held, else a flag per expert on the
+// device (built once per expert list; a replayed step uses the recorded one).
+const uint8_t* held_mask(CudaContext& ctx, MoeState& state, const std::vector<ExpertWeights>& experts) {
+  if (all_held(experts)) return nullptr;
+  auto& slot = state.held_masks[experts.data()];
+  if (ctx.replaying() && slot.second.raw() != nullptr) return static_cast<const uint8_t*>(slot.second.raw());
+  std::vector<uint8_t> host(experts.size());
+  for (size_t e = 0; e < experts.size(); ++e) host[e] = experts[e].held() ? 1 : 0;
+  if (slot.first != host || slot.second.raw() == nullptr)
+    slot = {host, ctx.upload_bytes(DType::kU8, {static_cast<int64_t>(host.size())}, host.data())};
+  return static_cast<const uint8_t*>(slot.second.raw());
 }
 
 // Routing read back to the host, then per expert a gather, three cuBLASLt GEMMs and a weighted
@@ -199,7 +223,7 @@ void moe_route(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearW
 namespace {
 
 bool quantized_experts(const std::vector<ExpertWeights>& experts) {
-  return experts[0].gate.format != LinearWeight::Format::kDense;
+  return first_held(experts)->gate.format != LinearWeight::Format::kDense;
 }
 
 // The routed experts held quantized, as one table of the kernels' descriptors (every expert in the
@@ -210,10 +234,11 @@ const MoeState::QuantTable& quant_table(CudaContext& ctx, MoeState& state, const
     auto it = state.quant_tables.find(experts.data());
     if (it != state.quant_tables.end()) return it->second;
   }
-  std::vector<QuantMatrix> host(3 * E);
-  const ExpertWeights& first = experts[0];
+  std::vector<QuantMatrix> host(3 * E);  // another rank's experts: zero (never read, held_mask)
+  const ExpertWeights& first = *first_held(experts);
   for (size_t e = 0; e < E; ++e) {
     const ExpertWeights& w = experts[e];
+    if (!w.held()) continue;
     for (const LinearWeight* l : {&w.gate, &w.up, &w.down}) {
       const LinearWeight& f = l == &w.gate ? first.gate : l == &w.up ? first.up : first.down;
       TESSERA_CHECK(l->format == f.format && l->out == f.out && l->in == f.in,
@@ -244,24 +269,25 @@ void quantized_grouped_experts(CudaContext& ctx, MoeState& state, const Tensor& 
                                const std::vector<ExpertWeights>& experts, const Tensor& ids, const Tensor& weights,
                                Tensor& out) {
   const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size()), K = ids.dim(1);
-  const int64_t inter = experts[0].gate.out, P = T * K;
+  const int64_t inter = first_held(experts)->gate.out, P = T * K;
   const MoeState::QuantTable& table = quant_table(ctx, state, experts);
   const auto* q = static_cast<const QuantMatrix*>(table.storage.raw());
+  const int64_t ref = first_held(experts) - experts.data();
   // Tensor cores (bf16 activations) where the shapes allow; otherwise the CUDA-core kernels (fp32
   // activations).
-  const bool mma = moe_quant_mma_supported(table.host[0], table.host[2 * E]);
+  const bool mma = moe_quant_mma_supported(table.host[ref], table.host[2 * E + ref]);
   Tensor xb = ctx.alloc(DType::kBF16, {T, H}), meta = ctx.alloc(DType::kI32, {2 * E + 2 + P}),
          act = ctx.alloc(mma ? DType::kBF16 : DType::kF32, {P, inter}), y = ctx.alloc(DType::kF32, {P, H});
   int32_t* m = ptr<int32_t>(meta);
   const MoeGroupedScratch scratch{
       ptr<__nv_bfloat16>(xb), m,      m + E + 1, m + 2 * E + 1, m + 2 * E + 2, mma ? ptr<__nv_bfloat16>(act) : nullptr,
       ptr<float>(y),          nullptr};
-  const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(K), -1};
+  const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(K), -1, held_mask(ctx, state, experts)};
   if (mma)
-    launch_moe_quant_mma_experts(ptr<float>(x), T, H, slots, E, table.host[0].format, q, q + E, q + 2 * E, inter,
+    launch_moe_quant_mma_experts(ptr<float>(x), T, H, slots, E, table.host[ref].format, q, q + E, q + 2 * E, inter,
                                  scratch, ctx.stream());
   else
-    launch_moe_quant_experts(ptr<float>(x), T, H, slots, E, table.host[0].format, q, q + E, q + 2 * E, inter,
+    launch_moe_quant_experts(ptr<float>(x), T, H, slots, E, table.host[ref].format, q, q + E, q + 2 * E, inter,
                              ptr<float>(act), scratch, ctx.stream());
   TESSERA_CUDA_CHECK_LAUNCH();
   launch_moe_combine(ptr<float>(y), T, H, slots, E, nullptr, ptr<float>(out), ctx.stream());
@@ -273,7 +299,7 @@ void quantized_grouped_experts(CudaContext& ctx, MoeState& state, const Tensor& 
 // the host); the CUDA-core kernels only decode-sized steps.
 bool quantized_grouped_applies(CudaContext& ctx, const Tensor& x, const std::vector<ExpertWeights>& experts) {
   const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
-  const ExpertWeights& f = experts[0];
+  const ExpertWeights& f = *first_held(experts);
   if (!(f.gate.format == f.down.format && f.up.format == f.gate.format &&
         moe_quant_supported(quant_matrix(f.gate), quant_matrix(f.down), E)))
     return false;
@@ -292,17 +318,12 @@ void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const Tensor& x,
                  const ExpertWeights* shared) {
   const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
   const cudaStream_t stream = ctx.stream();
-  if (E == 0 || T == 0) {
+  // A tensor-parallel rank holding none of the routed experts (more ranks than experts) adds only
+  // its part of the shared expert.
+  if (E == 0 || T == 0 || first_held(experts) == nullptr) {
     if (admit_op("memset", out.raw(), 0, out.nbytes(), stream))
       TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream));
     if (shared && T > 0) add_shared_expert(ctx, ops, x, *shared, out);
-    return;
-  }
-  if (!all_held(experts)) {
-    // A tensor-parallel rank's share (ranks sharing one GPU, in tests): the grouped kernels index
-    // a table of every expert, so the held ones run one at a time.
-    moe_experts_per_expert(ctx, x, experts, ids, weights, out);
-    if (shared) add_shared_expert(ctx, ops, x, *shared, out);
     return;
   }
   if (quantized_experts(experts)) {
@@ -323,9 +344,10 @@ void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const Tensor& x,
   const bool fold = shared != nullptr && shared_expert_groups_with(x, experts, *shared);
   const ExpertTable& table = expert_table(ctx, state, experts, fold ? shared : nullptr);
   const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(ids.dim(1)),
-                       fold ? static_cast<int>(E) : -1};
+                       fold ? static_cast<int>(E) : -1, held_mask(ctx, state, experts)};
   const int64_t table_experts = fold ? E + 1 : E;
-  const GroupedExperts run = grouped_experts(ctx, x, slots, table_experts, table, 0, experts[0].gate.out, stream);
+  const GroupedExperts run =
+      grouped_experts(ctx, x, slots, table_experts, table, 0, first_held(experts)->gate.out, stream);
   launch_moe_combine(run.y, T, x.dim(1), slots, table_experts, nullptr, ptr<float>(out), stream);
   TESSERA_CUDA_CHECK_LAUNCH();
   if (shared && !fold) add_shared_expert(ctx, ops, x, *shared, out);

@@ -40,6 +40,9 @@ struct MoeState {
     core::Tensor storage;
   };
   std::map<const ExpertWeights*, QuantTable> quant_tables;
+  // Per expert list of a tensor-parallel rank's share: which experts it holds, and those flags on
+  // the device (MoeSlots::held).
+  std::map<const ExpertWeights*, std::pair<std::vector<uint8_t>, core::Tensor>> held_masks;
   core::Tensor router_done_blocks;  // launch_router_fused's counter (0 between calls)
 };
 

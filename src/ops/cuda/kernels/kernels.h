@@ -207,7 +207,15 @@ struct MoeSlots {
   const float* weights;
   int top_k;
   int extra_id;  // -1: none
+  // [experts] 1 where this rank holds the routed expert, 0 where another tensor-parallel rank does
+  // (its pairs are dropped: no expert work, nothing added); null: every expert is held.
+  const uint8_t* held = nullptr;
   __host__ __device__ int per_token() const { return top_k + (extra_id >= 0 ? 1 : 0); }
+  // Whether pair id `id` is computed here: an expert of the table (`experts` entries, the extra
+  // slot's included) that this rank holds.
+  __device__ bool computed(int id, int experts) const {
+    return id >= 0 && id < experts && (held == nullptr || id == extra_id || held[id] != 0);
+  }
   __device__ int id(int pair) const {
     const int K = per_token(), t = pair / K, k = pair % K;
     return k < top_k ? ids[t * top_k + k] : extra_id;
@@ -218,11 +226,12 @@ struct MoeSlots {
   }
 };
 inline void add_fields(Signature& s, const MoeSlots& a) {
-  static_assert(sizeof(MoeSlots) == 24, "a field was added: add it to the signature");
+  static_assert(sizeof(MoeSlots) == 32, "a field was added: add it to the signature");
   s.add(a.ids);
   s.add(a.weights);
   s.add(a.top_k);
   s.add(a.extra_id);
+  s.add(a.held);
 }
 struct MoeGroupedScratch {
   __nv_bfloat16* xb;  // [tokens, hidden]: x rounded to bf16

@@ -72,8 +72,9 @@ __device__ int block_exclusive_scan(int v, int* warp_sums) {
 }
 
 // Block 0 (1024 threads): counts per expert, offsets, the list of experts with work, and the
-// pairs sorted by expert. Pairs with an id outside [0, experts) are dropped (the router cannot
-// produce them). The other blocks convert x to bf16 for the projections, 8 values a thread (one
+// pairs sorted by expert. Pairs with an id outside [0, experts) (the router cannot produce them)
+// or of an expert another tensor-parallel rank holds (slots.held) are dropped; the combine skips
+// them too. The other blocks convert x to bf16 for the projections, 8 values a thread (one
 // launch where the step had three: slot append, conversion, sort).
 constexpr int kConvertPerBlock = 1024 * 8;
 __global__ void __launch_bounds__(1024)
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(1024)
   __syncthreads();
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
     const int id = slots.id(i);
-    if (id >= 0 && id < experts) atomicAdd(&counts[id], 1);
+    if (slots.computed(id, experts)) atomicAdd(&counts[id], 1);
   }
   __syncthreads();
   const int count = counts[e];
@@ -113,7 +114,7 @@ __global__ void __launch_bounds__(1024)
   if (e == 0) *num_active = n_active;
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
     const int id = slots.id(i);
-    if (id >= 0 && id < experts) sorted[counts[id] + atomicAdd(&fill[id], 1)] = i;
+    if (slots.computed(id, experts)) sorted[counts[id] + atomicAdd(&fill[id], 1)] = i;
   }
 }
 
@@ -221,7 +222,7 @@ __global__ void combine_kernel(const float* __restrict__ y, MoeSlots slots, int 
     }
 #pragma unroll
     for (int j = 0; j < kCombineSlots; ++j)
-      if (id[j] >= 0 && id[j] < experts) acc += w[j] * v[j];
+      if (slots.computed(id[j], experts)) acc += w[j] * v[j];
   }
   out[static_cast<int64_t>(t) * hidden + n] = add ? acc + added : acc;
 }
