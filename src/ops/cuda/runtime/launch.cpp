@@ -1,10 +1,14 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string_view>
+#include <utility>
 
 #include "core/env.h"
 #include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/cuda_check.h"
 #include "ops/cuda/runtime/launch_gate.h"
 
 namespace tessera::ops::cuda {
@@ -28,6 +32,18 @@ bool pdl_enabled() {
     return major >= 9;
   }();
   return enabled;
+}
+
+void allow_dynamic_smem(const void* kernel, int bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> allowed;  // (kernel, device): bytes raised to
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard lock(mu);
+  int& now = allowed[{kernel, device}];
+  if (bytes <= now) return;
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  now = bytes;
 }
 
 }  // namespace tessera::ops::cuda

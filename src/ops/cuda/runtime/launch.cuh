@@ -32,6 +32,15 @@ __device__ __forceinline__ void pdl_wait() {
 // Device 0 is sm_90+ and TESSERA_PDL is not "0" (decided once).
 bool pdl_enabled();
 
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device (above the 48 KB
+// default). The attribute is per device, so it is raised once per (kernel, device), under a lock:
+// tensor-parallel ranks launch from several threads and, in one process, onto several devices.
+void allow_dynamic_smem(const void* kernel, int bytes);
+template <class... Params>
+void allow_dynamic_smem(void (*kernel)(Params...), int bytes) {
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
+}
+
 // Whether a launch is to be issued (launch_gate.h): always, unless a recorded step is being
 // replayed, when it is only checked against the recording. Each struct argument type has an
 // add_fields overload (kernels.h) that lists its fields.

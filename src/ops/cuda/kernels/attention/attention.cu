@@ -343,12 +343,8 @@ void launch_attend_cuda_core(dim3 grid, int heads_per_block, size_t smem, cudaSt
                              int64_t heads, int64_t latent, int64_t rope, const TokenInfo* info, const int32_t* tables,
                              const CacheT* cache, int64_t page, float scale, float kv_scale, float* o_part,
                              float* ml_part) {
-  static bool configured = false;
-  if (!configured) {
-    // 576-wide entries need ~90 KB: above the 48 KB default, within every target's limit (SM120: 99 KB).
-    cudaFuncSetAttribute(attend_kernel<CacheT>, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
-    configured = true;
-  }
+  // 576-wide entries need ~90 KB: above the 48 KB default, within every target's limit (SM120: 99 KB).
+  allow_dynamic_smem(attend_kernel<CacheT>, 98 * 1024);
   launch_plain(attend_kernel<CacheT>, grid, 32 * heads_per_block, smem, s, q_full, static_cast<int>(heads),
                heads_per_block, static_cast<int>(latent), static_cast<int>(rope), info, tables, cache,
                static_cast<int>(page), scale, kv_scale, o_part, ml_part);

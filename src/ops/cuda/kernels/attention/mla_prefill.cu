@@ -329,13 +329,8 @@ template <int QK, int DV, bool SPLIT>
 void launch_shape(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s) {
   constexpr int64_t smem = smem_bytes<QK, DV, SPLIT>();
   static_assert(smem <= 99 * 1024, "the prefill kernel must fit SM120's 99 KB of shared memory a block");
-  static bool configured = false;
-  if (!configured) {
-    // Above the 48 KB default for the larger shapes; within every target's opt-in limit.
-    cudaFuncSetAttribute(prefill_attend_kernel<QK, DV, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem));
-    configured = true;
-  }
+  // Above the 48 KB default for the larger shapes; within every target's opt-in limit.
+  allow_dynamic_smem(prefill_attend_kernel<QK, DV, SPLIT>, static_cast<int>(smem));
   dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(a.heads));
   launch_plain(prefill_attend_kernel<QK, DV, SPLIT>, grid, kThreads, smem, s, a);
 }

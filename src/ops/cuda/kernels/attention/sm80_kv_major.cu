@@ -337,12 +337,7 @@ void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo*
             const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
             float* ml_part, cudaStream_t s) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
-  static bool configured = false;
-  if (!configured) {
-    cudaFuncSetAttribute(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem));
-    configured = true;
-  }
+  allow_dynamic_smem(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>, static_cast<int>(L::kSmem));
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>((heads + NH - 1) / NH));
   launch_plain(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>, grid, kWarps * 32, L::kSmem, s, q_full,
                static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part);

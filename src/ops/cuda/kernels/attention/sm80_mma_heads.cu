@@ -187,11 +187,7 @@ template <int NB>
 void launch(dim3 grid, size_t smem, cudaStream_t s, const float* q_full, int heads, int latent, int rope,
             const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache, int page, float scale,
             float* o_part, float* ml_part) {
-  static bool configured = false;
-  if (!configured) {
-    cudaFuncSetAttribute(attend_mma_kernel<NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, 98 * 1024);
-    configured = true;
-  }
+  allow_dynamic_smem(attend_mma_kernel<NB>, 98 * 1024);
   launch_plain(attend_mma_kernel<NB>, grid, kWarps * 32, smem, s, q_full, heads, latent, rope, info, tables, cache,
                page, scale, o_part, ml_part);
 }

@@ -499,12 +499,8 @@ void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
                                       float* ml_part, cudaStream_t s) {
   (void)latent, (void)rope;  // checked by the caller (mla_attend_wgmma_supported)
-  static bool configured = false;
-  if (!configured) {
-    cudaFuncSetAttribute(attend_wgmma_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    cudaFuncSetAttribute(attend_wgmma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    configured = true;
-  }
+  allow_dynamic_smem(attend_wgmma_kernel<true>, kSmemBytes);
+  allow_dynamic_smem(attend_wgmma_kernel<false>, kSmemBytes);
   // TMA when every 64-position tile lies in one page (splits start at multiples of 64, so pages
   // of a multiple of 64 positions); the map cannot fail for a pool allocation (16-byte aligned),
   // but if it does the cp.async variant gives the same result.
