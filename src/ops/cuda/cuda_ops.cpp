@@ -230,6 +230,7 @@ class CudaOps final : public Ops {
   }
 
   Tensor graphed_step(int64_t key, const std::function<Tensor()>& step) override {
+    ctx_.make_current();  // a rank's step runs on its own thread
     return ctx_.graphed_step(key, step);
   }
   void step_boundary() override { ctx_.step_boundary(); }

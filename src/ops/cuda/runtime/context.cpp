@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -15,9 +16,19 @@ namespace tessera::ops::cuda {
 using core::DType;
 using core::Tensor;
 
-DevicePool& device_pool() {
-  static DevicePool* p = new DevicePool();
+DevicePool& device_pool(int device) {
+  static std::mutex mutex;
+  static std::map<int, DevicePool*> pools;  // never freed (see context.h)
+  std::lock_guard lock(mutex);
+  DevicePool*& p = pools[device];
+  if (p == nullptr) p = new DevicePool(device);
   return *p;
+}
+
+DevicePool& device_pool() {
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+  return device_pool(device);
 }
 
 namespace {
@@ -39,7 +50,7 @@ cudaStream_t backend_stream(int device) {
 }  // namespace
 
 CudaContext::CudaContext(const std::string& kernels, bool step_graphs, int device)
-    : overrides_(kernel_overrides_from(kernels)), caps_(query_device_caps(device)) {
+    : overrides_(kernel_overrides_from(kernels)), device_(device), caps_(query_device_caps(device)) {
   TESSERA_CUDA_CHECK(cudaSetDevice(device));
   stream_ = backend_stream(device);
   if (step_graphs_enabled(step_graphs)) graphs_ = std::make_unique<StepGraphs>(stream_);
@@ -64,6 +75,8 @@ CudaContext::~CudaContext() {
   graphs_.reset();
 }
 
+void CudaContext::make_current() const { TESSERA_CUDA_CHECK(cudaSetDevice(device_)); }
+
 cudaStream_t CudaContext::side_stream() {
   if (side_stream_ == nullptr) {
     TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
@@ -75,14 +88,14 @@ cudaStream_t CudaContext::side_stream() {
 
 Tensor CudaContext::alloc(DType dtype, core::Shape shape) {
   const size_t bytes = static_cast<size_t>(core::shape_numel(shape)) * core::dtype_size(dtype);
-  auto owner = graph_step() ? graphs_->memory().allocate(bytes) : device_pool().allocate(bytes);
+  auto owner = graph_step() ? graphs_->memory().allocate(bytes) : device_pool(device_).allocate(bytes);
   return Tensor::adopt(dtype, std::move(shape), owner.get(), core::Device::kCuda, owner);
 }
 
 Tensor CudaContext::alloc_resident(DType dtype, core::Shape shape) {
   if (graph_step()) return alloc(dtype, std::move(shape));
   const size_t bytes = static_cast<size_t>(core::shape_numel(shape)) * core::dtype_size(dtype);
-  auto owner = device_pool().allocate_resident(bytes);
+  auto owner = device_pool(device_).allocate_resident(bytes);
   return Tensor::adopt(dtype, std::move(shape), owner.get(), core::Device::kCuda, owner);
 }
 
@@ -115,12 +128,16 @@ void CudaContext::sync() {
 Ops::DeviceMemory CudaContext::device_memory() {
   sync();  // tensors released by queued work are back in the pool before it is counted
   size_t free = 0, total = 0;
-  TESSERA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  {
+    CurrentDevice on(device_);
+    TESSERA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  }
+  const DevicePool& pool = device_pool(device_);
   Ops::DeviceMemory m;
   m.free_bytes = free;
   m.total_bytes = total;
-  m.resident_bytes = device_pool().bytes_resident();
-  m.activation_bytes = device_pool().bytes_in_use() - m.resident_bytes + device_pool().bytes_cached();
+  m.resident_bytes = pool.bytes_resident();
+  m.activation_bytes = pool.bytes_in_use() - m.resident_bytes + pool.bytes_cached();
   m.graph_bytes = graphs_ ? graphs_->memory().device_bytes() : 0;
   m.held_bytes = m.resident_bytes + m.activation_bytes + m.graph_bytes;
   return m;

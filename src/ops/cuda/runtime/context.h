@@ -31,7 +31,9 @@ namespace tessera::ops::cuda {
 
 class DevicePool;
 
-// Process-wide and never destroyed: device tensors may outlive any one backend object.
+// One per device, process-wide and never destroyed: device tensors may outlive any one backend
+// object. device_pool() is the calling thread's current device's.
+DevicePool& device_pool(int device);
 DevicePool& device_pool();
 
 template <class T>
@@ -76,6 +78,10 @@ class CudaContext {
 
   // `kernels`, `step_graphs`, `device`: as make_cuda_ops takes them (cuda_ops.h).
   CudaContext(const std::string& kernels, bool step_graphs, int device);
+  int device() const { return device_; }
+  // Makes this backend's device the calling thread's current one: a tensor-parallel rank's thread
+  // calls it before its step (threads start on device 0, and one thread loads every rank).
+  void make_current() const;
   ~CudaContext();
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;
@@ -152,7 +158,8 @@ class CudaContext {
 
   std::map<GemmShape::Key, GemmPlan> gemm_plans_;
   KernelOverrides overrides_;                           // --kernels / TESSERA_KERNELS
-  DeviceCaps caps_;                                     // the device this backend runs on
+  int device_ = 0;                                      // the device this backend runs on
+  DeviceCaps caps_;                                     // and its properties
   std::deque<std::pair<MlaShape, MlaPlan>> mla_plans_;  // deque: references stay valid as it grows
   std::deque<std::pair<MoeShape, MoePlan>> moe_plans_;
   PinnedStaging staging_;

@@ -29,13 +29,31 @@ bool DevicePool::exact_mode() {
   return exact;
 }
 
+CurrentDevice::CurrentDevice(int device) {
+  TESSERA_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) {
+    TESSERA_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = true;
+  }
+}
+
+CurrentDevice::~CurrentDevice() {
+  if (changed_) (void)cudaSetDevice(previous_);
+}
+
 DevicePool::~DevicePool() { trim(); }
 
 std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
   if (exact_mode()) {
     void* p = nullptr;
-    TESSERA_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
-    return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+    {
+      CurrentDevice on(device_);
+      TESSERA_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
+    }
+    return std::shared_ptr<void>(p, [device = device_](void* q) {
+      CurrentDevice on(device);
+      cudaFree(q);
+    });
   }
   const size_t size = bucket(bytes);
   void* p = nullptr;
@@ -49,6 +67,7 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
     }
   }
   if (!p) {
+    CurrentDevice on(device_);
     cudaError_t err = cudaMalloc(&p, size);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
@@ -56,11 +75,15 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
       TESSERA_CUDA_CHECK(cudaMalloc(&p, size));
     }
   }
-  in_use_ += size;
+  {
+    std::lock_guard lock(mu_);  // ranks allocate from several threads
+    in_use_ += size;
+  }
   return std::shared_ptr<void>(p, [this, size](void* q) { release(q, size); });
 }
 
 void* DevicePool::cuda_malloc(size_t bytes) {
+  CurrentDevice on(device_);
   void* p = nullptr;
   if (cudaMalloc(&p, bytes) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -79,7 +102,10 @@ std::shared_ptr<void> DevicePool::allocate_resident(size_t bytes) {
     resident_ += bytes;
   }
   return std::shared_ptr<void>(p, [this, bytes](void* q) {
-    cudaFree(q);
+    {
+      CurrentDevice on(device_);
+      cudaFree(q);
+    }
     std::lock_guard lock(mu_);
     resident_ -= bytes;
   });
@@ -91,6 +117,7 @@ std::shared_ptr<void> DevicePool::from_slab(size_t bytes) {
   if (slabs_.empty() || slabs_.back()->used + size > slabs_.back()->size) {
     auto slab = std::make_shared<Slab>();
     slab->size = kSlabBytes;
+    CurrentDevice on(device_);
     if (cudaMalloc(&slab->base, slab->size) != cudaSuccess) {
       // Near the end of the device: a slab of just this buffer rather than failing.
       (void)cudaGetLastError();
@@ -112,7 +139,10 @@ std::shared_ptr<void> DevicePool::from_slab(size_t bytes) {
       slab->used = 0;
       return;
     }
-    cudaFree(slab->base);
+    {
+      CurrentDevice on(device_);
+      cudaFree(slab->base);
+    }
     resident_ -= slab->size;
     std::erase(slabs_, slab);
   });
@@ -127,6 +157,7 @@ void DevicePool::release(void* p, size_t bytes) {
 
 void DevicePool::trim() {
   std::lock_guard lock(mu_);
+  CurrentDevice on(device_);
   // Empty slabs too (the destructor's call frees the last one).
   std::erase_if(slabs_, [this](const std::shared_ptr<Slab>& s) {
     if (s->live > 0) return false;

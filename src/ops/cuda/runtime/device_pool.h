@@ -1,5 +1,5 @@
-// A caching device allocator: cudaFree synchronises the device, so freed blocks go back to a
-// free list keyed by their (power-of-two rounded) size and are reused by later allocations.
+// A caching device allocator, one per device: cudaFree synchronises the device, so freed blocks go
+// back to a free list keyed by their (power-of-two rounded) size and are reused by later allocations.
 #pragma once
 
 #include <cstddef>
@@ -10,9 +10,25 @@
 
 namespace tessera::ops::cuda {
 
+// Makes `device` current for its scope, then restores the thread's previous one: the pool's
+// cudaMalloc / cudaFree calls act on its own device whatever the calling thread has current.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device);
+  ~CurrentDevice();
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
 class DevicePool {
  public:
+  explicit DevicePool(int device) : device_(device) {}
   ~DevicePool();
+  int device() const { return device_; }
   // Returns a shared owner of at least `bytes` of device memory; releasing the last reference
   // returns the block to the pool.
   std::shared_ptr<void> allocate(size_t bytes);
@@ -41,6 +57,7 @@ class DevicePool {
   void* cuda_malloc(size_t bytes);  // retries once after trim()
   std::shared_ptr<void> from_slab(size_t bytes);
   void release(void* p, size_t bytes);
+  const int device_;
   std::vector<std::shared_ptr<Slab>> slabs_;  // the last one is being carved
   std::mutex mu_;
   std::map<size_t, std::vector<void*>> free_;
