@@ -306,8 +306,10 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   // The mma.sync kernels take 16 heads a block and one or two blocks fit on an SM; the wgmma kernel
   // takes 64 heads and ~225 KB of shared memory, one block an SM. Pick the fewest context splits
   // (each adds partials for the combine kernel) whose blocks fill whole waves to 90% (a 1.5-wave
-  // grid leaves a quarter of the GPU idle), else the best fill, with at least two tiles a split.
-  // Only counts that launch_mla_attend realises are candidates: it rounds each split up to whole
+  // grid leaves a quarter of the GPU idle), else the best fill, with at least two tiles a split,
+  // eight for the wgmma kernel: its partials are 128 KB a split (64 heads x 512 fp32), a fifth of
+  // the cache bytes of 512 positions, and at batch 1 and 32k context 64 splits of 512 took 37.6 us
+  // against 44.5 us for 128 of 256 (`tessera bench kernels`, H200). Only counts that launch_mla_attend realises are candidates: it rounds each split up to whole
   // tiles, so 63 splits of 8192 positions would run as 43 splits of 192 (27 us at batch 1 against
   // 23 us for 64 splits of 128, `tessera bench kernels`).
   const bool wgmma = kernel == MlaKernel::kWgmma;
@@ -320,7 +322,8 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   while (octave * 2 <= max_visible) octave *= 2;
   const int64_t step = std::max<int64_t>(tile, octave / 8);
   const int64_t visible = (max_visible + step - 1) / step * step;
-  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMlaMaxSplits, visible / (2 * tile)));
+  const int64_t min_tiles = wgmma ? 8 : 2;
+  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMlaMaxSplits, visible / (min_tiles * tile)));
   int64_t best = 1;
   double best_fill = 0;
   for (int64_t s = 1; s <= max_splits; ++s) {

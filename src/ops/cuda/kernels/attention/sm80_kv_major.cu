@@ -28,13 +28,24 @@ namespace tessera::ops::cuda {
 namespace {
 
 constexpr int kTp = 32;  // cache positions per tile
-constexpr int kWarps = 4;
 constexpr int kPad = 8;  // bf16 padding per shared row: row strides become an odd number of 16-byte units
 
 using namespace mma;
 
+// Warps a block: 8 for the 512-wide latent, 4 for the 64-wide one (a warp owns whole 16-row
+// tiles of Oᵀ). At 4 warps and two blocks an SM the 512-wide kernel was bound by instruction
+// latency, not memory: 2 warps a scheduler, 0.2 instructions issued a cycle, 1.9 TB/s at batch 1
+// and 32k context (Nsight Compute, H200); 8 warps halve each warp's chain of MMAs a tile.
+template <int LAT>
+constexpr int warps_for() {
+  return LAT >= 512 ? 8 : 4;
+}
+
 template <int NH, int LAT, int ROPE, int STAGES, bool FP8 = false>
 struct Layout {
+  static constexpr int kWarps = warps_for<LAT>();
+  static constexpr int kKGroups = kWarps / 2;  // Sᵀ: 2 halves of the tile's positions x kKGroups parts of K
+  static constexpr int kThreadsPerRow = kWarps * 32 / kTp;  // cp.async: threads copying one cache row
   static constexpr int kEntry = LAT + ROPE;
   static constexpr int kStride = kEntry + kPad;     // Q and K rows
   static constexpr int kPStride = kTp + kPad;       // P rows ([head][pos])
@@ -48,28 +59,29 @@ struct Layout {
   static constexpr size_t kKBytes = (FP8 ? 1 : STAGES) * kTp * kStride * 2;
   static constexpr size_t kStageBytes = FP8 ? STAGES * kTp * kEntry : 0;
   static constexpr size_t kPBytes = NH * kPStride * 2;
-  static constexpr size_t kSredBytes = 2 * 16 * NH * 4;            // Sᵀ partials of warps 2 and 3
+  static constexpr size_t kSredBytes = (kKGroups - 1) * 2 * 16 * NH * 4;  // Sᵀ partials of K parts 1..
   static constexpr size_t kStatBytes = (2 * 2 * NH + 4 * NH) * 4;  // col max/sum of warps 0,1; m, l, alpha, spare
   static constexpr size_t kSmem = kQBytes + kKBytes + kStageBytes + kPBytes + kSredBytes + kStatBytes;
-  static_assert(LAT % (16 * kWarps) == 0 && ROPE % 16 == 0, "latent must split into 16-row tiles over 4 warps");
+  static_assert(LAT % (16 * kWarps) == 0 && ROPE % 16 == 0, "latent must split into 16-row tiles over the warps");
+  static_assert(kKSteps >= kKGroups && kTp * kThreadsPerRow == kWarps * 32, "K parts and tile rows to share out");
   static_assert(kEntry % 16 == 0 && kStageBytes % 16 == 0, "fp8 rows must be whole 16-byte pieces");
 };
 
 // CacheT: __nv_bfloat16 (FP8 false), or uint8_t holding e4m3 values q · kv_scale (FP8 true).
 template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
                            const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page, float scale,
                            float kv_scale, float* __restrict__ o_part, float* __restrict__ ml_part) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
-  constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride;
+  constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride, kWarps = L::kWarps, kTpr = L::kThreadsPerRow;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);                             // [NH][S]
   __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw + L::kQBytes);                // [STAGES or 1][kTp][S]
   uint8_t* stage_bytes = smem_raw + L::kQBytes + L::kKBytes;                                  // fp8: [STAGES][kTp][E]
   __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(stage_bytes + L::kStageBytes);         // [NH][PS]
-  float* sred = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(ps) + L::kPBytes);  // [2][16][NH]
-  float* colmax = sred + 2 * 16 * NH;                                                         // [2][NH]
+  float* sred = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(ps) + L::kPBytes);  // [KG-1][2][16][NH]
+  float* colmax = sred + (L::kKGroups - 1) * 2 * 16 * NH;                                     // [2][NH]
   float* colsum = colmax + 2 * NH;                                                            // [2][NH]
   float* m_s = colsum + 2 * NH;                                                               // [NH]
   float* l_s = m_s + NH;
@@ -82,13 +94,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   const MlaSplitRange range = mla_split_range(ti.pos, split, gridDim.x, kTp);
   const int begin = range.begin, end = range.end, ntiles = range.ntiles;
 
-  // Each thread copies one cache row of every tile (4 threads a row), so the page-table lookup is
-  // one load per thread per tile, done a tile ahead: a lookup per 16-byte piece would put a
+  // Each thread copies one cache row of every tile (kTpr threads a row), so the page-table lookup
+  // is one load per thread per tile, done a tile ahead: a lookup per 16-byte piece would put a
   // dependent L2 round trip in front of every copy.
-  static_assert(kTp * 4 == kWarps * 32, "4 threads per tile row");
   constexpr int kPerPiece = 16 / static_cast<int>(sizeof(CacheT));  // elements per 16-byte piece
   constexpr int kChunks = E / kPerPiece;                            // 16-byte pieces per row
-  const int my_row = threadIdx.x >> 2, my_sub = threadIdx.x & 3;
+  const int my_row = threadIdx.x / kTpr, my_sub = threadIdx.x % kTpr;
   auto row_source = [&](int tile) -> const CacheT* {
     const int pos = begin + tile * kTp + my_row;
     if (tile >= ntiles || pos >= end) return nullptr;
@@ -102,7 +113,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     else
       dst = ks + (stage * kTp + my_row) * S;
     // Rows past the end are zero-filled: their probability is 0, and 0 x stale data could be NaN.
-    for (int v = my_sub; v < kChunks; v += 4)
+    for (int v = my_sub; v < kChunks; v += kTpr)
       cp_async16(dst + v * kPerPiece, src ? src + v * kPerPiece : cache, src != nullptr);
     cp_async_commit();
   };
@@ -147,8 +158,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int nt = 0; nt < L::kNTiles; ++nt) o[mi][nt][0] = o[mi][nt][1] = o[mi][nt][2] = o[mi][nt][3] = 0.0f;
 
-  const int mt = warp & 1, khalf = warp >> 1;  // Sᵀ: positions [16 mt, 16 mt + 16), half of the K steps
-  const int ks_begin = khalf * (L::kKSteps / 2), ks_end = khalf ? L::kKSteps : L::kKSteps / 2;
+  // Sᵀ: positions [16 mt, 16 mt + 16), K steps [ks_begin, ks_end) (part kg of kKGroups).
+  const int mt = warp & 1, kg = warp >> 1;
+  const int ks_begin = kg * L::kKSteps / L::kKGroups, ks_end = (kg + 1) * L::kKSteps / L::kKGroups;
 
   for (int tile = 0; tile < ntiles; ++tile) {
     const int stage = tile % STAGES;
@@ -163,7 +175,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       // the wait); the barrier above means every warp is done reading the previous tile.
       const uint8_t* src = stage_bytes + (stage * kTp + my_row) * E;
       __nv_bfloat16* dst = ks + my_row * S;
-      for (int v = my_sub; v < kChunks; v += 4) {
+      for (int v = my_sub; v < kChunks; v += kTpr) {
         uint4 lo, hi;
         kvfp8::decode16_bf16(*reinterpret_cast<const uint4*>(src + 16 * v), lo, hi);
         *reinterpret_cast<uint4*>(dst + 16 * v) = lo;
@@ -192,20 +204,23 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
-    if (khalf == 1) {
+    if (kg != 0) {
+      float* part = sred + (kg - 1) * 2 * 16 * NH;
 #pragma unroll
       for (int nt = 0; nt < L::kNTiles; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sred[((mt * 32 + lane) * L::kNTiles + nt) * 4 + e] = s[nt][e];
+        for (int e = 0; e < 4; ++e) part[((mt * 32 + lane) * L::kNTiles + nt) * 4 + e] = s[nt][e];
     }
     __syncthreads();
-    if (khalf == 0) {
+    if (kg == 0) {
       // Full Sᵀ for positions 16 mt + g (+8), heads 8 nt + 2c (+1); mask rows past the tile's end.
       float mx[L::kNTiles][2];
 #pragma unroll
       for (int nt = 0; nt < L::kNTiles; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] += sred[((mt * 32 + lane) * L::kNTiles + nt) * 4 + e];
+        for (int part = 0; part < L::kKGroups - 1; ++part)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[nt][e] += sred[(part * 2 * 32 + mt * 32 + lane) * L::kNTiles * 4 + nt * 4 + e];
         if (16 * mt + g >= n) s[nt][0] = s[nt][1] = -FLT_MAX;
         if (16 * mt + g + 8 >= n) s[nt][2] = s[nt][3] = -FLT_MAX;
         mx[nt][0] = fmaxf(s[nt][0], s[nt][2]);
@@ -234,7 +249,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       m_s[h] = m_new;
     }
     __syncthreads();
-    if (khalf == 0) {
+    if (kg == 0) {
       float sum[L::kNTiles][2];
 #pragma unroll
       for (int nt = 0; nt < L::kNTiles; ++nt) {
@@ -339,7 +354,7 @@ void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo*
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   allow_dynamic_smem(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>, static_cast<int>(L::kSmem));
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>((heads + NH - 1) / NH));
-  launch_plain(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>, grid, kWarps * 32, L::kSmem, s, q_full,
+  launch_plain(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>, grid, L::kWarps * 32, L::kSmem, s, q_full,
                static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part);
 }
 
