@@ -479,18 +479,21 @@ TEST_F(CudaOpsTest, MlaAttentionFp8CacheMatchesTheCpuFp8Cache) {
   }
 }
 
-// The KV-major kernel's shared memory with an fp8 cache fits SM120's 99 KB a block, and the bf16
-// path's is what it was. At 512 + 64 (bytes): Q 16 (8) x 584 x 2, one bf16 tile 32 x 584 x 2,
-// staging 2 x 32 x 576, P 16 (8) x 40 x 2, reductions 2 x 16 x 16 (8) x 4 + 8 x 16 (8) x 4.
-TEST(KvMajorSmem, Fp8InstancesFitSm120) {
-  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(16, 512, 64, true), 18688 + 37376 + 36864 + 1280 + 2048 + 512);
-  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(8, 512, 64, true), 9344 + 37376 + 36864 + 640 + 1024 + 256);
-  for (int64_t heads : {8, 16}) {
-    EXPECT_LE(ops::cuda::mla_kv_major_shared_bytes(heads, 512, 64, true), 99 * 1024) << heads;
-    EXPECT_LE(ops::cuda::mla_kv_major_shared_bytes(heads, 64, 16, true), 99 * 1024) << heads;
-  }
-  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(16, 512, 64, false), 97280);
-  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(8, 512, 64, false), 86016);
+// The KV-major kernel's shared memory fits SM120's 99 KB a block, bf16 and fp8 caches alike. At
+// 512 + 64 (bytes): Q 16 (8) x 584 x 2; bf16: two tiles 2 x 32 x 584 x 2; fp8: one bf16 tile
+// 32 x 584 x 2 and staging 2 x 32 x 576; P 16 (8) x 40 x 2; the Sᵀ partials of three of the four K
+// parts (8 warps) 3 x 2 x 16 x 16 (8) x 4; statistics 8 x 16 (8) x 4. The 16-head bf16 instance
+// takes exactly the 99 KB.
+TEST(KvMajorSmem, InstancesFitSm120) {
+  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(16, 512, 64, true), 18688 + 37376 + 36864 + 1280 + 6144 + 512);
+  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(8, 512, 64, true), 9344 + 37376 + 36864 + 640 + 3072 + 256);
+  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(16, 512, 64, false), 18688 + 74752 + 1280 + 6144 + 512);
+  EXPECT_EQ(ops::cuda::mla_kv_major_shared_bytes(8, 512, 64, false), 9344 + 74752 + 640 + 3072 + 256);
+  for (int64_t heads : {8, 16})
+    for (bool fp8 : {false, true}) {
+      EXPECT_LE(ops::cuda::mla_kv_major_shared_bytes(heads, 512, 64, fp8), 99 * 1024) << heads << " " << fp8;
+      EXPECT_LE(ops::cuda::mla_kv_major_shared_bytes(heads, 64, 16, fp8), 99 * 1024) << heads << " " << fp8;
+    }
 }
 
 TEST_F(CudaOpsTest, MoeRoutingAndExpertsWithUnevenRouting) {

@@ -309,9 +309,10 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   // grid leaves a quarter of the GPU idle), else the best fill, with at least two tiles a split,
   // eight for the wgmma kernel: its partials are 128 KB a split (64 heads x 512 fp32), a fifth of
   // the cache bytes of 512 positions, and at batch 1 and 32k context 64 splits of 512 took 37.6 us
-  // against 44.5 us for 128 of 256 (`tessera bench kernels`, H200). Only counts that launch_mla_attend realises are candidates: it rounds each split up to whole
-  // tiles, so 63 splits of 8192 positions would run as 43 splits of 192 (27 us at batch 1 against
-  // 23 us for 64 splits of 128, `tessera bench kernels`).
+  // against 44.5 us for 128 of 256 (`tessera bench kernels`, H200). Only counts that
+  // launch_mla_attend realises are candidates: it rounds each split up to whole tiles, so 63
+  // splits of 8192 positions would run as 43 splits of 192 (27 us at batch 1 against 23 us for 64
+  // splits of 128, `tessera bench kernels`).
   const bool wgmma = kernel == MlaKernel::kWgmma;
   const int64_t per_block = wgmma ? 64 : 16, per_sm = wgmma ? 1 : 2, tile = wgmma ? 2 * kTile : kTile;
   const int64_t groups = (heads + per_block - 1) / per_block, slots = per_sm * static_cast<int64_t>(num_sms);
