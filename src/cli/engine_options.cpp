@@ -31,8 +31,8 @@ void EngineOptions::add_to(CLI::App& app) {
 void add_tensor_parallel_option(CLI::App& app, int& size) {
   app.add_option("--tensor-parallel-size", size,
                  "split the model over this many ranks: attention heads, routed experts and MLP columns; must "
-                 "divide the attention heads. Ranks are threads of this process on the CPU backend (GPU ranks "
-                 "are not built yet)")
+                 "divide the attention heads. Ranks are threads of this process on the CPU backend (ranks on GPUs: "
+                 "not in serve and generate yet; bench decode times one rank's share)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
 }

@@ -47,8 +47,9 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
     }
     if (p.backend.free_bytes)
       p.problems.push_back(
-          fmt::format("--tensor-parallel-size {} on {}: ranks on GPUs need the NCCL communicator, "
-                      "which is not built yet; tensor parallelism runs on the CPU backend",
+          fmt::format("--tensor-parallel-size {} on {}: serve and generate do not run ranks on GPUs yet (a "
+                      "GPU each over NCCL is issue 17's next step; `bench decode --tensor-parallel-size` times one "
+                      "rank's share on one GPU); tensor parallelism runs on the CPU backend (--device cpu)",
                       s.tensor_parallel_size, p.backend.device));
   }
   for (const auto& k : p.backend.kernels)
