@@ -2,9 +2,12 @@
 // implement; cpu/ and cuda/ implement it).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "ops/comm/communicator.h"
 #include "ops/ops.h"
 
 namespace tessera::ops {
@@ -14,5 +17,17 @@ namespace tessera::ops {
 // naming the flag when the device is unknown or unavailable in this build.
 std::unique_ptr<Ops> make_backend(const std::string& device, const std::string& kernels = "",
                                   bool enforce_eager = false);
+
+// A way to join `size` tensor-parallel ranks (threads of this process) that this build and machine
+// offer on a --device: what `tessera bench comm` times. `problem` is empty when it can run, else
+// why not (e.g. NCCL with more ranks than GPUs).
+struct RankGroupKind {
+  std::string name;   // "in-process", "nccl"
+  std::string where;  // where the ranks compute and how they exchange
+  std::string problem;
+  std::function<std::unique_ptr<CommGroup>()> make;
+  std::function<std::string(int rank)> device_of;  // the rank's --device
+};
+std::vector<RankGroupKind> rank_group_kinds(const std::string& device, int size);
 
 }  // namespace tessera::ops

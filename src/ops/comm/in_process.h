@@ -16,15 +16,15 @@
 
 namespace tessera::ops {
 
-class InProcessGroup {
+class InProcessGroup final : public CommGroup {
  public:
   explicit InProcessGroup(int size);
-  int size() const { return size_; }
+  int size() const override { return size_; }
   // The communicator of `rank`, to be used by one thread at a time.
-  std::unique_ptr<Communicator> communicator(int rank);
+  std::unique_ptr<Communicator> communicator(int rank) override;
   // Ends every current and later collective with an error naming `why`: a rank that failed calls it,
   // so that the others do not wait for it forever.
-  void abort(const std::string& why);
+  void abort(const std::string& why) override;
 
  private:
   friend class InProcessCommunicator;

@@ -25,14 +25,16 @@ namespace tessera::ops::cuda {
 using core::DType;
 using core::Tensor;
 
-bool cuda_available() {
+int cuda_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
-  return n > 0;
+  return n;
 }
+
+bool cuda_available() { return cuda_device_count() > 0; }
 
 std::string device_description(int index) {
   cudaDeviceProp p{};

@@ -15,6 +15,8 @@ namespace tessera::ops::cuda {
 
 // True when a CUDA device is present and usable (tests skip themselves otherwise).
 bool cuda_available();
+// The number of usable CUDA devices (0 without a driver or a device).
+int cuda_device_count();
 // Name and compute capability of device `index`, e.g. "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)".
 std::string device_description(int index = 0);
 

@@ -15,17 +15,19 @@
 
 namespace tessera::ops::cuda {
 
-class NcclGroup {
+class NcclGroup final : public CommGroup {
  public:
   // Rank r on CUDA device devices[r]; throws core::Error naming NCCL's message on failure.
   explicit NcclGroup(std::vector<int> devices);
   ~NcclGroup();
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
-  int size() const { return static_cast<int>(devices_.size()); }
+  int size() const override { return static_cast<int>(devices_.size()); }
   // The communicator of `rank`, for the thread that drives that rank's backend (created on
   // devices[rank]). Valid while the group lives.
-  std::unique_ptr<Communicator> communicator(int rank);
+  std::unique_ptr<Communicator> communicator(int rank) override;
+  // NCCL's collectives run on the GPU; nothing waits on the host.
+  void abort(const std::string&) override {}
 
  private:
   std::vector<int> devices_;
