@@ -13,8 +13,8 @@
 // the MMAs read (exact: every e4m3 value is a bf16 value). The cache scale is folded into the
 // query's pre-scale (S = (scale · kv_scale · q) · k8) and into the output partials (O = kv_scale ·
 // P · V8), so the inner loops are the bf16 path's. Shared memory at 16 heads, 512 + 64: Q 18.3 KB +
-// bf16 tile 36.5 KB + staging 2 x 18 KB + P, reductions 3.8 KB = 94.5 KB (bf16 path: 95 KB), under
-// the 99 KB a block may use on SM120.
+// bf16 tile 36.5 KB + staging 2 x 18 KB + P, reductions 7.8 KB = 98.5 KB (bf16 path: two tiles,
+// 99 KB), within the 99 KB a block may use on SM120.
 #include <cfloat>
 #include <cstdint>
 
