@@ -30,7 +30,7 @@ using ops::cuda::MoeShape;
 const DeviceCaps kH200{"H200", 90, 132, 227 * 1024, 0, 0};
 const DeviceCaps kA100{"A100", 80, 108, 163 * 1024, 0, 0};
 const DeviceCaps kRtxPro6000{"RTX PRO 6000", 120, 188, 99 * 1024, 0, 0};  // SM120: 99 KB a block
-// An sm_80-class part that allows only 64 KB a block: the KV-major kernel (95 KB) does not fit, the
+// An sm_80-class part that allows only 64 KB a block: the KV-major kernel (99 KB) does not fit, the
 // heads-as-M kernel (56 KB) does. The runtime used to check shapes only and would have launched
 // KV-major here while the plan printed the heads-as-M kernel.
 const DeviceCaps kSmallSmem{"small-smem", 80, 40, 64 * 1024, 0, 0};
@@ -81,9 +81,9 @@ TEST(KernelRegistry, MlaDecodeKernelPerDeviceShapeAndOverride) {
       {"A100, 64 heads", kA100, mla(64), "", MlaKernel::kKvMajor, true, "sm_90"},
       {"SM120, 16 heads fp8 within 99 KB", kRtxPro6000, mla(16, true), "", MlaKernel::kKvMajor, true,
        "94 KB shared memory of 99 KB"},
-      {"SM120, 64 heads bf16", kRtxPro6000, mla(64), "", MlaKernel::kKvMajor, true, "95 KB shared memory of 99 KB"},
+      {"SM120, 64 heads bf16", kRtxPro6000, mla(64), "", MlaKernel::kKvMajor, true, "99 KB shared memory of 99 KB"},
       {"64 KB a block: KV-major does not fit", kSmallSmem, mla(16), "", MlaKernel::kTensorCore, true,
-       "needs 95 KB of shared memory, the GPU allows 64 KB"},
+       "needs 99 KB of shared memory, the GPU allows 64 KB"},
       {"tiny latent, fp8: no KV-major instance, mma reads bf16", kH200, tiny_mla(true), "", MlaKernel::kCudaCore, true,
        "no instance for latent 32 + rope 16"},
       {"tiny latent, bf16", kH200, tiny_mla(false), "", MlaKernel::kTensorCore, true},
