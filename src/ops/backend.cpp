@@ -53,6 +53,7 @@ std::unique_ptr<Ops> make_backend(const std::string& device, const std::string& 
     return ops;
 #else
     (void)enforce_eager;
+    (void)index;  // parsed, so that a malformed cuda:N is named before the build is
     core::fail(
         "--device {}: this build of tessera has no CUDA backend (nvcc was not found at configure time, "
         "or TESSERA_CUDA=OFF); rebuild with the 'release' preset on a machine with the CUDA toolkit",
