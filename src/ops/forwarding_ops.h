@@ -76,6 +76,22 @@ class ForwardingOps : public Ops {
                      std::span<const AttentionSeq> seqs, core::Tensor& out) override {
     inner_.mla_attention(q, cache, kv_b, dims, seqs, out);
   }
+  void mla_absorb_q(const core::Tensor& q, const LinearWeight& kv_b, const MlaDims& dims,
+                    core::Tensor& q_full) override {
+    inner_.mla_absorb_q(q, kv_b, dims, q_full);
+  }
+  void mla_attend_latent(const core::Tensor& q_full, const KvLayerView& cache, const MlaDims& dims,
+                         std::span<const AttentionSeq> seqs, bool decode_step, core::Tensor& o_lat,
+                         core::Tensor& lse) override {
+    inner_.mla_attend_latent(q_full, cache, dims, seqs, decode_step, o_lat, lse);
+  }
+  void mla_rank_weigh(core::Tensor& o_lat, const core::Tensor& lse, const core::Tensor& lse_all) override {
+    inner_.mla_rank_weigh(o_lat, lse, lse_all);
+  }
+  void mla_up_v(const core::Tensor& o_lat, int64_t head_begin, const LinearWeight& kv_b, const MlaDims& dims,
+                core::Tensor& out) override {
+    inner_.mla_up_v(o_lat, head_begin, kv_b, dims, out);
+  }
   void moe_route(const core::Tensor& x, const LinearWeight& gate, const core::Tensor& bias, const RouterConfig& cfg,
                  core::Tensor& ids, core::Tensor& weights) override {
     inner_.moe_route(x, gate, bias, cfg, ids, weights);

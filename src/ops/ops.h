@@ -245,6 +245,34 @@ class Ops {
   virtual void mla_attention(const core::Tensor& q, const KvLayerView& cache, const LinearWeight& kv_b,
                              const MlaDims& dims, std::span<const AttentionSeq> seqs, core::Tensor& out) = 0;
 
+  // --- MLA attention over a KV cache sharded by position across tensor-parallel ranks
+  // (model/kv_shard.h): mla_attention's absorbed form in parts, with the model's collectives between
+  // them (all-gather the absorbed queries of every head, attend over this rank's positions, weigh
+  // each rank's partial by its share of the softmax, all-reduce, up-project this rank's heads).
+  //
+  // q_full [T, heads, latent + rope] = [q_nope · W_UK | q_pe] per head, q [T, heads, nope + rope]
+  // (rope part rotated), W_UK = kv_b's first nope rows of each head (dims.heads heads).
+  virtual void mla_absorb_q(const core::Tensor& q, const LinearWeight& kv_b, const MlaDims& dims,
+                            core::Tensor& q_full) = 0;
+  // For every row t of the step, seqs[t] (one token, token_begin t) says what it sees: cache
+  // positions [0, start_pos + 1), none when start_pos is -1. o_lat[t, h] = softmax_s(scale ·
+  // q_full[t, h] · cache[s]) · cache[s, :latent] and lse[t, h] = log Σ_s exp(scale · q_full[t, h] ·
+  // cache[s]); a token that sees nothing gets o_lat = 0 and lse = -inf. q_full [T, heads, latent +
+  // rope], o_lat [T, heads, latent], lse [T, heads]. `decode_step`: every token is its sequence's only
+  // new one (a backend may then run less exact, faster kernels, as mla_attention does for decode).
+  virtual void mla_attend_latent(const core::Tensor& q_full, const KvLayerView& cache, const MlaDims& dims,
+                                 std::span<const AttentionSeq> seqs, bool decode_step, core::Tensor& o_lat,
+                                 core::Tensor& lse) = 0;
+  // One rank's part of the merge over `ranks` ranks: o_lat[t, h] *= exp(lse[t, h] - L[t, h]) with
+  // L[t, h] = log Σ_r exp(lse_all[t, r · heads + h]) (lse_all: every rank's lse side by side, this
+  // rank's among them); the ranks' o_lat then sum to the attention over all positions. A rank whose
+  // lse is -inf contributes 0. o_lat [T, heads, latent], lse [T, heads], lse_all [T, ranks · heads].
+  virtual void mla_rank_weigh(core::Tensor& o_lat, const core::Tensor& lse, const core::Tensor& lse_all) = 0;
+  // out[t, h · v + j] = W_UV[h][j] · o_lat[t, head_begin + h] for this rank's dims.heads heads, W_UV =
+  // kv_b's last v rows of each head; o_lat [T, any heads >= head_begin + dims.heads, latent].
+  virtual void mla_up_v(const core::Tensor& o_lat, int64_t head_begin, const LinearWeight& kv_b, const MlaDims& dims,
+                        core::Tensor& out) = 0;
+
   // Router: sigmoid scores of x · gateᵀ, + bias for selection only, group-limited top-k,
   // normalisation and scaling (spec §3.1). ids [T, top_k] I32, weights [T, top_k] F32.
   virtual void moe_route(const core::Tensor& x, const LinearWeight& gate, const core::Tensor& bias,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -1114,8 +1115,120 @@ std::string mla_name(const MlaCase& m) {
                      m.latent, m.page, m.fp8 ? "fp8" : "native", seqs_name(m.seqs));
 }
 
+// The parts of MLA over a cache sharded by position (Ops::mla_absorb_q .. mla_up_v).
+// `parts`: the shapes of the parts that do not read the cache already added (each once).
+void add_sharded_mla(Table& tb, const MlaCase& m, std::set<std::string>& parts) {
+  const int64_t entry = m.latent + m.rope;
+  // Each token of the step attends over its own causal prefix, as one sequence of one token; every
+  // fourth sees nothing (a rank that holds none of its positions: o_lat 0, lse -inf).
+  OpCase& oc = tb.add("mla_attend_latent", m.family, mla_name(m), 1e-2, [m, entry](Ctx& c) {
+    struct S {
+      std::shared_ptr<PagedStep> p;
+      ops::KvLayerView kv;
+      std::vector<ops::AttentionSeq> tokens;
+      Tensor q_full, o_lat, lse;
+      ops::MlaDims dims;
+      bool decode = true;
+    };
+    auto s = std::make_shared<S>();
+    s->p = paged_step(c.rng, m.seqs, m.page, entry);
+    s->kv = make_cache(c, *s->p, m.fp8, kFp8Scale);
+    const int64_t T = s->p->T;
+    c.o().kv_cache_write(s->kv, c.rand({T, entry}), s->p->step);
+    for (const ops::AttentionSeq& q : s->p->step) {
+      if (q.num_tokens > 1) s->decode = false;
+      for (int64_t j = 0; j < q.num_tokens; ++j) {
+        const int64_t row = q.token_begin + j;
+        s->tokens.push_back({row, 1, row % 4 == 3 ? -1 : q.start_pos + j, q.block_table});
+      }
+    }
+    s->dims = {m.heads, m.nope, m.rope, m.v, m.latent, 1.0f / std::sqrt(static_cast<float>(m.nope + m.rope))};
+    s->q_full = c.rand({T, m.heads * entry}, 0.5f);
+    s->o_lat = c.o().empty({T, m.heads * m.latent});
+    s->lse = c.o().empty({T, m.heads});
+    Ops* o = &c.o();
+    return BoundCase{
+        [s, o] { o->mla_attend_latent(s->q_full, s->kv, s->dims, s->tokens, s->decode, s->o_lat, s->lse); },
+        [s, o] {
+          return std::vector{f32_out(*o, "o_lat", s->o_lat), f32_out(*o, "lse", s->lse, 1e-3)};
+        }};
+  });
+  oc.kernels = KernelFamily::kMla;
+  oc.mla = {m.heads, m.latent, m.rope, m.nope, m.v, m.fp8};
+  oc.kernel_max_rel_rms = {{"cuda-core", 1e-4}};
+  if (m.fp8) return;  // the other parts do not read the cache
+  const int64_t T = static_cast<int64_t>(
+      std::accumulate(m.seqs.begin(), m.seqs.end(), int64_t{0}, [](int64_t n, const Seq& q) { return n + q.fresh; }));
+  const std::string shape =
+      fmt::format("{} tokens, {}h nope {} rope {} v {} latent {}", T, m.heads, m.nope, m.rope, m.v, m.latent);
+  if (!parts.insert(m.family + (" " + shape)).second) return;
+  // W_UK and W_UV of a rank's heads: the tensor-core paths keep fp32 inputs as hi + lo bf16 parts.
+  tb.add("mla_absorb_q", m.family, shape, 1e-4, [m, T](Ctx& c) {
+    struct S {
+      HostLinearPtr kv_b_host;
+      ops::LinearWeight kv_b;
+      Tensor q, q_full;
+      ops::MlaDims dims;
+    };
+    auto s = std::make_shared<S>();
+    s->kv_b_host = bf16_linear(c.rng, m.heads * (m.nope + m.v), m.latent);
+    s->kv_b = c.o().upload_linear(s->kv_b_host->w, ops::LinearUse::kAttentionKvB);
+    s->q = c.rand({T, m.heads * (m.nope + m.rope)});
+    s->q_full = c.o().empty({T, m.heads * (m.latent + m.rope)});
+    s->dims = {m.heads, m.nope, m.rope, m.v, m.latent, 1.0f};
+    Ops* o = &c.o();
+    return BoundCase{[s, o] { o->mla_absorb_q(s->q, s->kv_b, s->dims, s->q_full); },
+                     [s, o] { return std::vector{f32_out(*o, "q_full", s->q_full)}; }};
+  });
+  // This rank's heads [heads / 4, heads / 2) of an o_lat of all heads.
+  tb.add("mla_up_v", m.family, shape, 1e-4, [m, T](Ctx& c) {
+    struct S {
+      HostLinearPtr kv_b_host;
+      ops::LinearWeight kv_b;
+      Tensor o_lat, out;
+      ops::MlaDims dims;
+    };
+    auto s = std::make_shared<S>();
+    const int64_t mine = std::max<int64_t>(1, m.heads / 4);
+    s->kv_b_host = bf16_linear(c.rng, mine * (m.nope + m.v), m.latent);
+    s->kv_b = c.o().upload_linear(s->kv_b_host->w, ops::LinearUse::kAttentionKvB);
+    s->o_lat = c.rand({T, m.heads * m.latent});
+    s->out = c.o().empty({T, mine * m.v});
+    s->dims = {mine, m.nope, m.rope, m.v, m.latent, 1.0f};
+    Ops* o = &c.o();
+    return BoundCase{[s, o, mine] { o->mla_up_v(s->o_lat, mine, s->kv_b, s->dims, s->out); },
+                     [s, o] { return std::vector{f32_out(*o, "out", s->out)}; }};
+  });
+  // Weighing 3 ranks' partials, some of which saw nothing (lse -inf).
+  tb.add("mla_rank_weigh", m.family, fmt::format("{} tokens, {}h latent {}, 3 ranks", T, m.heads, m.latent), 1e-5,
+         [m, T](Ctx& c) {
+           struct S {
+             Tensor o_lat, lse, lse_all;
+           };
+           auto s = std::make_shared<S>();
+           constexpr int64_t kRanks = 3, kMine = 1;
+           std::vector<float> all = c.rng.values(T * kRanks * m.heads, 4.0f);
+           for (size_t i = 0; i < all.size(); i += 5) all[i] = -std::numeric_limits<float>::infinity();
+           std::vector<float> own(static_cast<size_t>(T * m.heads));
+           for (int64_t t = 0; t < T; ++t)
+             for (int64_t h = 0; h < m.heads; ++h) {
+               // A rank that saw nothing for every rank is not a step the model makes: one stays finite.
+               float& v = all[static_cast<size_t>((t * kRanks + (kMine + 1) % kRanks) * m.heads + h)];
+               if (std::isinf(v)) v = 0.5f;
+               own[static_cast<size_t>(t * m.heads + h)] = all[static_cast<size_t>((t * kRanks + kMine) * m.heads + h)];
+             }
+           s->o_lat = c.rand({T, m.heads * m.latent});
+           s->lse = c.f32({T, m.heads}, own);
+           s->lse_all = c.f32({T, kRanks * m.heads}, all);
+           Ops* o = &c.o();
+           return BoundCase{[s, o] { o->mla_rank_weigh(s->o_lat, s->lse, s->lse_all); },
+                            [s, o] { return std::vector{f32_out(*o, "o_lat", s->o_lat)}; }};
+         });
+}
+
 void add_mla(Table& tb) {
   std::set<std::string> written;  // kv_cache_write and mla_prepare: the cache geometry, once
+  std::set<std::string> sharded_parts;
   for (const MlaCase& m : mla_cases()) {
     const int64_t entry = m.latent + m.rope;
     const std::string geometry =
@@ -1205,6 +1318,7 @@ void add_mla(Table& tb) {
     oc.kernels = KernelFamily::kMla;
     oc.mla = {m.heads, m.latent, m.rope, m.nope, m.v, m.fp8};
     oc.kernel_max_rel_rms = {{"cuda-core", 1e-4}};
+    if (std::string(m.family) != kDsv3.family) add_sharded_mla(tb, m, sharded_parts);
   }
 }
 
@@ -1548,6 +1662,10 @@ const std::vector<std::string>& ops_virtuals() {
                                              "kv_cache_write",
                                              "mla_prepare",
                                              "mla_attention",
+                                             "mla_absorb_q",
+                                             "mla_attend_latent",
+                                             "mla_rank_weigh",
+                                             "mla_up_v",
                                              "moe_route",
                                              "moe_experts",
                                              "moe",

@@ -34,6 +34,14 @@ class CpuOps : public Ops {
   void kv_cache_write(KvLayerView& cache, const core::Tensor& latent, std::span<const AttentionSeq> seqs) override;
   void mla_attention(const core::Tensor& q, const KvLayerView& cache, const LinearWeight& kv_b, const MlaDims& dims,
                      std::span<const AttentionSeq> seqs, core::Tensor& out) override;
+  void mla_absorb_q(const core::Tensor& q, const LinearWeight& kv_b, const MlaDims& dims,
+                    core::Tensor& q_full) override;
+  void mla_attend_latent(const core::Tensor& q_full, const KvLayerView& cache, const MlaDims& dims,
+                         std::span<const AttentionSeq> seqs, bool decode_step, core::Tensor& o_lat,
+                         core::Tensor& lse) override;
+  void mla_rank_weigh(core::Tensor& o_lat, const core::Tensor& lse, const core::Tensor& lse_all) override;
+  void mla_up_v(const core::Tensor& o_lat, int64_t head_begin, const LinearWeight& kv_b, const MlaDims& dims,
+                core::Tensor& out) override;
   void moe_route(const core::Tensor& x, const LinearWeight& gate, const core::Tensor& bias, const RouterConfig& cfg,
                  core::Tensor& ids, core::Tensor& weights) override;
   void moe_experts(const core::Tensor& x, const std::vector<ExpertWeights>& experts, const core::Tensor& ids,

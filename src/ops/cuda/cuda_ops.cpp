@@ -206,6 +206,20 @@ class CudaOps final : public Ops {
                      std::span<const AttentionSeq> seqs, Tensor& out) override {
     cuda::mla_attention(ctx_, q, cache, kv_b, d, seqs, out);
   }
+  void mla_absorb_q(const Tensor& q, const LinearWeight& kv_b, const MlaDims& d, Tensor& q_full) override {
+    cuda::mla_absorb_q(ctx_, q, kv_b, d, q_full);
+  }
+  void mla_attend_latent(const Tensor& q_full, const KvLayerView& cache, const MlaDims& d,
+                         std::span<const AttentionSeq> seqs, bool decode_step, Tensor& o_lat, Tensor& lse) override {
+    cuda::mla_attend_latent(ctx_, q_full, cache, d, seqs, decode_step, o_lat, lse);
+  }
+  void mla_rank_weigh(Tensor& o_lat, const Tensor& lse, const Tensor& lse_all) override {
+    cuda::mla_rank_weigh(ctx_, o_lat, lse, lse_all);
+  }
+  void mla_up_v(const Tensor& o_lat, int64_t head_begin, const LinearWeight& kv_b, const MlaDims& d,
+                Tensor& out) override {
+    cuda::mla_up_v(ctx_, o_lat, head_begin, kv_b, d, out);
+  }
 
   void moe_route(const Tensor& x, const LinearWeight& gate, const Tensor& bias, const RouterConfig& cfg, Tensor& ids,
                  Tensor& weights) override {

@@ -22,5 +22,14 @@ void mla_prepare(CudaContext& ctx, core::Tensor& q, core::Tensor& latent, const 
                  const RopeTables& tables, const MlaDims& d, KvLayerView& cache, std::span<const AttentionSeq> seqs);
 void mla_attention(CudaContext& ctx, const core::Tensor& q, const KvLayerView& cache, const LinearWeight& kv_b,
                    const MlaDims& d, std::span<const AttentionSeq> seqs, core::Tensor& out);
+// The parts of MLA over a cache sharded by position (Ops::mla_absorb_q ... mla_up_v). The attention
+// runs the plan's decode kernel for a decode step, else its kernel for prefill chunks.
+void mla_absorb_q(CudaContext& ctx, const core::Tensor& q, const LinearWeight& kv_b, const MlaDims& d,
+                  core::Tensor& q_full);
+void mla_attend_latent(CudaContext& ctx, const core::Tensor& q_full, const KvLayerView& cache, const MlaDims& d,
+                       std::span<const AttentionSeq> seqs, bool decode_step, core::Tensor& o_lat, core::Tensor& lse);
+void mla_rank_weigh(CudaContext& ctx, core::Tensor& o_lat, const core::Tensor& lse, const core::Tensor& lse_all);
+void mla_up_v(CudaContext& ctx, const core::Tensor& o_lat, int64_t head_begin, const LinearWeight& kv_b,
+              const MlaDims& d, core::Tensor& out);
 
 }  // namespace tessera::ops::cuda

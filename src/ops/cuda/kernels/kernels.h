@@ -138,10 +138,17 @@ constexpr int kMlaMaxSplits = 256;
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
                           MlaKernel kernel = MlaKernel::kKvMajor);
 // `cache` holds `cache_pages` pages of `page` positions (the wgmma kernel's TMA map needs its extent).
+// `lse` (optional, [tokens, heads]): also the log-sum-exp of each token's scaled scores, -inf (and
+// o_lat 0) for a token that sees no position (pos -1: a rank of a sharded cache).
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
                        int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
-                       cudaStream_t s);
+                       cudaStream_t s, float* lse = nullptr);
+// lse[t, h] = m + log l of one split's partials (m, l) [tokens, heads, 2].
+void launch_mla_lse_from_partials(const float* ml_part, int64_t tokens, int64_t heads, float* lse, cudaStream_t s);
+// Ops::mla_rank_weigh: o_lat [tokens, heads, latent] *= exp(lse - log Σ_r exp(lse_all[:, r · heads + h])).
+void launch_mla_rank_weigh(float* o_lat, const float* lse, const float* lse_all, int64_t tokens, int64_t heads,
+                           int64_t ranks, int64_t latent, cudaStream_t s);
 // attention/sm80_mma_heads.cu: writes the per-split partials that launch_mla_attend then combines.
 void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                     const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
@@ -170,9 +177,9 @@ void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
                                       float* ml_part, cudaStream_t s);
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
-// out[t, h * v + j] = W_UV[h, j] · o_lat[t, h].
-void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
-                     int64_t nope, int64_t v, float* out, cudaStream_t s);
+// out[t, h * v + j] = W_UV[h, j] · o_lat[t, h], o_lat's rows o_lat_row floats apart.
+void launch_mla_up_v(const float* o_lat, int64_t o_lat_row, int64_t tokens, int64_t heads, int64_t latent,
+                     const __nv_bfloat16* kv_b, int64_t nope, int64_t v, float* out, cudaStream_t s);
 
 // --- ../runtime/launch.cpp ---
 // An optimisation's off switch for A/B measurements (TESSERA_PDL, TESSERA_GEMV_LOOP,

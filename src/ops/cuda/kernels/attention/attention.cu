@@ -184,8 +184,9 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
 constexpr int kCombineThreads = 128;
 constexpr int kCombineBatch = 8;  // partial loads in flight per thread
 template <int kCols>
-__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const float* o_part, const float* ml_part, int splits,
-                                                                  int tokens, int heads, int latent, float* o_lat) {
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
+                   float* o_lat, float* lse) {
   constexpr int kGroups = kCombineThreads / kCols;
   pdl_wait();                                                 // first: launched with launch_dependent
   __shared__ float f_s[kCombineThreads / 32][kMlaMaxSplits];  // a row per warp
@@ -223,7 +224,10 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const float* o
     den += f * ml.y;
   }
   for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
-  const float inv = 1.0f / den;
+  // A token that sees no position (den = 0: a rank of a sharded cache) gets o = 0, lse = -inf.
+  const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+  if (lse && blockIdx.z == 0 && threadIdx.x == 0)
+    lse[static_cast<int64_t>(t) * heads + h] = den > 0.0f ? M + logf(den) : -INFINITY;
   __syncwarp();  // f_w is complete for every lane of this warp
   float* dst = o_lat + (static_cast<int64_t>(t) * heads + h) * latent;
   if (vec) {
@@ -265,11 +269,11 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const float* o
 }
 
 // One block per (token, head); a warp per output row j of W_UV[h], lanes over the latent.
-__global__ void up_v_kernel(const float* o_lat, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b, int64_t nope,
-                            int64_t v, float* out) {
+__global__ void up_v_kernel(const float* o_lat, int64_t o_lat_row, int64_t heads, int64_t latent,
+                            const __nv_bfloat16* kv_b, int64_t nope, int64_t v, float* out) {
   const int64_t t = blockIdx.x, h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const float* ol = o_lat + (t * heads + h) * latent;
+  const float* ol = o_lat + t * o_lat_row + h * latent;
   for (int64_t j = warp; j < v; j += warps) {
     const __nv_bfloat16* w = kv_b + (h * (nope + v) + nope + j) * latent;
     float acc = 0.0f;
@@ -279,7 +283,46 @@ __global__ void up_v_kernel(const float* o_lat, int64_t heads, int64_t latent, c
   }
 }
 
+// lse[i] = m + log l of the single split's (m, l) (the kernels that normalise their own output with
+// one split); -inf for a token that saw no position.
+__global__ void lse_from_ml_kernel(const float* ml_part, int64_t n, float* lse) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float m = ml_part[2 * i], l = ml_part[2 * i + 1];
+  lse[i] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
+// o_lat[t, h, :] *= exp(lse[t, h] - log Σ_r exp(lse_all[t, r · heads + h])): one block a (t, h).
+__global__ void rank_weigh_kernel(float* o_lat, const float* lse, const float* lse_all, int heads, int ranks,
+                                  int latent) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const float* all = lse_all + t * ranks * heads + h;
+  float m = -INFINITY;
+  for (int r = 0; r < ranks; ++r) m = fmaxf(m, all[r * heads]);
+  const float own = lse[t * heads + h];
+  float f = 0.0f;
+  if (own != -INFINITY) {
+    float sum = 0.0f;
+    for (int r = 0; r < ranks; ++r) sum += expf(all[r * heads] - m);
+    f = expf(own - (m + logf(sum)));
+  }
+  float* o = o_lat + (t * heads + h) * latent;
+  for (int i = static_cast<int>(threadIdx.x); i < latent; i += static_cast<int>(blockDim.x)) o[i] *= f;
+}
+
 }  // namespace
+
+void launch_mla_lse_from_partials(const float* ml_part, int64_t tokens, int64_t heads, float* lse, cudaStream_t s) {
+  const int64_t n = tokens * heads;
+  if (n > 0) launch_plain(lse_from_ml_kernel, dim3(static_cast<unsigned>((n + 255) / 256)), 256, 0, s, ml_part, n, lse);
+}
+
+void launch_mla_rank_weigh(float* o_lat, const float* lse, const float* lse_all, int64_t tokens, int64_t heads,
+                           int64_t ranks, int64_t latent, cudaStream_t s) {
+  if (tokens > 0 && heads > 0)
+    launch_plain(rank_weigh_kernel, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads)), 128, 0, s, o_lat,
+                 lse, lse_all, static_cast<int>(heads), static_cast<int>(ranks), static_cast<int>(latent));
+}
 
 void launch_kv_cache_write(const float* latent, int64_t tokens, int64_t entry, const TokenInfo* info,
                            const int32_t* tables, __nv_bfloat16* cache, int64_t page, cudaStream_t s) {
@@ -358,7 +401,7 @@ void launch_attend_cuda_core(dim3 grid, int heads_per_block, size_t smem, cudaSt
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
                        int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
-                       cudaStream_t s) {
+                       cudaStream_t s, float* lse) {
   if (tokens == 0) return;
   const int64_t entry = latent + rope;
   // With one split the wgmma and KV-major kernels normalise their output and write it in place of
@@ -389,7 +432,10 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
       launch_attend_cuda_core(grid, heads_per_block, smem, s, q_full, heads, latent, rope, info, tables, cache.bf16(),
                               page, scale, 1.0f, o_part, ml_part);
   }
-  if (direct) return;
+  if (direct) {
+    if (lse) launch_mla_lse_from_partials(ml_part, tokens, heads, lse, s);
+    return;
+  }
   // Column blocks by the number of (token, head) pairs: narrow ones when there are very few (batch
   // 1 at 8 or 16 heads; at 64 heads they were slower), whole 512-wide rows when there are thousands (each block is a
   // short chain of loads: 32768 blocks of a quarter row made the batch-128 combine a sixth of the attention time).
@@ -399,18 +445,18 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads),
              static_cast<unsigned>((latent + 4 * cols - 1) / (4 * cols)));
   launch_dependent(combine, cgrid, kCombineThreads, 0, s, o_part, ml_part, static_cast<int>(splits),
-                   static_cast<int>(tokens), static_cast<int>(heads), static_cast<int>(latent), o_lat);
+                   static_cast<int>(tokens), static_cast<int>(heads), static_cast<int>(latent), o_lat, lse);
 }
 
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits) {
   return max_splits * tokens * heads * (latent + 2);
 }
 
-void launch_mla_up_v(const float* o_lat, int64_t tokens, int64_t heads, int64_t latent, const __nv_bfloat16* kv_b,
-                     int64_t nope, int64_t v, float* out, cudaStream_t s) {
+void launch_mla_up_v(const float* o_lat, int64_t o_lat_row, int64_t tokens, int64_t heads, int64_t latent,
+                     const __nv_bfloat16* kv_b, int64_t nope, int64_t v, float* out, cudaStream_t s) {
   if (tokens == 0) return;
   dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads));
-  launch_plain(up_v_kernel, grid, 128, 0, s, o_lat, heads, latent, kv_b, nope, v, out);
+  launch_plain(up_v_kernel, grid, 128, 0, s, o_lat, o_lat_row, heads, latent, kv_b, nope, v, out);
 }
 
 }  // namespace tessera::ops::cuda

@@ -327,7 +327,9 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     for (int e = 0; e < 2; ++e) {
       const int h = h0 + 8 * nt + 2 * c + e;
       if (h >= heads) continue;
-      const float o_scale = (FP8 ? kv_scale : 1.0f) * (direct ? 1.0f / l_s[h - h0] : 1.0f);
+      // (A token that sees no position, l = 0, gets o = 0: a rank of a sharded cache, mla_attend_latent.)
+      const float l = l_s[h - h0];
+      const float o_scale = (FP8 ? kv_scale : 1.0f) * (direct ? (l > 0.0f ? 1.0f / l : 0.0f) : 1.0f);
       float* dst = o_part + ((static_cast<int64_t>(split) * tokens + t) * heads + h) * LAT + warp * L::kLatPerWarp;
 #pragma unroll
       for (int mi = 0; mi < L::kMTiles; ++mi) {

@@ -419,8 +419,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (direct) {
     __syncthreads();  // warpgroup 1 has read the last tile's alpha
     if (wg == 0 && c == 0) {
-      alpha_s[r0] = 1.0f / l_run[0];
-      alpha_s[r1] = 1.0f / l_run[1];
+      // A token that sees no position (a rank of a sharded cache, mla_attend_latent) gets o = 0.
+      alpha_s[r0] = l_run[0] > 0.0f ? 1.0f / l_run[0] : 0.0f;
+      alpha_s[r1] = l_run[1] > 0.0f ? 1.0f / l_run[1] : 0.0f;
     }
     __syncthreads();
     norm0 = alpha_s[r0];
