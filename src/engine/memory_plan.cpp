@@ -64,7 +64,10 @@ uint64_t device_kv_budget(const DeviceMemoryUse& use, double utilization) {
 }
 
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
-  TESSERA_CHECK(in.bytes_per_token > 0 && in.page_size > 0, "memory plan: bytes per token and page size must be set");
+  TESSERA_CHECK(in.bytes_per_token > 0 && in.page_size > 0 && in.kv_shards >= 1,
+                "memory plan: bytes per token, page size and KV shards must be set");
+  // Token counts go by the positions a page covers; bytes by what a rank stores of it.
+  const int64_t page_tokens = in.page_size * in.kv_shards;
   MemoryPlan plan;
   if (in.kv_cache_bytes) {
     plan.kv_bytes = *in.kv_cache_bytes;
@@ -76,7 +79,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                                 ? in.max_position_embeddings
                                 : std::strtoll(in.max_model_len.c_str(), nullptr, 10);
     if (in.max_num_seqs > 0 && longest > 0) {
-      const uint64_t pages_per_seq = static_cast<uint64_t>((longest + in.page_size - 1) / in.page_size);
+      const uint64_t pages_per_seq = static_cast<uint64_t>((longest + page_tokens - 1) / page_tokens);
       const uint64_t cap = static_cast<uint64_t>(in.max_num_seqs) * pages_per_seq * in.bytes_per_token *
                            static_cast<uint64_t>(in.page_size);
       if (plan.kv_bytes > cap) {
@@ -93,8 +96,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   plan.num_pages = static_cast<int64_t>(plan.kv_bytes / page_bytes);
   TESSERA_CHECK(plan.num_pages > 0,
                 "KV cache of {} bytes ({}) holds no page of {} tokens ({} bytes); raise --kv-cache-bytes",
-                plan.kv_bytes, plan.kv_bytes_source, in.page_size, page_bytes);
-  plan.token_capacity = plan.num_pages * in.page_size;
+                plan.kv_bytes, plan.kv_bytes_source, page_tokens, page_bytes);
+  plan.page_tokens = page_tokens;
+  plan.token_capacity = plan.num_pages * page_tokens;
   const int64_t model_max = in.max_position_embeddings > 0 ? in.max_position_embeddings : plan.token_capacity;
   if (in.max_model_len.empty() || in.max_model_len == "auto") {
     plan.max_model_len = std::min(plan.token_capacity, model_max);
@@ -111,8 +115,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     TESSERA_CHECK(v <= plan.token_capacity,
                   "--max-model-len {} does not fit the KV cache: {} bytes hold {} tokens ({} pages of {}); raise "
                   "--kv-cache-bytes to at least {} bytes or lower --max-model-len",
-                  v, plan.kv_bytes, plan.token_capacity, plan.num_pages, in.page_size,
-                  static_cast<uint64_t>((v + in.page_size - 1) / in.page_size) * page_bytes);
+                  v, plan.kv_bytes, plan.token_capacity, plan.num_pages, page_tokens,
+                  static_cast<uint64_t>((v + page_tokens - 1) / page_tokens) * page_bytes);
     plan.max_model_len = v;
     plan.max_model_len_source = "--max-model-len";
   }

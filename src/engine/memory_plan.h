@@ -11,7 +11,7 @@
 namespace tessera::engine {
 
 struct MemoryPlanInput {
-  std::optional<uint64_t> kv_cache_bytes;   // --kv-cache-bytes; wins over the fraction
+  std::optional<uint64_t> kv_cache_bytes;   // --kv-cache-bytes (per rank); wins over the fraction
   std::optional<uint64_t> kv_budget_bytes;  // a GPU backend's KV budget (device_kv_budget)
   std::string kv_budget_source;             // where the budget came from, for the plan's wording
   // With the pool sized from the device: no more pages than max_num_seqs sequences of the longest
@@ -19,7 +19,11 @@ struct MemoryPlanInput {
   int64_t max_num_seqs = 0;
   uint64_t default_kv_cache_bytes = 256ull << 20;  // CPU default when neither applies
   uint64_t bytes_per_token = 0;                    // KvCache::bytes_per_token for this model/dtype
-  int64_t page_size = 64;
+  int64_t page_size = 64;                          // positions of a page in one rank's storage
+  // Ranks a token's KV is spread over (a cache sharded by position, model/kv_shard.h): the pool's
+  // bytes are each rank's, and a page of page_size x kv_shards positions takes page_size x
+  // bytes_per_token on every rank, so the same bytes hold kv_shards times the tokens.
+  int64_t kv_shards = 1;
   int64_t max_position_embeddings = 0;
   std::string max_model_len = "auto";  // --max-model-len: "auto" or a number of tokens
 };
@@ -28,7 +32,8 @@ struct MemoryPlan {
   uint64_t kv_bytes = 0;
   std::string kv_bytes_source;  // "--kv-cache-bytes", the device budget's source, "default"
   int64_t num_pages = 0;
-  int64_t token_capacity = 0;  // num_pages * page_size
+  int64_t page_tokens = 0;     // positions a page covers (page_size x kv_shards)
+  int64_t token_capacity = 0;  // num_pages * page_tokens
   int64_t max_model_len = 0;
   std::string max_model_len_source;
   std::string describe() const;

@@ -62,6 +62,8 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
   in.bytes_per_token =
       model::KvCache::bytes_per_token(cfg.num_hidden_layers, cfg.kv_cache_entry_dim(), p.model.kv_cache.dtype);
   in.page_size = model::kKvPageSize;
+  // Tensor-parallel ranks shard the cache by position (model/kv_shard.h): the pool is each rank's.
+  in.kv_shards = std::max(1, s.tensor_parallel_size);
   in.max_position_embeddings = cfg.max_position_embeddings;
   in.max_model_len = s.max_model_len;
   in.max_num_seqs = s.max_num_seqs;
@@ -141,21 +143,28 @@ std::vector<std::string> RuntimePlan::lines() const {
     if (!memory_budget.empty()) add("memory", memory_budget);
   }
   for (auto& line : kernel_lines(backend)) out.push_back(std::move(line));
+  const uint64_t token_bytes =
+      model::KvCache::bytes_per_token(cfg.num_hidden_layers, cfg.kv_cache_entry_dim(), model.kv_cache.dtype);
   if (memory.num_pages > 0) {
-    add("kv pool",
-        fmt::format(
-            "{} ({}), {} bytes per token: {} pages of {} = {} tokens", gib(memory.kv_bytes), memory.kv_bytes_source,
-            model::KvCache::bytes_per_token(cfg.num_hidden_layers, cfg.kv_cache_entry_dim(), model.kv_cache.dtype),
-            memory.num_pages, model::kKvPageSize, memory.token_capacity));
+    if (tensor_parallel_size > 1) {
+      const int n = tensor_parallel_size;
+      add("kv pool", fmt::format("{} on each of {} ranks ({}), sharded by position: a rank stores {} of every "
+                                 "{}-token page ({} bytes per token on the rank that holds it): {} pages = {} tokens",
+                                 gib(memory.kv_bytes), n, memory.kv_bytes_source, model::kKvPageSize,
+                                 memory.page_tokens, token_bytes, memory.num_pages, memory.token_capacity));
+    } else {
+      add("kv pool", fmt::format("{} ({}), {} bytes per token: {} pages of {} = {} tokens", gib(memory.kv_bytes),
+                                 memory.kv_bytes_source, token_bytes, memory.num_pages, memory.page_tokens,
+                                 memory.token_capacity));
+    }
     add("max context", fmt::format("{} ({})", memory.max_model_len, memory.max_model_len_source));
   }
   if (tensor_parallel_size > 1) {
     const int n = tensor_parallel_size;
     add("parallel", fmt::format("{} ranks (threads of this process), each with {} of {} attention heads, {}-{} of {} "
-                                "routed experts, 1/{} of the MLP columns and of lm_head; the KV pool above on every "
-                                "rank",
+                                "routed experts, 1/{} of the MLP columns and of lm_head and 1/{} of the KV cache",
                                 n, cfg.num_attention_heads / n, cfg.num_attention_heads, cfg.n_routed_experts / n,
-                                (cfg.n_routed_experts + n - 1) / n, cfg.n_routed_experts, n));
+                                (cfg.n_routed_experts + n - 1) / n, cfg.n_routed_experts, n, n));
   }
   add("engine", fmt::format("{} tokens and {} sequences a step, prefix caching {}", engine.max_num_batched_tokens,
                             engine.max_num_seqs, engine.enable_prefix_caching ? "on" : "off"));

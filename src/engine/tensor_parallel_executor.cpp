@@ -8,9 +8,11 @@
 
 namespace tessera::engine {
 
-TensorParallelExecutor::TensorParallelExecutor(model::LoadedRanks& ranks, int64_t num_pages) : ranks_(ranks) {
+TensorParallelExecutor::TensorParallelExecutor(model::LoadedRanks& ranks, int64_t num_pages, model::RankKvLayout layout)
+    : ranks_(ranks) {
   TESSERA_CHECK(!ranks_.ranks.empty(), "tensor-parallel executor: no ranks");
-  for (int r = 0; r < static_cast<int>(ranks_.ranks.size()); ++r) caches_.push_back(ranks_.make_kv_cache(r, num_pages));
+  for (int r = 0; r < static_cast<int>(ranks_.ranks.size()); ++r)
+    caches_.push_back(ranks_.make_kv_cache(r, num_pages, layout));
 }
 
 core::Tensor TensorParallelExecutor::execute(const model::StepBatch& batch) {

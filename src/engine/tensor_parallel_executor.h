@@ -13,8 +13,10 @@ namespace tessera::engine {
 
 class TensorParallelExecutor final : public Executor {
  public:
-  // `ranks` must outlive the executor; each rank gets a KV cache of num_pages pages.
-  TensorParallelExecutor(model::LoadedRanks& ranks, int64_t num_pages);
+  // `ranks` must outlive the executor; each rank gets a KV cache of num_pages pages (sharded by
+  // position unless `layout` says otherwise: then a page covers layout.stored_page_size x ranks
+  // positions, and the engine's page_size() is that).
+  TensorParallelExecutor(model::LoadedRanks& ranks, int64_t num_pages, model::RankKvLayout layout = {});
   const io::ModelConfig& config() const override { return ranks_.config; }
   int64_t num_pages() const override { return caches_.front().num_pages(); }
   int64_t page_size() const override { return caches_.front().page_size(); }

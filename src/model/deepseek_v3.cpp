@@ -1,6 +1,7 @@
 #include "model/deepseek_v3.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "model/weight_staging.h"
@@ -63,7 +64,8 @@ ops::RopeTables DeepseekV3Model::rope_tables(ops::Ops& o, const StepBatch& batch
 }
 
 void DeepseekV3Model::attention(ops::Ops& o, int64_t layer, const Tensor& h, const ops::RopeTables& rope,
-                                std::span<const ops::AttentionSeq> seqs, KvCache& cache, Tensor& out) {
+                                std::span<const ops::AttentionSeq> seqs, const ShardedStep* sharded, KvCache& cache,
+                                Tensor& out) {
   const auto& A = w_.layers[static_cast<size_t>(layer)].attn;
   const int64_t T = h.dim(0), N = local_heads_, dq = cfg_.qk_head_dim();
   const int64_t Lkv = cfg_.kv_lora_rank, dr = cfg_.qk_rope_head_dim;
@@ -79,12 +81,46 @@ void DeepseekV3Model::attention(ops::Ops& o, int64_t layer, const Tensor& h, con
     o.linear_pair(h, *A.q, q, A.kv_a, kv);
   }
   ops::MlaDims dims{N, cfg_.qk_nope_head_dim, dr, cfg_.v_head_dim, Lkv, static_cast<float>(cfg_.softmax_scale())};
-  // q's rope rotated; kv normalised and rotated in place, then written to the cache.
-  o.mla_prepare(q, kv, A.kv_a_norm, static_cast<float>(cfg_.latent_norm_eps), rope, dims, cache.layer(layer), seqs);
   Tensor attn = o.empty({T, N * cfg_.v_head_dim});
-  o.mla_attention(q, cache.layer(layer), A.kv_b, dims, seqs, attn);
+  if (sharded) {
+    sharded_attention(o, layer, q, kv, dims, rope, *sharded, cache, attn);
+  } else {
+    // q's rope rotated; kv normalised and rotated in place, then written to the cache.
+    o.mla_prepare(q, kv, A.kv_a_norm, static_cast<float>(cfg_.latent_norm_eps), rope, dims, cache.layer(layer), seqs);
+    o.mla_attention(q, cache.layer(layer), A.kv_b, dims, seqs, attn);
+  }
   o.linear(attn, A.o, out);
   all_reduce(o, out);
+}
+
+void DeepseekV3Model::sharded_attention(ops::Ops& o, int64_t layer, Tensor& q, Tensor& kv, const ops::MlaDims& dims,
+                                        const ops::RopeTables& rope, const ShardedStep& st, KvCache& cache,
+                                        Tensor& out) {
+  const auto& A = w_.layers[static_cast<size_t>(layer)].attn;
+  const int64_t T = q.dim(0), H = cfg_.num_attention_heads, entry = dims.latent + dims.rope;
+  ops::KvLayerView& kv_layer = cache.layer(layer);
+  // mla_prepare's steps, but only the rows this rank stores are written to its cache.
+  o.rope_inplace(q, rope, dims.nope, dims.nope + dims.rope, dims.heads);
+  o.rms_norm(kv, A.kv_a_norm, static_cast<float>(cfg_.latent_norm_eps), kv);
+  o.rope_inplace(kv, rope, dims.latent, dims.rope, 1);
+  if (!st.held_rows.empty()) {
+    Tensor held = o.empty({static_cast<int64_t>(st.held_rows.size()), entry});
+    o.gather_rows(kv, st.held_rows, held);
+    o.kv_cache_write(kv_layer, held, st.writes);
+  }
+  // Every head's absorbed query, attended over this rank's positions.
+  Tensor q_mine = o.empty({T, dims.heads * entry}), q_all = o.empty({T, H * entry});
+  o.mla_absorb_q(q, A.kv_b, dims, q_mine);
+  comm_->all_gather_cols(o, q_mine, q_all);
+  ops::MlaDims all = dims;
+  all.heads = H;
+  Tensor o_lat = o.empty({T, H * dims.latent}), lse = o.empty({T, H}), lse_all = o.empty({T, tp_.size * H});
+  o.mla_attend_latent(q_all, kv_layer, all, st.attends, st.decode_step, o_lat, lse);
+  // The ranks' partials, each weighed by its share of the softmax, summed: attention over all positions.
+  comm_->all_gather_cols(o, lse, lse_all);
+  o.mla_rank_weigh(o_lat, lse, lse_all);
+  comm_->all_reduce_sum(o, o_lat);
+  o.mla_up_v(o_lat, tp_.range(H).first, A.kv_b, dims, out);
 }
 
 void DeepseekV3Model::all_reduce(ops::Ops& o, Tensor& x) {
@@ -111,6 +147,10 @@ void DeepseekV3Model::step_sequences(const StepBatch& batch, const KvCache& cach
   TESSERA_CHECK(T > 0, "forward: empty step");
   TESSERA_CHECK(cache.num_layers() == cfg_.num_hidden_layers && cache.entry_dim() == cfg_.kv_cache_entry_dim(),
                 "forward: KV cache shape does not match the model");
+  const KvShard shard = cache.shard();
+  TESSERA_CHECK(!shard.sharded() || (comm_ && shard.size == tp_.size && shard.rank == tp_.rank),
+                "forward: a KV cache sharded as rank {} of {} on rank {} of {}", shard.rank, shard.size, tp_.rank,
+                tp_.size);
   int64_t begin = 0;
   for (const auto& s : batch.seqs) {
     TESSERA_CHECK(s.num_tokens >= 1, "forward: a sequence with no new tokens");
@@ -163,13 +203,15 @@ Tensor DeepseekV3Model::run_layers(ops::Ops& o, const StepBatch& batch, std::spa
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   // Each residual add is fused with the norm that follows it (the next layer's input norm).
   if (cfg_.num_hidden_layers > 0) o.rms_norm(x, w_.layers[0].input_norm, eps, h);
+  std::optional<ShardedStep> sharded;
+  if (cache.shard().sharded()) sharded = shard_step(seqs, cache.stored_page_size(), cache.shard());
   // Step boundaries (Ops::step_boundary) after each attention and each MLP: where a backend
   // replaying a recorded step may start what it has checked so far. (Not after the embedding: its
   // few µs of GPU work would not cover the next part's check, and each boundary costs launches.)
   for (int64_t l = 0; l < layers; ++l) {
     const auto& L = w_.layers[static_cast<size_t>(l)];
     if (before_layer && l > 0) before_layer(l);
-    attention(o, l, h, rope, seqs, cache, y);
+    attention(o, l, h, rope, seqs, sharded ? &*sharded : nullptr, cache, y);
     o.step_boundary();
     o.add_rms_norm(x, y, L.post_attention_norm, eps, h);
     feed_forward(o, l, h, y);

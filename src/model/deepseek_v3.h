@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/deepseek_v3_weights.h"
+#include "model/kv_shard.h"
 #include "model/model.h"
 #include "model/tensor_parallel.h"
 #include "ops/comm/communicator.h"
@@ -41,8 +42,14 @@ class DeepseekV3Model final : public Model {
                               const LayerHook& before_layer);
 
  private:
+  // `sharded`: this rank's part of the step when the cache is sharded by position (else null).
   void attention(ops::Ops& o, int64_t layer, const core::Tensor& h, const ops::RopeTables& rope,
-                 std::span<const ops::AttentionSeq> seqs, KvCache& cache, core::Tensor& out);
+                 std::span<const ops::AttentionSeq> seqs, const ShardedStep* sharded, KvCache& cache,
+                 core::Tensor& out);
+  // MLA over a cache sharded by position (kv_shard.h): q and kv as attention() computed them (q's
+  // rope not yet rotated, kv not yet normalised); out [T, this rank's heads x v].
+  void sharded_attention(ops::Ops& o, int64_t layer, core::Tensor& q, core::Tensor& kv, const ops::MlaDims& dims,
+                         const ops::RopeTables& rope, const ShardedStep& st, KvCache& cache, core::Tensor& out);
   void feed_forward(ops::Ops& o, int64_t layer, const core::Tensor& h, core::Tensor& out);
   // The attention sequences of `batch` (checked against the cache) and the rows whose logits it wants.
   void step_sequences(const StepBatch& batch, const KvCache& cache, std::vector<ops::AttentionSeq>& seqs,

@@ -9,9 +9,11 @@
 namespace tessera::model {
 
 KvCache::KvCache(ops::Ops& ops, int64_t num_layers, int64_t num_pages, int64_t entry_dim, core::KvCacheDtype dtype,
-                 int64_t page_size, const std::vector<float>& layer_scales)
-    : num_pages_(num_pages), entry_dim_(entry_dim), page_size_(page_size), dtype_(dtype) {
+                 int64_t page_size, const std::vector<float>& layer_scales, KvShard shard)
+    : num_pages_(num_pages), entry_dim_(entry_dim), page_size_(page_size), shard_(shard), dtype_(dtype) {
   TESSERA_CHECK(num_pages > 0 && page_size > 0, "KV cache needs at least one page");
+  TESSERA_CHECK(shard.size >= 1 && shard.rank >= 0 && shard.rank < shard.size, "KV cache: shard {} of {}", shard.rank,
+                shard.size);
   TESSERA_CHECK(layer_scales.empty() || static_cast<int64_t>(layer_scales.size()) == num_layers,
                 "KV cache: {} layer scales for {} layers", layer_scales.size(), num_layers);
   for (int64_t l = 0; l < num_layers; ++l) {

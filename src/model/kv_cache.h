@@ -15,17 +15,30 @@ namespace tessera::model {
 
 inline constexpr int64_t kKvPageSize = 64;
 
+// A cache sharded by position over the `size` ranks of a tensor-parallel group (model/kv_shard.h):
+// this rank's part. size 1: the whole cache.
+struct KvShard {
+  int rank = 0, size = 1;
+  bool sharded() const { return size > 1; }
+};
+
 class KvCache {
  public:
   // Storage comes from the backend (`ops`), so pages live where the kernels run. `layer_scales`:
   // one fp8 scale per layer (positive, finite), or empty for 1.0 everywhere; caches of other
-  // dtypes keep 1.0 whatever is given.
+  // dtypes keep 1.0 whatever is given. `page_size`: positions a page of this cache stores. A
+  // sharded cache's page is one rank's part of a page of page_size x shard.size positions (the
+  // page the engine allocates), the same page index on every rank.
   KvCache(ops::Ops& ops, int64_t num_layers, int64_t num_pages, int64_t entry_dim, core::KvCacheDtype dtype,
-          int64_t page_size = kKvPageSize, const std::vector<float>& layer_scales = {});
+          int64_t page_size = kKvPageSize, const std::vector<float>& layer_scales = {}, KvShard shard = {});
 
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   int64_t num_pages() const { return num_pages_; }
-  int64_t page_size() const { return page_size_; }
+  // Positions of one page across the shard: what a block-table entry covers.
+  int64_t page_size() const { return page_size_ * shard_.size; }
+  // Positions of one page in this rank's storage (ops::KvLayerView::page_size).
+  int64_t stored_page_size() const { return page_size_; }
+  KvShard shard() const { return shard_; }
   int64_t entry_dim() const { return entry_dim_; }
   core::KvCacheDtype dtype() const { return dtype_; }
   ops::KvLayerView& layer(int64_t l) { return layers_.at(static_cast<size_t>(l)); }
@@ -34,6 +47,7 @@ class KvCache {
 
  private:
   int64_t num_pages_, entry_dim_, page_size_;
+  KvShard shard_;
   core::KvCacheDtype dtype_;
   std::vector<ops::KvLayerView> layers_;
 };

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/kv_shard.h"
 #include "model/tensor_parallel.h"
 
 namespace tessera::model {
@@ -212,7 +213,8 @@ ModelWeights synthetic_weights(const io::ModelConfig& c, ops::Ops& ops, const Ra
 }
 
 DecodeLayerBytes decode_layer_bytes(const io::ModelConfig& c, int64_t batch, int64_t context,
-                                    double kv_bytes_per_element, SyntheticFormat format, TensorParallel tp) {
+                                    double kv_bytes_per_element, SyntheticFormat format, TensorParallel tp,
+                                    KvShard kv) {
   check_tensor_parallel(c, tp.size);
   auto part = [&](int64_t n) {
     const auto [b, e] = tp.range(n);
@@ -238,7 +240,7 @@ DecodeLayerBytes decode_layer_bytes(const io::ModelConfig& c, int64_t batch, int
   b.expected_experts = static_cast<double>(held) * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
   b.routed_experts = expert * b.expected_experts;
   b.kv = kv_bytes_per_element * static_cast<double>(c.kv_cache_entry_dim()) * static_cast<double>(batch) *
-         static_cast<double>(context + 1);
+         static_cast<double>(shard_positions_held(context + 1, kKvPageSize, kv));
   return b;
 }
 

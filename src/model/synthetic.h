@@ -9,6 +9,7 @@
 
 #include "io/model_config.h"
 #include "model/deepseek_v3_weights.h"
+#include "model/kv_cache.h"
 #include "model/tensor_parallel.h"
 #include "ops/ops.h"
 
@@ -55,10 +56,10 @@ struct DecodeLayerBytes {
   double total() const { return attention_weights + router + shared_expert + routed_experts + kv; }
 };
 // With tp.size > 1: what rank tp.rank reads (its share of the split weights, the replicated ones
-// whole, the routed experts it holds that the batch touches, the whole KV cache: it is not sharded
-// across ranks yet).
+// whole, the routed experts it holds that the batch touches) and of the KV cache, its part of a
+// cache sharded by `kv` (pages of kKvPageSize stored positions), else all of it.
 DecodeLayerBytes decode_layer_bytes(const io::ModelConfig& cfg, int64_t batch, int64_t context,
                                     double kv_bytes_per_element, SyntheticFormat format = SyntheticFormat::kBf16,
-                                    TensorParallel tp = {});
+                                    TensorParallel tp = {}, KvShard kv = {});
 
 }  // namespace tessera::model

@@ -96,9 +96,11 @@ ModelWeights shard_weights(const ModelWeights& w, const io::ModelConfig& cfg, Te
   return s;
 }
 
-KvCache LoadedRanks::make_kv_cache(int rank, int64_t num_pages) const {
+KvCache LoadedRanks::make_kv_cache(int rank, int64_t num_pages, RankKvLayout layout) const {
+  const int size = static_cast<int>(ranks.size());
+  const KvShard shard = layout.sharded ? KvShard{rank, size} : KvShard{};
   return KvCache(ranks.at(static_cast<size_t>(rank))->ops(), config.num_hidden_layers, num_pages,
-                 config.kv_cache_entry_dim(), kv_cache.dtype, kKvPageSize, kv_scales);
+                 config.kv_cache_entry_dim(), kv_cache.dtype, layout.stored_page_size, kv_scales, shard);
 }
 
 LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string& device, RankDevices where) {

@@ -6,7 +6,7 @@
 //              ranks 0-3 hold two); the shared expert and dense MLPs split by intermediate columns
 //              (rows of gate / up, columns of down); one all-reduce after the block.
 //   lm_head:   split over the vocabulary, the logits all-gathered. The embedding is on every rank.
-// The KV cache is still whole on every rank (sharding it by position is the next step).
+//   KV cache:  sharded by position (kv_shard.h): each rank stores 1/size of every sequence's latent.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +40,12 @@ void check_tensor_parallel(const io::ModelConfig& config, int size);
 // (ops::ExpertWeights::held() is false).
 ModelWeights shard_weights(const ModelWeights& w, const io::ModelConfig& config, TensorParallel tp);
 
+// How the ranks' KV caches are laid out.
+struct RankKvLayout {
+  bool sharded = true;                     // by position (kv_shard.h); false: the whole cache on every rank
+  int64_t stored_page_size = kKvPageSize;  // positions of a page in a rank's storage
+};
+
 // The ranks of one model, each with its own backend, weight shard and communicator, over one
 // mapped checkpoint.
 struct LoadedRanks {
@@ -51,8 +57,9 @@ struct LoadedRanks {
   std::vector<std::unique_ptr<ops::Communicator>> comms;
   std::vector<std::unique_ptr<Model>> ranks;
 
-  // A KV cache of num_pages pages on rank r's backend.
-  KvCache make_kv_cache(int rank, int64_t num_pages) const;
+  // Rank r's KV cache of num_pages pages on its backend (with a sharded layout, an engine page
+  // covers stored_page_size x ranks positions).
+  KvCache make_kv_cache(int rank, int64_t num_pages, RankKvLayout layout = {}) const;
 };
 
 // Where the ranks of load_model_ranks compute.

@@ -59,6 +59,12 @@ TEST(Plan, TensorParallelSizeIsPlannedOrRefusedNamingHeadsAndRanks) {
   EXPECT_NE(out.find("8 ranks (threads of this process), each with 1 of 8 attention heads, 1-2 of 12 routed experts"),
             std::string::npos)
       << out;
+  // The KV cache sharded by position: 1 MiB on each rank holds 8 times one rank's 1792 tokens.
+  EXPECT_NE(out.find("1.00 MiB on each of 8 ranks (--kv-cache-bytes), sharded by position: a rank stores 64 of every "
+                     "512-token page"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("28 pages = 14336 tokens"), std::string::npos) << out;
   out = test::tessera("plan --model " + dir + " --tensor-parallel-size 3", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("8 attention heads do not split evenly over 3 ranks"), std::string::npos) << out;

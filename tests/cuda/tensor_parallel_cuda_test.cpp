@@ -1,9 +1,10 @@
 // Tensor parallelism with CUDA ranks that share the one GPU through the in-process communicator
 // (issue 17): each fixture split over 2 and 4 ranks (and 8 on the 8-head ones: 12 experts on 8
 // ranks) gives prompt logits within the bf16 noise floor of transformers' fp32 reference, as one
-// CUDA rank does, and close to that one rank. This runs the sharded weights (split heads, experts
-// held by one rank each, split MLP columns, vocabulary-split lm_head) through the CUDA kernels
-// without several GPUs. Skips itself without a GPU.
+// CUDA rank does, and close to that one rank; so do decode steps after the prompt. This runs the
+// sharded weights (split heads, experts held by one rank each, split MLP columns, vocabulary-split
+// lm_head) and the KV cache sharded by position (and, for comparison, whole on every rank) through
+// the CUDA kernels without several GPUs. Skips itself without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -25,30 +26,48 @@ namespace {
 
 constexpr int64_t kPages = 16;  // 1024 tokens: the longest fixture prompt is 700
 
-// Logits of every position of `prompt`, prefilled as one sequence in pages 0, 1, ...
+// The block table of one sequence: pages 0, 1, ..., kPages - 1.
+std::vector<int32_t> all_pages() {
+  std::vector<int32_t> t(kPages);
+  for (int32_t p = 0; p < kPages; ++p) t[static_cast<size_t>(p)] = p;
+  return t;
+}
+
+// Logits of every position of `prompt`, prefilled as one sequence.
 std::vector<float> prompt_logits(engine::Executor& ex, const std::vector<int32_t>& prompt) {
   model::StepBatch b;
   b.token_ids = prompt;
   model::SequenceStep s;
   s.num_tokens = static_cast<int64_t>(prompt.size());
-  for (int32_t p = 0; p * 64 < s.num_tokens; ++p) s.block_table.push_back(p);
+  s.block_table = all_pages();
   s.all_logits = true;
   b.seqs.push_back(s);
+  return ex.sampling_ops().to_host_f32(ex.execute(b));
+}
+
+// The logits of one decode step of `token` at position `pos` of that sequence.
+std::vector<float> decode_logits(engine::Executor& ex, int32_t token, int64_t pos) {
+  model::StepBatch b;
+  b.token_ids = {token};
+  b.seqs.push_back({pos, 1, all_pages(), false});
   return ex.sampling_ops().to_host_f32(ex.execute(b));
 }
 
 struct Case {
   std::string fixture;
   int size;
+  bool kv_sharded = true;
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture << " on " << c.size << " ranks"; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.fixture << " on " << c.size << " ranks, KV cache " << (c.kv_sharded ? "sharded" : "whole");
+}
 
 class CudaTensorParallelTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaTensorParallelTest, RanksSharingTheGpuStayWithinTheBf16Floor) {
   if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
-  const auto& [fixture, size] = GetParam();
+  const auto& [fixture, size, kv_sharded] = GetParam();
   const auto dir = test::fixtures_dir() / "models" / fixture;
   auto golden = io::SafetensorsFile::open(dir / "golden.safetensors");
   const auto meta = nlohmann::json::parse(test::read_file(dir / "golden.json"));
@@ -61,7 +80,7 @@ TEST_P(CudaTensorParallelTest, RanksSharingTheGpuStayWithinTheBf16Floor) {
   engine::LocalExecutor single(*one.model, one.make_kv_cache(kPages));
   model::LoadedRanks ranks = model::load_model_ranks(plan, size, "cuda", model::RankDevices::kShareOneGpu);
   ASSERT_EQ(ranks.ranks.size(), static_cast<size_t>(size));
-  engine::TensorParallelExecutor sharded(ranks, kPages);
+  engine::TensorParallelExecutor sharded(ranks, kPages, {kv_sharded, model::kKvPageSize});
   for (const auto& p : meta["prompts"]) {
     const int i = p["index"];
     SCOPED_TRACE("prompt " + std::to_string(i));
@@ -104,16 +123,29 @@ TEST_P(CudaTensorParallelTest, RanksSharingTheGpuStayWithinTheBf16Floor) {
     EXPECT_LE(tp_err, 1.5 * floor);
     // Two bf16 engines, each within the floor of the reference, are within twice it of each other.
     EXPECT_LE(apart, 3.0 * floor);
+    // Decode steps after the prompt (one rank's greedy tokens fed to both): on the decode kernels,
+    // over a cache that each rank holds part of.
+    std::vector<float> last(a.end() - V, a.end());
+    for (int k = 0; k < 4; ++k) {
+      const auto token = static_cast<int32_t>(test::argmax_row(last.data(), V));
+      const int64_t pos = static_cast<int64_t>(prompt.size()) + k;
+      const auto da = decode_logits(single, token, pos), db = decode_logits(sharded, token, pos);
+      const double d = test::rel_rms(db, da);
+      std::printf("    decode step %d (position %lld): %.4g from one rank\n", k, static_cast<long long>(pos), d);
+      EXPECT_LE(d, 3.0 * floor) << "decode step " << k;
+      last = da;
+    }
   }
 }
 
 std::vector<Case> cases() {
-  return {{"dsv3-tiny", 2},    {"dsv3-tiny", 4},           {"dsv3-tiny-fp8", 4},
-          {"kimi-k2-tiny", 8}, {"kimi-k25-tiny-nvfp4", 2}, {"kimi-k25-tiny-nvfp4", 8}};
+  return {{"dsv3-tiny", 2},           {"dsv3-tiny", 4},           {"dsv3-tiny-fp8", 4},       {"kimi-k2-tiny", 8},
+          {"kimi-k25-tiny-nvfp4", 2}, {"kimi-k25-tiny-nvfp4", 8}, {"kimi-k2-tiny", 8, false}, {"dsv3-tiny", 4, false}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTensorParallelTest, ::testing::ValuesIn(cases()), [](const auto& info) {
-  return test::fixture_test_name(info.param.fixture) + "_tp" + std::to_string(info.param.size);
+  return test::fixture_test_name(info.param.fixture) + "_tp" + std::to_string(info.param.size) +
+         (info.param.kv_sharded ? "_kv_sharded" : "_kv_whole");
 });
 
 }  // namespace

@@ -33,6 +33,30 @@ TEST(MemoryPlan, AutoLengthIsWhatOneSequenceCanHoldCappedByTheModel) {
   EXPECT_EQ(plan_memory(in).num_pages, 10);
 }
 
+// A cache sharded by position over 4 ranks: the same bytes on each rank hold 4 times the tokens,
+// in pages of 4 x 64 positions.
+TEST(MemoryPlan, ShardedCacheHoldsTheTokensOfEveryRanksBytes) {
+  MemoryPlanInput in;
+  in.bytes_per_token = 1000;
+  in.page_size = 64;
+  in.kv_shards = 4;
+  in.max_position_embeddings = 100000;
+  in.kv_cache_bytes = 64000 * 10 + 5;  // 10 pages of 64 stored positions on each rank
+  MemoryPlan p = plan_memory(in);
+  EXPECT_EQ(p.num_pages, 10);
+  EXPECT_EQ(p.page_tokens, 256);
+  EXPECT_EQ(p.token_capacity, 2560);
+  EXPECT_EQ(p.max_model_len, 2560);
+  in.max_model_len = "2561";
+  try {
+    plan_memory(in);
+    FAIL() << "2561 tokens accepted";
+  } catch (const core::Error& e) {
+    // 2561 tokens need 11 pages of 256 positions: 11 x 64 x 1000 bytes on each rank.
+    EXPECT_NE(std::string(e.what()).find("704000"), std::string::npos) << e.what();
+  }
+}
+
 TEST(MemoryPlan, ExplicitLengthThatCannotFitNamesBothNumbersAndTheFlag) {
   MemoryPlanInput in;
   in.bytes_per_token = 1000;

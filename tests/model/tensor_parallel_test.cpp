@@ -1,10 +1,12 @@
 // Tensor parallelism on the CPU backend, ranks as threads (issue 17): every size that divides the
 // heads gives the logits of one rank (within 1e-5 rel_rms) and the same greedy tokens, on every
-// fixture (12 experts on 8 ranks for the Kimi ones); a size that does not divide the heads is
-// refused before any weight is read. And the in-process communicator itself.
+// fixture (12 experts on 8 ranks for the Kimi ones), with the KV cache sharded by position over the
+// ranks (and whole on every rank); a size that does not divide the heads is refused before any
+// weight is read. And the in-process communicator itself.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <numeric>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -21,7 +23,7 @@
 namespace tessera {
 namespace {
 
-constexpr int64_t kPages = 4;
+constexpr int64_t kPages = 16;
 
 model::ModelPlan plan_of(const std::string& fixture) {
   model::LoadOptions lo;
@@ -32,36 +34,47 @@ model::ModelPlan plan_of(const std::string& fixture) {
 
 const std::vector<int32_t> kPrompt = {1, 17, 230, 45, 901, 12, 7, 333, 64, 5, 818, 29};
 
-// Logits of every prompt position, then of six decode steps fed with the greedy token.
+// Logits of every prompt position, then of six decode steps fed with the greedy token (one
+// sequence over pages 0 .. kPages - 1).
 std::vector<float> step_logits(engine::Executor& ex, int64_t vocab) {
   auto& o = ex.sampling_ops();
+  std::vector<int32_t> table(kPages);
+  std::iota(table.begin(), table.end(), 0);
   model::StepBatch prefill;
   prefill.token_ids = kPrompt;
-  prefill.seqs.push_back({0, static_cast<int64_t>(kPrompt.size()), {0}, true});
+  prefill.seqs.push_back({0, static_cast<int64_t>(kPrompt.size()), table, true});
   std::vector<float> all = o.to_host_f32(ex.execute(prefill));
   int64_t pos = static_cast<int64_t>(kPrompt.size());
   for (int k = 0; k < 6; ++k, ++pos) {
     const float* last = all.data() + all.size() - vocab;
     model::StepBatch decode;
     decode.token_ids = {static_cast<int32_t>(test::argmax_row(last, vocab))};
-    decode.seqs.push_back({pos, 1, {0}, false});
+    decode.seqs.push_back({pos, 1, table, false});
     const auto row = o.to_host_f32(ex.execute(decode));
     all.insert(all.end(), row.begin(), row.end());
   }
   return all;
 }
 
+// The KV cache sharded by position with pages of 2 stored positions, so that the 18 positions of
+// step_logits (and the 24 of the engine run) are spread over every rank, or whole on every rank.
+constexpr model::RankKvLayout kSharded{true, 2};
+constexpr model::RankKvLayout kReplicated{false, model::kKvPageSize};
+
 struct Case {
   std::string fixture;
   int size;
+  model::RankKvLayout kv = kSharded;
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture << " on " << c.size << " ranks"; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.fixture << " on " << c.size << " ranks, KV cache " << (c.kv.sharded ? "sharded" : "whole on every rank");
+}
 
 class TensorParallelTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TensorParallelTest, MatchesOneRank) {
-  const auto& [fixture, size] = GetParam();
+  const auto& [fixture, size, kv] = GetParam();
   const model::ModelPlan plan = plan_of(fixture);
   const int64_t V = plan.config.vocab_size;
   model::LoadedModel one = model::load_model(plan, ops::make_backend("cpu"));
@@ -70,7 +83,8 @@ TEST_P(TensorParallelTest, MatchesOneRank) {
 
   model::LoadedRanks ranks = model::load_model_ranks(plan, size);
   ASSERT_EQ(ranks.ranks.size(), static_cast<size_t>(size));
-  engine::TensorParallelExecutor sharded(ranks, kPages);
+  engine::TensorParallelExecutor sharded(ranks, kPages, kv);
+  EXPECT_EQ(sharded.page_size(), kv.sharded ? kv.stored_page_size * size : kv.stored_page_size);
   const auto got = step_logits(sharded, V);
   ASSERT_EQ(got.size(), ref.size());
   const double err = test::rel_rms(got, ref);
@@ -83,21 +97,34 @@ TEST_P(TensorParallelTest, MatchesOneRank) {
   const auto req = test::greedy_request(kPrompt, 12);
   const auto a = test::run_engine(one, req, {}, kPages);
   model::LoadedRanks again = model::load_model_ranks(plan, size);
-  const auto b = test::run_engine(std::make_unique<engine::TensorParallelExecutor>(again, kPages), req);
+  const auto b = test::run_engine(std::make_unique<engine::TensorParallelExecutor>(again, kPages, kv), req);
   ASSERT_EQ(a.tokens.size(), 12u);
   EXPECT_EQ(b.tokens, a.tokens);
 }
 
 // Every size that divides the heads: the DeepSeek-V3 fixtures have 4, the Kimi ones 8
-// (HeadCountsOfTheFixtures checks it).
+// (HeadCountsOfTheFixtures checks it). The sharded cache on all; the whole cache on a few.
 std::vector<Case> cases() {
-  return {{"dsv3-tiny", 2},           {"dsv3-tiny", 4},          {"dsv3-tiny-fp8", 2}, {"dsv3-tiny-fp8", 4},
-          {"kimi-k2-tiny", 2},        {"kimi-k2-tiny", 4},       {"kimi-k2-tiny", 8},  {"kimi-k25-tiny-nvfp4", 2},
-          {"kimi-k25-tiny-nvfp4", 4}, {"kimi-k25-tiny-nvfp4", 8}};
+  return {{"dsv3-tiny", 2},
+          {"dsv3-tiny", 4},
+          {"dsv3-tiny-fp8", 2},
+          {"dsv3-tiny-fp8", 4},
+          {"kimi-k2-tiny", 2},
+          {"kimi-k2-tiny", 4},
+          {"kimi-k2-tiny", 8},
+          {"kimi-k25-tiny-nvfp4", 2},
+          {"kimi-k25-tiny-nvfp4", 4},
+          {"kimi-k25-tiny-nvfp4", 8},
+          {"dsv3-tiny", 4, kReplicated},
+          {"kimi-k2-tiny", 8, kReplicated},
+          // Pages of 64 stored positions: the prompt is all on rank 0, the other ranks see nothing.
+          {"kimi-k25-tiny-nvfp4", 8, {true, model::kKvPageSize}}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest, ::testing::ValuesIn(cases()), [](const auto& info) {
-  return test::fixture_test_name(info.param.fixture) + "_tp" + std::to_string(info.param.size);
+  const Case& c = info.param;
+  return test::fixture_test_name(c.fixture) + "_tp" + std::to_string(c.size) +
+         (c.kv.sharded ? "_kv_sharded_page" + std::to_string(c.kv.stored_page_size) : "_kv_whole");
 });
 
 TEST(TensorParallel, HeadCountsOfTheFixtures) {
