@@ -16,6 +16,7 @@
 #include "model/deepseek_v3.h"
 #include "model/deepseek_v3_weights.h"
 #include "model/kv_cache.h"
+#include "model/kv_shard.h"
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "ops/backend.h"
@@ -43,6 +44,7 @@ struct DecodeArgs {
   bool trace = false;                   // one more step per batch size, its kernels on the device clock
   bool enforce_eager = false;           // CUDA: no decode-step graphs
   int tensor_parallel_size = 1;         // > 1: rank 0's share of the split, timed alone
+  bool kv_cache_whole = false;          // with tensor_parallel_size > 1: the rank holds the whole KV cache
 };
 
 using Clock = std::chrono::steady_clock;
@@ -164,6 +166,8 @@ int run(const DecodeArgs& args) {
   model::check_tensor_parallel(model::synthetic_config(a.preset, 1), tp.size);
   ops::LoneRankCommunicator lone(tp.rank, tp.size);
   ops::Communicator* comm = tp.size > 1 ? &lone : nullptr;
+  // The rank's part of the KV cache sharded by position (model/kv_shard.h), unless --kv-cache-whole.
+  const model::KvShard shard = tp.size > 1 && !a.kv_cache_whole ? model::KvShard{tp.rank, tp.size} : model::KvShard{};
 
   std::unique_ptr<ops::Ops> backend = ops::make_backend(a.device, a.kernels, a.enforce_eager);
   // No checkpoint, so no hint: an explicit --kv-cache-dtype or the backend's default.
@@ -208,23 +212,37 @@ int run(const DecodeArgs& args) {
   model::DeepseekV3Model m(cfg, std::move(weights), std::move(backend), nullptr, tp, comm);
   ops::Ops& o = m.ops();
   const int64_t max_tokens = a.context + 2 + a.steps + 1;
-  const int64_t pages_per_seq = model::pages_for_tokens(max_tokens);
-  model::KvCache cache(o, layers, max_batch * pages_per_seq, cfg.kv_cache_entry_dim(), kv_dtype);
+  const int64_t pages_per_seq = model::pages_for_tokens(max_tokens, model::kKvPageSize * shard.size);
+  model::KvCache cache(o, layers, max_batch * pages_per_seq, cfg.kv_cache_entry_dim(), kv_dtype, model::kKvPageSize, {},
+                       shard);
   fmt::print(
       "model        synthetic {} with {} MoE layers of the real shapes (hidden {}, {} experts, {} active + {} "
       "shared, {} heads), random weights in {}: {}\n",
       a.preset, layers, cfg.hidden_size, cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.n_shared_experts,
       cfg.num_attention_heads, model::synthetic_format_name(format), core::human_bytes(m.weight_bytes()));
-  fmt::print("kv cache     {} pages of {} ({}), context {} per sequence\n", cache.num_pages(), cache.page_size(),
-             core::kv_cache_dtype_name(kv_dtype), a.context);
+  if (shard.sharded()) {
+    fmt::print(
+        "kv cache     rank {} of {}: {} pages of {} of every {} positions ({}), context {} per sequence, {} of "
+        "it on this rank\n",
+        shard.rank, shard.size, cache.num_pages(), cache.stored_page_size(), cache.page_size(),
+        core::kv_cache_dtype_name(kv_dtype), a.context,
+        model::shard_positions_held(a.context, cache.stored_page_size(), shard));
+  } else {
+    fmt::print("kv cache     {} pages of {} ({}), context {} per sequence\n", cache.num_pages(), cache.page_size(),
+               core::kv_cache_dtype_name(kv_dtype), a.context);
+  }
   if (tp.size > 1) {
     int64_t held = 0;
     for (int64_t e = 0; e < cfg.n_routed_experts; ++e) held += tp.holds_expert(e) ? 1 : 0;
     fmt::print(
         "tensor       rank 0 of {} timed alone: {} of {} heads, {} of {} routed experts, 1/{} of the shared expert "
-        "and lm_head; the KV cache whole on the rank (not sharded yet); the all-reduces after attention and MoE "
-        "are not run (add their latency for a step's time)\n",
-        tp.size, cfg.num_attention_heads / tp.size, cfg.num_attention_heads, held, cfg.n_routed_experts, tp.size);
+        "and lm_head; {}; the collectives are not run (add their latency for a step's time: {})\n",
+        tp.size, cfg.num_attention_heads / tp.size, cfg.num_attention_heads, held, cfg.n_routed_experts, tp.size,
+        shard.sharded() ? "its part of the KV cache sharded by position, attended for all heads"
+                        : "the KV cache whole on the rank (--kv-cache-whole)",
+        shard.sharded() ? "all-gathers of the absorbed queries and of the log-sum-exps, all-reduces of the "
+                          "attention's latent outputs, after o_proj and after the MoE"
+                        : "all-reduces after o_proj and after the MoE");
   }
   // A 1-layer twin on the same first-layer weights (shared, not copied) with a backend and a cache
   // of its own: the per-layer slope (step - twin's step) / (layers - 1) is free of what every step
@@ -240,7 +258,7 @@ int run(const DecodeArgs& args) {
                                                       ops::make_backend(a.device, a.kernels, a.enforce_eager), nullptr,
                                                       tp, comm);
       twin_cache = std::make_unique<model::KvCache>(twin->ops(), 1, max_batch * pages_per_seq, cfg.kv_cache_entry_dim(),
-                                                    kv_dtype);
+                                                    kv_dtype, model::kKvPageSize, std::vector<float>{}, shard);
       fmt::print("slope        against a 1-layer twin on the same weights\n");
     } catch (const core::Error& e) {
       twin.reset();
@@ -274,7 +292,7 @@ int run(const DecodeArgs& args) {
       model::SequenceStep seq;
       seq.start_pos = a.context + s;
       seq.num_tokens = 1;
-      for (int64_t p = 0; p < model::pages_for_tokens(seq.start_pos + 1); ++p)
+      for (int64_t p = 0; p < model::pages_for_tokens(seq.start_pos + 1, cache.page_size()); ++p)
         seq.block_table.push_back(static_cast<int32_t>(i * pages_per_seq + p));
       step.seqs.push_back(std::move(seq));
       step.token_ids.push_back(token(rng));
@@ -289,12 +307,14 @@ int run(const DecodeArgs& args) {
     for (int s = 0; s < 2 + a.steps; ++s) {
       const model::StepBatch step = make_step(batch, s);
       const double dt = timed([&] { (void)m.forward(step, cache); });
-      // The part of the step that is not a layer: final norm + lm_head.
+      // The part of the step that is not a layer: final norm + lm_head (+ the logits' all-gather).
       core::Tensor x = o.empty({batch, cfg.hidden_size}), normed = o.empty({batch, cfg.hidden_size});
       core::Tensor head_logits = o.empty({batch, w.lm_head.out});  // a rank's share of the vocabulary
+      core::Tensor all_logits = comm ? o.empty({batch, cfg.vocab_size}) : core::Tensor{};
       const double dh = timed([&] {
         o.rms_norm(x, w.final_norm, static_cast<float>(cfg.rms_norm_eps), normed);
         o.linear(normed, w.lm_head, head_logits);
+        if (comm) comm->all_gather_cols(o, head_logits, all_logits);
       });
       const double d1 = twin ? timed([&] { (void)twin->forward(step, *twin_cache); }) : 0.0;
       if (s >= 2) {
@@ -306,7 +326,7 @@ int run(const DecodeArgs& args) {
     const double step = median(step_s), head = median(head_s);
     const double layer = std::max(0.0, step - head) / static_cast<double>(layers);
     const model::DecodeLayerBytes bytes = model::decode_layer_bytes(
-        cfg, batch, a.context, static_cast<double>(model::KvCache::bytes_per_token(1, 1, kv_dtype)), format, tp);
+        cfg, batch, a.context, static_cast<double>(model::KvCache::bytes_per_token(1, 1, kv_dtype)), format, tp, shard);
     const double floor = bytes.total() / bandwidth;  // the copy moves read + write bytes at this rate
     fmt::print("{:>6} {:>10.3f} {:>10.3f} {:>11.1f} {:>11.1f} {:>7.0f}% {:>9.1f} {:>12.1f}", batch, step * 1e3,
                head * 1e3, layer * 1e6, floor * 1e6, 100.0 * floor / layer, bytes.expected_experts,
@@ -380,9 +400,13 @@ CommandRegistration reg{
                     "CUDA: launch each step's kernels one by one instead of replaying a CUDA graph");
        app.add_option("--tensor-parallel-size", a->tensor_parallel_size,
                       "time one rank's share of a split over this many GPUs (rank 0: its heads, routed experts, "
-                      "shared-expert columns, the KV cache whole), the collectives not run; must divide the heads")
+                      "shared-expert columns, its part of the KV cache sharded by position), the collectives not "
+                      "run; must divide the heads")
            ->capture_default_str()
            ->check(CLI::PositiveNumber);
+       app.add_flag("--kv-cache-whole", a->kv_cache_whole,
+                    "with --tensor-parallel-size: the rank holds the whole KV cache instead of its part (the layout "
+                    "before the KV cache was sharded, for comparison)");
        app.add_flag("--trace", a->trace,
                     "after each batch size, one more step with its kernels' device start and end times (CUDA: "
                     "loads the toolkit's CUPTI library)");

@@ -138,6 +138,12 @@ TEST(BenchDecode, BytesFloorOfOneTensorParallelRank) {
   EXPECT_NEAR(r.expected_experts, 48.0 * 8 / 384, 1e-9);
   EXPECT_NEAR(r.routed_experts, r.expected_experts * 3 * 7168 * 2048 * (0.5 + 1.0 / 16), 1.0);
   EXPECT_DOUBLE_EQ(r.kv, 576.0 * 2 * 101);
+  // Its part of the cache sharded by position over the 8 ranks: of 101 positions the first 64 (its
+  // first page); of 8193, 1024 + position 8192.
+  EXPECT_DOUBLE_EQ(model::decode_layer_bytes(cfg, 1, 100, 2, model::SyntheticFormat::kNvfp4, tp, {0, 8}).kv,
+                   576.0 * 2 * 64);
+  EXPECT_DOUBLE_EQ(model::decode_layer_bytes(cfg, 3, 8192, 2, model::SyntheticFormat::kNvfp4, tp, {0, 8}).kv,
+                   576.0 * 2 * 3 * 1025);
   // 12 experts over 4 ranks: rank 3 holds experts 3, 7 and 11; over 2 ranks rank 0 holds six.
   auto small = model::synthetic_config("tiny", 1);
   small.n_routed_experts = 12;
@@ -193,6 +199,15 @@ TEST(BenchDecode, OneTensorParallelRankIsTimedAlone) {
   EXPECT_NE(out.find("rank 0 of 2 timed alone: 2 of 4 heads, 8 of 16 routed experts"), std::string::npos) << out;
   // Batch 1 touches 4 of 16 experts; rank 0 holds half of them.
   EXPECT_NE(out.find(" 2.0 "), std::string::npos) << out;
+  // Its part of the cache sharded by position: of 70 positions, the first 64 (the second run of 64 is rank 1's).
+  EXPECT_NE(out.find("kv cache     rank 0 of 2: "), std::string::npos) << out;
+  EXPECT_NE(out.find("context 70 per sequence, 64 of it on this rank"), std::string::npos) << out;
+  out = tessera(
+      "bench decode --synthetic tiny --device cpu --layers 2 --batch 1 --context 70 --steps 2 --tensor-parallel-size 2 "
+      "--kv-cache-whole",
+      &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("the KV cache whole on the rank (--kv-cache-whole)"), std::string::npos) << out;
   out = tessera("bench decode --synthetic tiny --device cpu --tensor-parallel-size 3", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--tensor-parallel-size 3: the model's 4 attention heads"), std::string::npos) << out;
