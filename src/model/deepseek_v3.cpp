@@ -99,15 +99,8 @@ void DeepseekV3Model::sharded_attention(ops::Ops& o, int64_t layer, Tensor& q, T
   const auto& A = w_.layers[static_cast<size_t>(layer)].attn;
   const int64_t T = q.dim(0), H = cfg_.num_attention_heads, entry = dims.latent + dims.rope;
   ops::KvLayerView& kv_layer = cache.layer(layer);
-  // mla_prepare's steps, but only the rows this rank stores are written to its cache.
-  o.rope_inplace(q, rope, dims.nope, dims.nope + dims.rope, dims.heads);
-  o.rms_norm(kv, A.kv_a_norm, static_cast<float>(cfg_.latent_norm_eps), kv);
-  o.rope_inplace(kv, rope, dims.latent, dims.rope, 1);
-  if (!st.held_rows.empty()) {
-    Tensor held = o.empty({static_cast<int64_t>(st.held_rows.size()), entry});
-    o.gather_rows(kv, st.held_rows, held);
-    o.kv_cache_write(kv_layer, held, st.writes);
-  }
+  // q's rope rotated, kv normalised and rotated; only the rows this rank stores are written.
+  o.mla_prepare(q, kv, A.kv_a_norm, static_cast<float>(cfg_.latent_norm_eps), rope, dims, kv_layer, st.writes);
   // Every head's absorbed query, attended over this rank's positions.
   Tensor q_mine = o.empty({T, dims.heads * entry}), q_all = o.empty({T, H * entry});
   o.mla_absorb_q(q, A.kv_b, dims, q_mine);

@@ -22,23 +22,21 @@ ShardedStep shard_step(std::span<const ops::AttentionSeq> seqs, int64_t page, Kv
   for (size_t i = 0; i < seqs.size(); ++i) {
     const ops::AttentionSeq& s = seqs[i];
     if (s.num_tokens != 1) st.decode_step = false;
-    bool extends = false;  // whether the next held row continues this sequence's last write
     for (int64_t k = 0; k < s.num_tokens; ++k) {
       const int64_t row = s.token_begin + k, pos = s.start_pos + k;
       st.attends.push_back({row, 1, shard_positions_held(pos + 1, page, shard) - 1, s.block_table});
-      if (shard_owner(pos, page, shard.size) != shard.rank) {
-        extends = false;
-        continue;
-      }
-      const int64_t local = shard_local_position(pos, page, shard.size);
-      const auto gathered = static_cast<int64_t>(st.held_rows.size());
-      st.held_rows.push_back(row);
-      if (extends && st.writes.back().start_pos + st.writes.back().num_tokens == local) {
-        ++st.writes.back().num_tokens;
+      const bool held = shard_owner(pos, page, shard.size) == shard.rank;
+      const int64_t local = held ? shard_local_position(pos, page, shard.size) : 0;
+      // A row continues the last write when it is of the same sequence, held or not as it, and
+      // (held) at the next local position.
+      ops::AttentionSeq* last = k > 0 ? &st.writes.back() : nullptr;
+      if (last && !held && last->block_table.empty()) {
+        ++last->num_tokens;
+      } else if (last && held && !last->block_table.empty() && last->start_pos + last->num_tokens == local) {
+        ++last->num_tokens;
       } else {
-        st.writes.push_back({gathered, 1, local, s.block_table});
+        st.writes.push_back({row, 1, local, held ? s.block_table : std::span<const int32_t>{}});
       }
-      extends = true;
     }
   }
   return st;

@@ -37,8 +37,10 @@ int64_t shard_positions_held(int64_t n, int64_t page, KvShard shard);
 // What one rank does with a step's sequences (AttentionSeq, over engine pages of page x size
 // positions). The block-table spans point into the step's sequences, which must outlive this.
 struct ShardedStep {
-  std::vector<int64_t> held_rows;          // rows of the step whose latent this rank stores, in order
-  std::vector<ops::AttentionSeq> writes;   // kv_cache_write of the held rows gathered in that order
+  // The cache writes of the step's rows (Ops::mla_prepare / kv_cache_write), in row order: runs of
+  // rows this rank stores at their local positions, and runs it does not store, with an empty block
+  // table.
+  std::vector<ops::AttentionSeq> writes;
   std::vector<ops::AttentionSeq> attends;  // one per row of the step: the local positions it sees
                                            // (mla_attend_latent; start_pos -1 when none)
   bool decode_step = true;                 // every sequence has one new token

@@ -75,7 +75,7 @@ void read_entry(DType dtype, const uint8_t* base, int64_t row, int64_t entry, fl
 std::vector<int64_t> written_rows(std::span<const AttentionSeq> seqs, int64_t page_size) {
   std::vector<int64_t> rows;
   for (const auto& s : seqs)
-    for (int64_t p = s.start_pos; p < s.start_pos + s.num_tokens; ++p)
+    for (int64_t p = s.start_pos; !s.block_table.empty() && p < s.start_pos + s.num_tokens; ++p)
       rows.push_back(s.block_table[static_cast<size_t>(p / page_size)] * page_size + p % page_size);
   return rows;
 }

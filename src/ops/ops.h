@@ -222,7 +222,9 @@ class Ops {
   virtual void rope_inplace(core::Tensor& x, const RopeTables& tables, int64_t col_begin, int64_t col_stride,
                             int64_t count) = 0;
 
-  // Writes each new token's [c_kv | k_pe] (rows of `latent` [T, entry_dim]) to its cache slot.
+  // Writes each new token's [c_kv | k_pe] (rows of `latent` [T, entry_dim]) to its cache slot. The
+  // tokens of a sequence with an empty block table are not written (in a cache sharded by position,
+  // model/kv_shard.h, another rank stores them).
   virtual void kv_cache_write(KvLayerView& cache, const core::Tensor& latent, std::span<const AttentionSeq> seqs) = 0;
 
   // The rest of an MLA layer's inputs, as these ops in sequence (a backend may run them as one

@@ -167,6 +167,7 @@ void CpuOps::kv_cache_write(KvLayerView& cache, const Tensor& latent, std::span<
                 entry);
   const bool fp8 = kv_is_fp8(cache, "kv_cache_write");
   for (const auto& s : seqs) {
+    if (s.block_table.empty()) continue;  // stored by another rank
     for (int64_t i = 0; i < s.num_tokens; ++i) {
       const int64_t pos = s.start_pos + i;
       const size_t block = static_cast<size_t>(pos / page);

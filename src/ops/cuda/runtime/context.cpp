@@ -237,6 +237,12 @@ StepMeta CudaContext::upload_meta(std::span<const AttentionSeq> seqs, int64_t pa
   for (size_t i = 0; i < seqs.size(); ++i) {
     const AttentionSeq& s = seqs[i];
     const int32_t offset = static_cast<int32_t>(i * stride);
+    if (s.block_table.empty()) {
+      // Tokens this cache does not hold (another rank's part of a sharded cache): position -1,
+      // which the write kernels skip.
+      for (int64_t t = 0; t < s.num_tokens; ++t) info.push_back({-1, offset});
+      continue;
+    }
     TESSERA_CHECK(static_cast<int64_t>(s.block_table.size()) * page >= s.start_pos + s.num_tokens,
                   "attention: block table of {} pages cannot hold {} tokens", s.block_table.size(),
                   s.start_pos + s.num_tokens);

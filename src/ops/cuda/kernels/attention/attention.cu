@@ -20,7 +20,9 @@ __global__ void kv_cache_write_kernel(const float* latent, int64_t entry, const 
                                       CacheT* cache, int64_t page, float scale) {
   pdl_wait();  // first: launched with launch_dependent
   const int64_t t = blockIdx.x;
-  CacheT* dst = cache + kv_slot_offset(info, tables, t, page, entry);
+  const int64_t slot = kv_slot_offset(info, tables, t, page, entry);
+  if (slot < 0) return;  // another rank stores it
+  CacheT* dst = cache + slot;
   for (int64_t i = threadIdx.x; i < entry; i += blockDim.x) store_kv(dst + i, latent[t * entry + i], scale);
 }
 

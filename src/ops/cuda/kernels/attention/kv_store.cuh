@@ -12,9 +12,12 @@
 namespace tessera::ops::cuda {
 
 // Element offset of token t's entry: its position's page from the sequence's block table.
+// -1 for a token at position -1: one this cache does not hold (another rank's part of a sharded
+// cache), which is not written.
 __device__ inline int64_t kv_slot_offset(const TokenInfo* info, const int32_t* tables, int64_t t, int64_t page,
                                          int64_t entry) {
   const TokenInfo ti = info[t];
+  if (ti.pos < 0) return -1;
   const int64_t page_id = tables[ti.table_offset + ti.pos / page];
   return (page_id * page + ti.pos % page) * entry;
 }

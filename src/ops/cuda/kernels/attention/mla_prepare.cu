@@ -41,7 +41,10 @@ __global__ void __launch_bounds__(kThreads) mla_prepare_kernel(MlaPrepareArgs a,
   }
   const int entry = a.latent + a.rope;
   float* row = a.kv + t * entry;
-  CacheT* dst = cache + kv_slot_offset(a.info, a.tables, t, a.page, entry);
+  // A token another rank stores (slot -1) is normalised and rotated but not written.
+  const int64_t slot = kv_slot_offset(a.info, a.tables, t, a.page, entry);
+  const bool store = slot >= 0;
+  CacheT* dst = cache + (store ? slot : 0);
   // c_kv and its norm weights in registers (kPerThread a thread covers latent <= 1024), all loads
   // issued before the first store: the stores might alias them, for all the compiler knows.
   constexpr int kPerThread = 4;
@@ -61,19 +64,21 @@ __global__ void __launch_bounds__(kThreads) mla_prepare_kernel(MlaPrepareArgs a,
     if (i < a.latent) {
       const float y = v[j] * inv * w[j];
       row[i] = y;
-      store_kv(dst + i, y, a.scale);
+      if (store) store_kv(dst + i, y, a.scale);
     }
   }
   for (int i = threadIdx.x + kPerThread * kThreads; i < a.latent; i += kThreads) {
     const float y = row[i] * inv * a.norm_weight[i];
     row[i] = y;
-    store_kv(dst + i, y, a.scale);
+    if (store) store_kv(dst + i, y, a.scale);
   }
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     float* p = row + a.latent + 2 * i;
     rotate_pair(p, cos[i], sin[i]);
-    store_kv(dst + a.latent + 2 * i, p[0], a.scale);
-    store_kv(dst + a.latent + 2 * i + 1, p[1], a.scale);
+    if (store) {
+      store_kv(dst + a.latent + 2 * i, p[0], a.scale);
+      store_kv(dst + a.latent + 2 * i + 1, p[1], a.scale);
+    }
   }
 }
 
