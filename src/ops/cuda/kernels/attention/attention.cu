@@ -354,7 +354,10 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   // grid leaves a quarter of the GPU idle), else the best fill, with at least two tiles a split,
   // eight for the wgmma kernel: its partials are 128 KB a split (64 heads x 512 fp32), a fifth of
   // the cache bytes of 512 positions, and at batch 1 and 32k context 64 splits of 512 took 37.6 us
-  // against 44.5 us for 128 of 256 (`tessera bench kernels`, H200). Only counts that
+  // against 44.5 us for 128 of 256 (`tessera bench kernels`, H200). Short contexts relax that floor
+  // so that at least 16 splits may run: at batch 1, 64 heads (the heads of a rank of a sharded KV
+  // cache) and 1024 positions, the eight-tile floor left one block reading the whole context, 42 us.
+  // Only counts that
   // launch_mla_attend realises are candidates: it rounds each split up to whole tiles, so 63
   // splits of 8192 positions would run as 43 splits of 192 (27 us at batch 1 against 23 us for 64
   // splits of 128, `tessera bench kernels`).
@@ -368,7 +371,7 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   while (octave * 2 <= max_visible) octave *= 2;
   const int64_t step = std::max<int64_t>(tile, octave / 8);
   const int64_t visible = (max_visible + step - 1) / step * step;
-  const int64_t min_tiles = wgmma ? 8 : 2;
+  const int64_t min_tiles = wgmma ? std::clamp<int64_t>(visible / (16 * tile), 1, 8) : 2;
   const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMlaMaxSplits, visible / (min_tiles * tile)));
   int64_t best = 1;
   double best_fill = 0;
