@@ -28,9 +28,10 @@ struct GenerateArgs {
   bool json = false;
   bool ignore_eos = false;
   int64_t prefill_chunk = 0;
-  int tensor_parallel_size = 1;         // ranks as threads (CPU backend)
-  std::string kv_cache_bytes;           // as for serve; empty: the GPU budget or the CPU default
-  double gpu_memory_utilization = 0.9;  // as for serve
+  int tensor_parallel_size = 1;            // ranks as threads (CPU backend)
+  std::string kv_cache_sharding = "auto";  // as for serve
+  std::string kv_cache_bytes;              // as for serve; empty: the GPU budget or the CPU default
+  double gpu_memory_utilization = 0.9;     // as for serve
 };
 
 using Clock = std::chrono::steady_clock;
@@ -55,6 +56,7 @@ engine::EngineSettings settings_for(const GenerateArgs& a, int64_t prompt_tokens
   s.prefix_caching = false;
   s.gpu_memory_utilization = a.gpu_memory_utilization;
   s.tensor_parallel_size = a.tensor_parallel_size;
+  s.kv_cache_sharding = a.kv_cache_sharding;
   return s;
 }
 
@@ -169,7 +171,7 @@ CommandRegistration reg{
                       "prefill in chunks of this many tokens: the engine's tokens per step "
                       "(0 = the whole prompt in one step)")
            ->check(CLI::NonNegativeNumber);
-       add_tensor_parallel_option(app, a->tensor_parallel_size);
+       add_tensor_parallel_option(app, a->tensor_parallel_size, a->kv_cache_sharding);
        app.add_option("--kv-cache-bytes", a->kv_cache_bytes,
                       "KV cache pool size, as for serve (default: the GPU budget, or 256MiB on "
                       "CPU); it must hold the prompt + --max-tokens");

@@ -25,16 +25,22 @@ void EngineOptions::add_to(CLI::App& app) {
                  "activations, KV cache); the KV cache gets what the rest leaves")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 1.0));
-  add_tensor_parallel_option(app, tensor_parallel_size);
+  add_tensor_parallel_option(app, tensor_parallel_size, kv_cache_sharding);
 }
 
-void add_tensor_parallel_option(CLI::App& app, int& size) {
+void add_tensor_parallel_option(CLI::App& app, int& size, std::string& kv_cache_sharding) {
   app.add_option("--tensor-parallel-size", size,
                  "split the model over this many ranks: attention heads, routed experts and MLP columns; must "
                  "divide the attention heads. Ranks are threads of this process on the CPU backend (ranks on GPUs: "
                  "not in serve and generate yet; bench decode times one rank's share)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--kv-cache-sharding", kv_cache_sharding,
+                 "with several ranks: position (each rank stores 1/N of every sequence's KV cache: N times the "
+                 "tokens, three more collectives per attention), none (the whole cache on every rank), or auto "
+                 "(none when one sequence of --max-model-len fits the whole cache, else position)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "position", "none"}));
 }
 
 engine::EngineSettings EngineOptions::settings() const {
@@ -46,6 +52,7 @@ engine::EngineSettings EngineOptions::settings() const {
   s.prefix_caching = !no_prefix_caching;
   s.gpu_memory_utilization = gpu_memory_utilization;
   s.tensor_parallel_size = tensor_parallel_size;
+  s.kv_cache_sharding = kv_cache_sharding;
   return s;
 }
 

@@ -19,13 +19,14 @@ struct EngineOptions {
   bool no_prefix_caching = false;
   double gpu_memory_utilization = 0.9;  // fraction of the device memory for the whole process (GPU backends)
   int tensor_parallel_size = 1;
+  std::string kv_cache_sharding = "auto";
 
   void add_to(CLI::App& app);
   engine::EngineSettings settings() const;
 };
 
-// --tensor-parallel-size, as serve, plan and generate take it.
-void add_tensor_parallel_option(CLI::App& app, int& size);
+// --tensor-parallel-size and --kv-cache-sharding, as serve, plan and generate take them.
+void add_tensor_parallel_option(CLI::App& app, int& size, std::string& kv_cache_sharding);
 
 // The plan for the checkpoint in `dir` on `backend`, logged line by line; throws core::Error with its
 // problems when it cannot run (nothing has been loaded yet).

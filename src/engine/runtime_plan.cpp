@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -15,6 +16,45 @@ namespace tessera::engine {
 
 namespace {
 std::string gib(uint64_t b) { return core::human_bytes(b); }
+// The KV pool of `in` with the ranks' cache sharded by position or whole on every rank, as
+// --kv-cache-sharding says (auto: whole when that holds one sequence of the longest allowed length,
+// which spares each layer's attention three collectives; else sharded, N times the tokens). Sets
+// p.kv_sharded and its reason; throws as plan_memory does.
+MemoryPlan plan_kv_sharding(MemoryPlanInput in, const EngineSettings& s, RuntimePlan& p) {
+  const int n = s.tensor_parallel_size;
+  const std::string& choice = s.kv_cache_sharding;
+  TESSERA_CHECK(choice == "auto" || choice == "position" || choice == "none",
+                "--kv-cache-sharding '{}': expected auto, position or none", choice);
+  if (n <= 1) return plan_memory(in);
+  MemoryPlanInput sharded = in;
+  sharded.kv_shards = n;
+  if (choice != "auto") {
+    p.kv_sharded = choice == "position";
+    p.kv_sharding_reason = fmt::format("--kv-cache-sharding {}", choice);
+    return plan_memory(p.kv_sharded ? sharded : in);
+  }
+  const bool auto_length = in.max_model_len.empty() || in.max_model_len == "auto";
+  const int64_t longest =
+      auto_length ? in.max_position_embeddings : std::strtoll(in.max_model_len.c_str(), nullptr, 10);
+  MemoryPlanInput any_length = in;  // the whole cache's capacity, whatever --max-model-len asks
+  any_length.max_model_len = "auto";
+  const int64_t whole_tokens = plan_memory(any_length).token_capacity;
+  if (longest <= whole_tokens) {
+    p.kv_sharding_reason = fmt::format(
+        "auto: none, the whole cache on every rank holds {} tokens, so a {}-token sequence fits (no KV collectives "
+        "in the attention; --kv-cache-sharding position would hold {} times the tokens)",
+        whole_tokens, longest, n);
+    return plan_memory(in);
+  }
+  p.kv_sharded = true;
+  MemoryPlan m = plan_memory(sharded);
+  p.kv_sharding_reason = fmt::format(
+      "auto: position, the whole cache on every rank would hold {} tokens, fewer than a {}-token sequence needs; "
+      "sharded over {} ranks it holds {}",
+      whole_tokens, longest, n, m.token_capacity);
+  return m;
+}
+
 }  // namespace
 
 uint64_t activation_workspace_bytes(const io::ModelConfig& c, int64_t tokens, int64_t max_seqs) {
@@ -62,8 +102,6 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
   in.bytes_per_token =
       model::KvCache::bytes_per_token(cfg.num_hidden_layers, cfg.kv_cache_entry_dim(), p.model.kv_cache.dtype);
   in.page_size = model::kKvPageSize;
-  // Tensor-parallel ranks shard the cache by position (model/kv_shard.h): the pool is each rank's.
-  in.kv_shards = std::max(1, s.tensor_parallel_size);
   in.max_position_embeddings = cfg.max_position_embeddings;
   in.max_model_len = s.max_model_len;
   in.max_num_seqs = s.max_num_seqs;
@@ -88,7 +126,7 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
   }
   if (p.problems.empty() || p.backend.free_bytes == std::nullopt) {
     try {
-      p.memory = plan_memory(in);
+      p.memory = plan_kv_sharding(in, s, p);
     } catch (const core::Error& e) {
       p.problems.push_back(fmt::format("the KV pool cannot be planned: {}", e.what()));
     }
@@ -145,8 +183,14 @@ std::vector<std::string> RuntimePlan::lines() const {
   for (auto& line : kernel_lines(backend)) out.push_back(std::move(line));
   const uint64_t token_bytes =
       model::KvCache::bytes_per_token(cfg.num_hidden_layers, cfg.kv_cache_entry_dim(), model.kv_cache.dtype);
+  if (tensor_parallel_size > 1 && !kv_sharding_reason.empty())
+    add("kv sharding", fmt::format("{} ({})",
+                                   kv_sharded ? "by position over the ranks"
+                                              : "none: the whole cache on "
+                                                "every rank",
+                                   kv_sharding_reason));
   if (memory.num_pages > 0) {
-    if (tensor_parallel_size > 1) {
+    if (tensor_parallel_size > 1 && kv_sharded) {
       const int n = tensor_parallel_size;
       add("kv pool", fmt::format("{} on each of {} ranks ({}), sharded by position: a rank stores {} of every "
                                  "{}-token page ({} bytes per token on the rank that holds it): {} pages = {} tokens",
@@ -162,9 +206,10 @@ std::vector<std::string> RuntimePlan::lines() const {
   if (tensor_parallel_size > 1) {
     const int n = tensor_parallel_size;
     add("parallel", fmt::format("{} ranks (threads of this process), each with {} of {} attention heads, {}-{} of {} "
-                                "routed experts, 1/{} of the MLP columns and of lm_head and 1/{} of the KV cache",
+                                "routed experts, 1/{} of the MLP columns and of lm_head, {}",
                                 n, cfg.num_attention_heads / n, cfg.num_attention_heads, cfg.n_routed_experts / n,
-                                (cfg.n_routed_experts + n - 1) / n, cfg.n_routed_experts, n, n));
+                                (cfg.n_routed_experts + n - 1) / n, cfg.n_routed_experts, n,
+                                kv_sharded ? fmt::format("1/{} of the KV cache", n) : "the KV pool above"));
   }
   add("engine", fmt::format("{} tokens and {} sequences a step, prefix caching {}", engine.max_num_batched_tokens,
                             engine.max_num_seqs, engine.enable_prefix_caching ? "on" : "off"));
@@ -202,7 +247,10 @@ std::unique_ptr<Engine> build_engine(model::LoadedRanks& ranks, const RuntimePla
   TESSERA_CHECK(plan.ok(), "the start-up plan cannot run: {}", plan.problems.front());
   TESSERA_CHECK(static_cast<int>(ranks.ranks.size()) == plan.tensor_parallel_size,
                 "build_engine: {} ranks loaded for a plan of {}", ranks.ranks.size(), plan.tensor_parallel_size);
-  return std::make_unique<Engine>(std::make_unique<TensorParallelExecutor>(ranks, plan.memory.num_pages), plan.engine);
+  return std::make_unique<Engine>(
+      std::make_unique<TensorParallelExecutor>(ranks, plan.memory.num_pages,
+                                               model::RankKvLayout{plan.kv_sharded, model::kKvPageSize}),
+      plan.engine);
 }
 
 }  // namespace tessera::engine

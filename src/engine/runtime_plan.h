@@ -28,6 +28,10 @@ struct EngineSettings {
   bool prefix_caching = true;             // --no-prefix-caching turns it off
   double gpu_memory_utilization = 0.9;    // --gpu-memory-utilization: of the device's memory, for the whole process
   int tensor_parallel_size = 1;           // --tensor-parallel-size: ranks the model is split over
+  // --kv-cache-sharding, with several ranks: "position" (each rank stores 1/N of every sequence,
+  // model/kv_shard.h), "none" (the whole cache on every rank) or "auto" (none when the whole cache
+  // holds one sequence of the longest allowed length, else position).
+  std::string kv_cache_sharding = "auto";
 };
 
 struct RuntimePlan {
@@ -41,6 +45,8 @@ struct RuntimePlan {
   std::string memory_budget;             // how the device memory adds up ("" on the CPU)
   EngineConfig engine;
   int tensor_parallel_size = 1;       // ranks (model/tensor_parallel.h); > 1 runs on CPU ranks as threads
+  bool kv_sharded = false;            // the ranks' KV cache sharded by position (else whole on every rank)
+  std::string kv_sharding_reason;     // why, for the plan's line
   std::vector<std::string> problems;  // why it cannot run; empty = runnable
 
   bool ok() const { return problems.empty(); }

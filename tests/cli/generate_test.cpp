@@ -155,6 +155,9 @@ TEST(Generate, TensorParallelRanksDrawTheTokensOfOneRank) {
   const auto want = tokens_of(generate_json(dir, prompt, flags));
   ASSERT_EQ(want.size(), 8u);
   EXPECT_EQ(tokens_of(generate_json(dir, prompt, flags + " --tensor-parallel-size 8")), want);
+  // The KV cache sharded by position over the ranks: the same tokens.
+  EXPECT_EQ(tokens_of(generate_json(dir, prompt, flags + " --tensor-parallel-size 8 --kv-cache-sharding position")),
+            want);
 
   std::string out;
   const int rc = test::run_command(test::tessera_binary().string() + " generate --model " + dir.string() +

@@ -59,12 +59,32 @@ TEST(Plan, TensorParallelSizeIsPlannedOrRefusedNamingHeadsAndRanks) {
   EXPECT_NE(out.find("8 ranks (threads of this process), each with 1 of 8 attention heads, 1-2 of 12 routed experts"),
             std::string::npos)
       << out;
-  // The KV cache sharded by position: 1 MiB on each rank holds 8 times one rank's 1792 tokens.
+  // auto: 1 MiB holds 1792 tokens, a whole 1024-token sequence, on every rank: the cache stays whole.
+  EXPECT_NE(out.find("none: the whole cache on every rank (auto: none, the whole cache on every rank holds 1792 "
+                     "tokens, so a 1024-token sequence fits"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("28 pages of 64 = 1792 tokens"), std::string::npos) << out;
+  // Sharded by position on request: 1 MiB on each rank holds 8 times the tokens.
+  out = test::tessera(
+      "plan --model " + dir + " --kv-cache-bytes 1MiB --tensor-parallel-size 8 --kv-cache-sharding position", &rc);
+  ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("1.00 MiB on each of 8 ranks (--kv-cache-bytes), sharded by position: a rank stores 64 of every "
                      "512-token page"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("28 pages = 14336 tokens"), std::string::npos) << out;
+  // auto with a pool whose whole cache cannot hold one 1024-token sequence (64 KiB: one page of 64):
+  // sharded, 8 pages of 64 positions across the ranks.
+  out = test::tessera("plan --model " + dir + " --kv-cache-bytes 64KiB --tensor-parallel-size 8", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("auto: position, the whole cache on every rank would hold 64 tokens, fewer than a 1024-token "
+                     "sequence needs; sharded over 8 ranks it holds 512"),
+            std::string::npos)
+      << out;
+  out = test::tessera("plan --model " + dir + " --tensor-parallel-size 8 --kv-cache-sharding heads", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--kv-cache-sharding"), std::string::npos) << out;
   out = test::tessera("plan --model " + dir + " --tensor-parallel-size 3", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("8 attention heads do not split evenly over 3 ranks"), std::string::npos) << out;
