@@ -109,11 +109,13 @@ void DeepseekV3Model::sharded_attention(ops::Ops& o, int64_t layer, Tensor& q, T
   all.heads = H;
   Tensor o_lat = o.empty({T, H * dims.latent}), lse = o.empty({T, H}), lse_all = o.empty({T, tp_.size * H});
   o.mla_attend_latent(q_all, kv_layer, all, st.attends, st.decode_step, o_lat, lse);
-  // The ranks' partials, each weighed by its share of the softmax, summed: attention over all positions.
+  // The ranks' partials, each weighed by its share of the softmax, summed for this rank's heads:
+  // attention over all positions.
   comm_->all_gather_cols(o, lse, lse_all);
   o.mla_rank_weigh(o_lat, lse, lse_all);
-  comm_->all_reduce_sum(o, o_lat);
-  o.mla_up_v(o_lat, tp_.range(H).first, A.kv_b, dims, out);
+  Tensor mine = o.empty({T, dims.heads * dims.latent});
+  comm_->reduce_scatter_cols(o, o_lat, mine);
+  o.mla_up_v(mine, 0, A.kv_b, dims, out);
 }
 
 void DeepseekV3Model::all_reduce(ops::Ops& o, Tensor& x) {

@@ -13,7 +13,7 @@
 // only; every rank absorbs its heads' queries, the absorbed queries of all heads are all-gathered,
 // each rank attends over its own positions for all heads (Ops::mla_attend_latent: a partial output
 // and its log-sum-exp), the partials are weighed by their share of each softmax (mla_rank_weigh)
-// and summed by an all-reduce, and each rank up-projects its own heads. Prefill tokens take the
+// and summed by a reduce-scatter into each rank's own heads, which it up-projects. Prefill tokens take the
 // same absorbed path as decode tokens (the decompressed prefill kernel needs every position's
 // latent on one rank).
 #pragma once

@@ -47,6 +47,11 @@ TEST(Nccl, OneRankCollectivesThroughTheBackendsStream) {
   comm->all_gather_cols(*o, p, out);
   EXPECT_EQ(o->to_host_f32(out), part);
 
+  // Reduce-scatter over one rank: its columns are all of them, summed over itself.
+  core::Tensor scattered = o->empty({2, 7});
+  comm->reduce_scatter_cols(*o, p, scattered);
+  EXPECT_EQ(o->to_host_f32(scattered), part);
+
   // A part that is not the balanced split's share is refused by name.
   core::Tensor wide = o->empty({2, 8});
   try {

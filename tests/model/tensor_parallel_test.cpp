@@ -211,6 +211,39 @@ TEST(InProcessCommunicator, AllGatherPlacesPartsInRankOrder) {
     for (int i = 0; i < 10; ++i) EXPECT_EQ(out[r].data<float>()[i], want[static_cast<size_t>(i)]) << r << " " << i;
 }
 
+// 7 columns over 3 ranks: 3, 2 and 2 (the balanced split); each rank gets the sum of its columns.
+TEST(InProcessCommunicator, ReduceScatterGivesEachRankTheSumOfItsColumns) {
+  constexpr int kRanks = 3;
+  ops::InProcessGroup group(kRanks);
+  auto cpu = ops::make_backend("cpu");
+  std::vector<core::Tensor> x, out;
+  for (int r = 0; r < kRanks; ++r) {
+    x.push_back(core::Tensor::zeros(core::DType::kF32, {2, 7}));
+    for (int i = 0; i < 14; ++i) x.back().data<float>()[i] = static_cast<float>((r + 1) * 100 + i);
+    out.push_back(core::Tensor::zeros(core::DType::kF32, {2, r == 0 ? 3 : 2}));
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] {
+      group.communicator(r)->reduce_scatter_cols(*cpu, x[static_cast<size_t>(r)], out[static_cast<size_t>(r)]);
+    });
+  for (auto& t : threads) t.join();
+  const int first[kRanks] = {0, 3, 5};
+  for (int r = 0; r < kRanks; ++r) {
+    const int64_t cols = out[static_cast<size_t>(r)].dim(1);
+    for (int64_t row = 0; row < 2; ++row)
+      for (int64_t c = 0; c < cols; ++c) {
+        const int i = static_cast<int>(row * 7 + first[r] + c);
+        EXPECT_EQ(out[static_cast<size_t>(r)].data<float>()[row * cols + c], 600.0f + 3.0f * static_cast<float>(i))
+            << "rank " << r << " row " << row << " column " << c;
+      }
+  }
+  // An output that is not the rank's share is refused by name.
+  ops::InProcessGroup lone(1);
+  core::Tensor bad = core::Tensor::zeros(core::DType::kF32, {2, 6});
+  EXPECT_THROW(lone.communicator(0)->reduce_scatter_cols(*cpu, x[0], bad), core::Error);
+}
+
 TEST(InProcessCommunicator, AbortReleasesARankWaitingForAFailedOne) {
   ops::InProcessGroup group(2);
   auto cpu = ops::make_backend("cpu");

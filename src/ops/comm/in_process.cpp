@@ -85,6 +85,27 @@ class InProcessCommunicator final : public Communicator {
     store(ops, out, all);
   }
 
+  void reduce_scatter_cols(Ops& ops, const core::Tensor& x, core::Tensor& out) override {
+    check_f32(x, "reduce_scatter_cols' input");
+    check_f32(out, "reduce_scatter_cols' output");
+    const HostView mine = host_view(ops, x);
+    publish(x, mine.data);
+    const int64_t rows = x.dim(0), total = x.numel() / std::max<int64_t>(rows, 1);
+    const auto [first, count] = balanced_cols(total, g_.size(), rank_);
+    TESSERA_CHECK(out.numel() == rows * count, "reduce_scatter_cols: rank {} of {} gets {} of {} columns, not {}",
+                  rank_, g_.size(), count, total, core::shape_str(out.shape()));
+    for (const auto& s : g_.slots_)
+      TESSERA_CHECK(s.tensor->numel() == x.numel(), "reduce_scatter_cols: ranks passed {} and {} values",
+                    s.tensor->numel(), x.numel());
+    // In rank order, as all_reduce_sum.
+    std::vector<float> sum(static_cast<size_t>(rows * count), 0.0f);
+    for (const auto& s : g_.slots_)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < count; ++c) sum[static_cast<size_t>(r * count + c)] += s.data[r * total + first + c];
+    g_.arrive_and_wait();
+    store(ops, out, sum);
+  }
+
  private:
   // Shows this rank's buffer to the others and waits for theirs.
   void publish(const core::Tensor& t, const float* data) {

@@ -2,7 +2,8 @@
 // --tensor-parallel-size N` times rank 0's share of a decode step on one GPU (its heads, its routed
 // experts, its columns of the shared expert, its part of a sharded KV cache) without the GPUs the
 // others would need. The collectives move nothing between ranks: all_reduce_sum leaves x as this
-// rank's partial sum, all_gather_cols fills every rank's columns of `out` with this rank's part (a
+// rank's partial sum, reduce_scatter_cols gives this rank's columns of its own x, all_gather_cols
+// fills every rank's columns of `out` with this rank's part (a
 // device copy, so that what follows computes on finite numbers: the sharded attention's weights of
 // the ranks' partials would overflow on stale memory). The numbers a model computes with it are not
 // the model's; the work and the bytes this rank's kernels read are one rank's. Nothing but that
@@ -35,6 +36,17 @@ class LoneRankCommunicator final : public Communicator {
     for (int64_t i = 0; i < rows * size_; ++i) source[static_cast<size_t>(i)] = i / size_;
     core::Tensor flat = out.reshape({rows * size_, cols});
     ops.gather_rows(part.reshape({rows, cols}), source, flat);
+  }
+  void reduce_scatter_cols(Ops& ops, const core::Tensor& x, core::Tensor& out) override {
+    const int64_t rows = x.dim(0), total = x.numel() / std::max<int64_t>(rows, 1), cols = total / size_;
+    TESSERA_CHECK(total % size_ == 0 && out.numel() == rows * cols,
+                  "lone rank reduce_scatter_cols: x {} and out {} of {} ranks (equal column blocks only)",
+                  core::shape_str(x.shape()), core::shape_str(out.shape()), size_);
+    // x [rows, size x cols] is [rows x size, cols]: row t x size + rank is this rank's row t.
+    std::vector<int64_t> source(static_cast<size_t>(rows));
+    for (int64_t t = 0; t < rows; ++t) source[static_cast<size_t>(t)] = t * size_ + rank_;
+    core::Tensor flat = out.reshape({rows, cols});
+    ops.gather_rows(x.reshape({rows * size_, cols}), source, flat);
   }
 
  private:

@@ -22,14 +22,6 @@ void check_nccl(ncclResult_t r, const char* what, ncclComm_t comm = nullptr) {
   core::fail("NCCL {}: {}{}{}", what, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
 }
 
-// Columns [first, first + count) of rank r when `total` are split the way the model splits the
-// vocabulary (model::TensorParallel::range): contiguous and balanced, the first total % size ranks
-// one more.
-std::pair<int64_t, int64_t> cols_of(int64_t total, int size, int r) {
-  const int64_t base = total / size, extra = total % size;
-  return {r * base + std::min<int64_t>(r, extra), base + (r < extra ? 1 : 0)};
-}
-
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
@@ -53,7 +45,7 @@ class NcclCommunicator final : public Communicator {
                   "NCCL all-gather: part [{}, {}] and out [{}, {}] must be fp32 of the same rows", part.dim(0),
                   part.dim(1), out.dim(0), out.dim(1));
     const int64_t rows = part.dim(0), total = out.dim(1), width = (total + size_ - 1) / size_;
-    const auto [first, count] = cols_of(total, size_, rank_);
+    const auto [first, count] = balanced_cols(total, size_, rank_);
     TESSERA_CHECK(part.dim(1) == count,
                   "NCCL all-gather: rank {} of {} holds {} of {} columns where the balanced split gives it {}", rank_,
                   size_, part.dim(1), total, count);
@@ -70,13 +62,47 @@ class NcclCommunicator final : public Communicator {
           ncclAllGather(send.raw(), gathered.raw(), static_cast<size_t>(rows * width), ncclFloat32, comm_, stream),
           "all-gather", comm_);
     for (int r = 0; r < size_; ++r) {
-      const auto [c0, n] = cols_of(total, size_, r);
+      const auto [c0, n] = balanced_cols(total, size_, r);
       float* dst = out.data<float>() + c0;
       const float* src = gathered.data<float>() + static_cast<int64_t>(r) * rows * width;
       if (n > 0 && admit_op("nccl gather unpack", dst, src, rows, total, width, n, stream))
         TESSERA_CUDA_CHECK(
             cudaMemcpy2DAsync(dst, total * f, src, width * f, n * f, rows, cudaMemcpyDeviceToDevice, stream));
     }
+  }
+
+  // NCCL scatters equal contiguous blocks: every rank's columns are packed into a block of the
+  // widest rank's columns ([size][rows][width]), reduce-scattered, and this rank's block unpacked.
+  void reduce_scatter_cols(Ops& ops, const core::Tensor& x, core::Tensor& out) override {
+    TESSERA_CHECK(x.dtype() == core::DType::kF32 && out.dtype() == core::DType::kF32 && x.rank() == 2,
+                  "NCCL reduce-scatter: x [rows, total] and out must be fp32, got {} {} and {}",
+                  core::dtype_name(x.dtype()), core::shape_str(x.shape()), core::dtype_name(out.dtype()));
+    const int64_t rows = x.dim(0), total = x.dim(1), width = (total + size_ - 1) / size_;
+    const auto [first, count] = balanced_cols(total, size_, rank_);
+    TESSERA_CHECK(out.numel() == rows * count, "NCCL reduce-scatter: rank {} of {} gets {} of {} columns, not {}",
+                  rank_, size_, count, total, core::shape_str(out.shape()));
+    (void)first;
+    if (rows == 0 || total == 0) return;
+    const auto stream = static_cast<cudaStream_t>(backend_stream(ops));
+    const size_t f = sizeof(float);
+    core::Tensor send = ops.empty({size_ * rows, width}), mine = ops.empty({rows, width});
+    if (admit_op("nccl scatter zero", send.raw(), send.numel(), stream))
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(send.raw(), 0, send.nbytes(), stream));  // the padding of short blocks
+    for (int r = 0; r < size_; ++r) {
+      const auto [c0, n] = balanced_cols(total, size_, r);
+      float* dst = send.data<float>() + static_cast<int64_t>(r) * rows * width;
+      const float* src = x.data<float>() + c0;
+      if (n > 0 && admit_op("nccl scatter pack", dst, src, rows, total, width, n, stream))
+        TESSERA_CUDA_CHECK(
+            cudaMemcpy2DAsync(dst, width * f, src, total * f, n * f, rows, cudaMemcpyDeviceToDevice, stream));
+    }
+    if (admit_op("nccl reduce-scatter", send.raw(), mine.raw(), rows * width, static_cast<void*>(comm_), stream))
+      check_nccl(ncclReduceScatter(send.raw(), mine.raw(), static_cast<size_t>(rows * width), ncclFloat32, ncclSum,
+                                   comm_, stream),
+                 "reduce-scatter", comm_);
+    if (count > 0 && admit_op("nccl scatter unpack", out.raw(), mine.raw(), rows, width, count, stream))
+      TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(out.raw(), count * f, mine.raw(), width * f, count * f, rows,
+                                           cudaMemcpyDeviceToDevice, stream));
   }
 
  private:
