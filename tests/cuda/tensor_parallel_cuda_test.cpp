@@ -9,13 +9,17 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <utility>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
 #include "engine/executor.h"
 #include "engine/tensor_parallel_executor.h"
 #include "io/safetensors.h"
+#include "model/checkpoint_presets.h"
 #include "model/golden_util.h"
+#include "model/random_checkpoint.h"
 #include "model/tensor_parallel.h"
 #include "ops/backend.h"
 #include "ops/cuda/cuda_ops.h"
@@ -143,6 +147,96 @@ TEST_P(CudaTensorParallelTest, RanksSharingTheGpuStayWithinTheBf16Floor) {
     std::sort(steps.begin(), steps.end());
     for (size_t k = 0; k + 1 < steps.size(); ++k) EXPECT_LE(steps[k], 3.0 * floor) << "decode steps";
   }
+}
+
+// The rows of `v` ([tokens, V]) but row `skip`.
+std::vector<float> rows_except(const std::vector<float>& v, int64_t V, int64_t skip) {
+  std::vector<float> r;
+  for (int64_t t = 0; t < static_cast<int64_t>(v.size()) / V; ++t)
+    if (t != skip) r.insert(r.end(), v.begin() + t * V, v.begin() + (t + 1) * V);
+  return r;
+}
+
+// The row of `b` furthest from the same row of `a`, and how far (rel_rms).
+std::pair<int64_t, double> furthest_row(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
+  std::pair<int64_t, double> worst{-1, 0.0};
+  for (int64_t t = 0; t < static_cast<int64_t>(a.size()) / V; ++t) {
+    const std::vector<float> at(a.begin() + t * V, a.begin() + (t + 1) * V),
+        bt(b.begin() + t * V, b.begin() + (t + 1) * V);
+    const double e = test::rel_rms(bt, at);
+    if (e > worst.second) worst = {t, e};
+  }
+  return worst;
+}
+
+// One MoE layer of Kimi-K2.5's real shapes (hidden 7168, 64 heads, 384 NVFP4 routed experts + the
+// shared one; a vocabulary of 32768 to keep the file small: ~11 GB), written by the checkpoint
+// writer, split over 8 ranks sharing the GPU (each 8 heads, 48 experts, 1/8 of the shared expert and
+// the KV cache sharded by position) against one CUDA rank and the CPU reference: the prompt's logits
+// within 1.5x the one rank's distance from the reference, and decode steps within 3x of one rank.
+TEST(CudaTensorParallel, SyntheticKimiLayerOnEightRanksMatchesOneRank) {
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
+  const auto dir = test::make_temp_dir("tp-kimi-layer");
+  model::CheckpointDims dims = model::real_dims(model::CheckpointKind::kKimiK25Nvfp4);
+  dims.layers = 1;
+  dims.experts = 384;
+  dims.vocab = 32768;
+  model::finalize_dims(model::CheckpointKind::kKimiK25Nvfp4, dims);
+  model::RandomCheckpointOptions wo;
+  wo.seed = 17;
+  model::write_random_checkpoint(dir, model::checkpoint_layout(model::CheckpointKind::kKimiK25Nvfp4, dims), wo);
+  struct Cleanup {
+    std::filesystem::path dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{dir};
+
+  model::LoadOptions lo;
+  lo.kv_cache_dtype = "fp32";
+  const model::ModelPlan cpu_plan = model::resolve_model(dir, lo, *ops::make_backend("cpu"));
+  ASSERT_EQ(cpu_plan.config.n_routed_experts, 384);
+  ASSERT_EQ(cpu_plan.config.num_attention_heads, 64);
+  lo.device = "cuda";
+  lo.kv_cache_dtype = "bf16";
+  const model::ModelPlan plan = model::resolve_model(dir, lo, *ops::make_backend("cuda"));
+  const int64_t V = plan.config.vocab_size;
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 24; ++i) prompt.push_back((i * 7919 + 13) % static_cast<int32_t>(V));
+
+  model::LoadedModel cpu = model::load_model(cpu_plan, ops::make_backend("cpu"));
+  engine::LocalExecutor reference(*cpu.model, cpu.make_kv_cache(kPages));
+  const auto want = prompt_logits(reference, prompt);
+  model::LoadedModel one = model::load_model(plan, ops::make_backend("cuda", "", /*enforce_eager=*/true));
+  engine::LocalExecutor single(*one.model, one.make_kv_cache(kPages));
+  const auto a = prompt_logits(single, prompt);
+  model::LoadedRanks ranks = model::load_model_ranks(plan, 8, "cuda", model::RankDevices::kShareOneGpu);
+  engine::TensorParallelExecutor sharded(ranks, kPages);  // the KV cache sharded by position
+  const auto b = prompt_logits(sharded, prompt);
+  ASSERT_EQ(a.size(), want.size());
+  ASSERT_EQ(b.size(), want.size());
+  // As for the fixtures, a token whose routing flips at a near-tie of its top-8 is left out.
+  const auto [skip, worst] = furthest_row(a, b, V);
+  const double floor = test::rel_rms(rows_except(a, V, skip), rows_except(want, V, skip));
+  const double tp_err = test::rel_rms(rows_except(b, V, skip), rows_except(want, V, skip));
+  const double apart = test::rel_rms(rows_except(b, V, skip), rows_except(a, V, skip));
+  std::printf(
+      "  Kimi-K2.5 layer, 8 ranks: rel_rms %.4g to the CPU reference (one rank %.4g), %.4g from one rank "
+      "(token %lld left out: %.4g)\n",
+      tp_err, floor, apart, static_cast<long long>(skip), worst);
+  EXPECT_GT(floor, 0.0);
+  EXPECT_LE(tp_err, 1.5 * floor);
+  EXPECT_LE(apart, 3.0 * floor);
+  std::vector<float> last(a.end() - V, a.end());
+  std::vector<double> steps;
+  for (int k = 0; k < 4; ++k) {
+    const auto token = static_cast<int32_t>(test::argmax_row(last.data(), V));
+    const int64_t pos = static_cast<int64_t>(prompt.size()) + k;
+    const auto da = decode_logits(single, token, pos), db = decode_logits(sharded, token, pos);
+    steps.push_back(test::rel_rms(db, da));
+    std::printf("    decode step %d: %.4g from one rank\n", k, steps.back());
+    last = da;
+  }
+  std::sort(steps.begin(), steps.end());
+  for (size_t k = 0; k + 1 < steps.size(); ++k) EXPECT_LE(steps[k], 3.0 * floor) << "decode steps";
 }
 
 std::vector<Case> cases() {
