@@ -82,6 +82,7 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
   if (s.tensor_parallel_size != 1) {
     try {
       model::check_tensor_parallel(cfg, s.tensor_parallel_size);
+      p.rank_weight_bytes = model::rank_weight_bytes(p.model, {0, s.tensor_parallel_size});
     } catch (const core::Error& e) {
       p.problems.push_back(e.what());
     }
@@ -205,11 +206,13 @@ std::vector<std::string> RuntimePlan::lines() const {
   }
   if (tensor_parallel_size > 1) {
     const int n = tensor_parallel_size;
-    add("parallel", fmt::format("{} ranks (threads of this process), each with {} of {} attention heads, {}-{} of {} "
-                                "routed experts, 1/{} of the MLP columns and of lm_head, {}",
-                                n, cfg.num_attention_heads / n, cfg.num_attention_heads, cfg.n_routed_experts / n,
-                                (cfg.n_routed_experts + n - 1) / n, cfg.n_routed_experts, n,
-                                kv_sharded ? fmt::format("1/{} of the KV cache", n) : "the KV pool above"));
+    add("parallel",
+        fmt::format("{} ranks (threads of this process), each with {} of {} attention heads, {}-{} of {} "
+                    "routed experts, 1/{} of the MLP columns and of lm_head, {}; {} of the checkpoint's "
+                    "weights on rank 0 (the most)",
+                    n, cfg.num_attention_heads / n, cfg.num_attention_heads, cfg.n_routed_experts / n,
+                    (cfg.n_routed_experts + n - 1) / n, cfg.n_routed_experts, n,
+                    kv_sharded ? fmt::format("1/{} of the KV cache", n) : "the KV pool above", gib(rank_weight_bytes)));
   }
   add("engine", fmt::format("{} tokens and {} sequences a step, prefix caching {}", engine.max_num_batched_tokens,
                             engine.max_num_seqs, engine.enable_prefix_caching ? "on" : "off"));

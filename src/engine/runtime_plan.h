@@ -46,6 +46,7 @@ struct RuntimePlan {
   EngineConfig engine;
   int tensor_parallel_size = 1;       // ranks (model/tensor_parallel.h); > 1 runs on CPU ranks as threads
   bool kv_sharded = false;            // the ranks' KV cache sharded by position (else whole on every rank)
+  uint64_t rank_weight_bytes = 0;     // checkpoint bytes of rank 0's share (it holds the most experts)
   std::string kv_sharding_reason;     // why, for the plan's line
   std::vector<std::string> problems;  // why it cannot run; empty = runnable
 

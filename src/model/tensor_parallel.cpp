@@ -54,21 +54,46 @@ LinearWeight slice_linear(const LinearWeight& w, int64_t r0, int64_t r1, int64_t
   return s;
 }
 
-LinearWeight rows(const LinearWeight& w, std::pair<int64_t, int64_t> r) {
-  return slice_linear(w, r.first, r.second, 0, w.in);
-}
-LinearWeight cols(const LinearWeight& w, std::pair<int64_t, int64_t> c) {
-  return slice_linear(w, 0, w.out, c.first, c.second);
-}
 // Heads [h0, h1) of a weight with `per_head` rows (or columns) per head.
 std::pair<int64_t, int64_t> scaled(std::pair<int64_t, int64_t> heads, int64_t per_head) {
   return {heads.first * per_head, heads.second * per_head};
 }
 
-// An MLP split by intermediate columns: gate and up by rows, down by columns.
-ops::ExpertWeights split_mlp(const ops::ExpertWeights& m, TensorParallel tp) {
-  const auto part = tp.range(m.gate.out);
-  return {rows(m.gate, part), rows(m.up, part), cols(m.down, part)};
+// The part of one linear a rank holds: rows [r0, r1) and columns [c0, c1).
+struct Share {
+  int64_t r0, r1, c0, c1;
+};
+
+// The split rules of the header, in one place: calls cut(linear, share) for every linear of `w` that
+// rank tp.rank holds part of (replicated linears are not visited: the rank holds them whole) and
+// drop(expert) for every routed expert another rank holds.
+template <class Cut, class Drop>
+void for_each_share(ModelWeights& w, const io::ModelConfig& cfg, TensorParallel tp, Cut&& cut, Drop&& drop) {
+  auto rows = [&](LinearWeight& l, std::pair<int64_t, int64_t> r) { cut(l, Share{r.first, r.second, 0, l.in}); };
+  auto cols = [&](LinearWeight& l, std::pair<int64_t, int64_t> c) { cut(l, Share{0, l.out, c.first, c.second}); };
+  // An MLP split by intermediate columns: gate and up by rows, down by columns.
+  auto split_mlp = [&](ops::ExpertWeights& m) {
+    const auto part = tp.range(m.gate.out);
+    rows(m.gate, part);
+    rows(m.up, part);
+    cols(m.down, part);
+  };
+  rows(w.lm_head, tp.range(w.lm_head.out));
+  const auto heads = tp.range(cfg.num_attention_heads);
+  for (auto& L : w.layers) {
+    auto& A = L.attn;
+    if (A.q_b) rows(*A.q_b, scaled(heads, cfg.qk_head_dim()));
+    if (A.q) rows(*A.q, scaled(heads, cfg.qk_head_dim()));
+    rows(A.kv_b, scaled(heads, cfg.qk_nope_head_dim + cfg.v_head_dim));
+    cols(A.o, scaled(heads, cfg.v_head_dim));
+    if (!L.is_moe) {
+      split_mlp(L.dense_mlp);
+      continue;
+    }
+    for (size_t e = 0; e < L.moe.experts.size(); ++e)
+      if (!tp.holds_expert(static_cast<int64_t>(e))) drop(L.moe.experts[e]);
+    if (L.moe.shared) split_mlp(*L.moe.shared);
+  }
 }
 
 }  // namespace
@@ -77,23 +102,41 @@ ModelWeights shard_weights(const ModelWeights& w, const io::ModelConfig& cfg, Te
   check_tensor_parallel(cfg, tp.size);
   if (tp.size == 1) return w;
   ModelWeights s = w;
-  s.lm_head = rows(w.lm_head, tp.range(w.lm_head.out));
-  const auto heads = tp.range(cfg.num_attention_heads);
-  for (auto& L : s.layers) {
-    auto& A = L.attn;
-    if (A.q_b) A.q_b = rows(*A.q_b, scaled(heads, cfg.qk_head_dim()));
-    if (A.q) A.q = rows(*A.q, scaled(heads, cfg.qk_head_dim()));
-    A.kv_b = rows(A.kv_b, scaled(heads, cfg.qk_nope_head_dim + cfg.v_head_dim));
-    A.o = cols(A.o, scaled(heads, cfg.v_head_dim));
-    if (!L.is_moe) {
-      L.dense_mlp = split_mlp(L.dense_mlp, tp);
-      continue;
-    }
-    for (size_t e = 0; e < L.moe.experts.size(); ++e)
-      if (!tp.holds_expert(static_cast<int64_t>(e))) L.moe.experts[e] = ops::ExpertWeights{};
-    if (L.moe.shared) L.moe.shared = split_mlp(*L.moe.shared, tp);
-  }
+  for_each_share(
+      s, cfg, tp, [](LinearWeight& l, Share p) { l = slice_linear(l, p.r0, p.r1, p.c0, p.c1); },
+      [](ops::ExpertWeights& e) { e = ops::ExpertWeights{}; });
   return s;
+}
+
+uint64_t rank_weight_bytes(const ModelWeights& w, const io::ModelConfig& cfg, TensorParallel tp) {
+  check_tensor_parallel(cfg, tp.size);
+  ModelWeights s = w;  // views: nothing is read
+  const bool tied = s.lm_head.weight.raw() == s.embed.raw();
+  uint64_t whole = 0, cut = 0;
+  double part = 0;
+  auto tensor = [&](const core::Tensor& t) { whole += t.nbytes(); };
+  visit_weights(s, tensor, tensor, [&](const LinearWeight& l, ops::LinearUse) {
+    if (!(tied && &l == &s.lm_head)) whole += l.stored_bytes();
+  });
+  if (tp.size == 1) return whole;
+  for_each_share(
+      s, cfg, tp,
+      [&](LinearWeight& l, Share p) {
+        if (tied && &l == &s.lm_head) return;  // counted with the embedding, which every rank holds
+        const uint64_t b = l.stored_bytes();
+        cut += b;
+        part += static_cast<double>(b) * static_cast<double>((p.r1 - p.r0) * (p.c1 - p.c0)) /
+                static_cast<double>(l.out * l.in);
+      },
+      [&](ops::ExpertWeights& e) {
+        for (const auto* l : {&e.gate, &e.up, &e.down}) cut += l->stored_bytes();
+      });
+  return whole - cut + static_cast<uint64_t>(part);
+}
+
+uint64_t rank_weight_bytes(const ModelPlan& plan, TensorParallel tp) {
+  const auto checkpoint = io::Checkpoint::open(plan.dir);
+  return rank_weight_bytes(load_deepseek_v3_weights(*checkpoint, plan.config, plan.quant), plan.config, tp);
 }
 
 KvCache LoadedRanks::make_kv_cache(int rank, int64_t num_pages, RankKvLayout layout) const {

@@ -40,6 +40,13 @@ void check_tensor_parallel(const io::ModelConfig& config, int size);
 // (ops::ExpertWeights::held() is false).
 ModelWeights shard_weights(const ModelWeights& w, const io::ModelConfig& config, TensorParallel tp);
 
+// The checkpoint bytes of rank tp.rank's share of `w` (by the rules of shard_weights, counted on
+// the views: nothing is read or copied): the replicated tensors whole, each split linear's stored
+// bytes in proportion to its part, the routed experts it holds.
+uint64_t rank_weight_bytes(const ModelWeights& w, const io::ModelConfig& config, TensorParallel tp);
+// The same for the checkpoint of `plan` (opened for its headers).
+uint64_t rank_weight_bytes(const ModelPlan& plan, TensorParallel tp);
+
 // How the ranks' KV caches are laid out.
 struct RankKvLayout {
   bool sharded = true;                     // by position (kv_shard.h); false: the whole cache on every rank

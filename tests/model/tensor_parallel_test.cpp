@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "engine/tensor_parallel_executor.h"
+#include "io/checkpoint.h"
 #include "model/golden_util.h"
 #include "model/tensor_parallel.h"
 #include "ops/backend.h"
@@ -155,6 +156,32 @@ TEST(TensorParallel, SizeThatDoesNotDivideTheHeadsIsRefusedBeforeLoading) {
   }
   EXPECT_THROW(model::load_model_ranks(plan, 8), core::Error);  // 8 does not divide 4 either
   EXPECT_THROW(model::load_model_ranks(plan, 2, "cuda"), core::Error);
+}
+
+// What `plan` prints per rank: one rank's bytes are the whole model's; of 8 ranks over 12 experts,
+// rank 0 holds two experts a MoE layer and rank 7 one, and every rank holds the replicated tensors.
+TEST(TensorParallel, RankWeightBytesFollowTheSplit) {
+  const model::ModelPlan plan = plan_of("kimi-k25-tiny-nvfp4");
+  model::LoadedModel one = model::load_model(plan, ops::make_backend("cpu"));
+  EXPECT_EQ(model::rank_weight_bytes(plan, {0, 1}), one.model->weight_bytes());
+  const uint64_t whole = one.model->weight_bytes();
+  const auto checkpoint = io::Checkpoint::open(plan.dir);
+  const model::ModelWeights w = model::load_deepseek_v3_weights(*checkpoint, plan.config, plan.quant);
+  uint64_t expert = 0, moe_layers = 0;  // one routed expert's bytes, summed over the MoE layers
+  for (const auto& L : w.layers)
+    if (L.is_moe) {
+      ++moe_layers;
+      for (const auto* l : {&L.moe.experts[0].gate, &L.moe.experts[0].up, &L.moe.experts[0].down})
+        expert += l->stored_bytes();
+    }
+  ASSERT_GT(moe_layers, 0u);
+  const uint64_t r0 = model::rank_weight_bytes(plan, {0, 8}), r7 = model::rank_weight_bytes(plan, {7, 8});
+  EXPECT_LT(r0, whole);
+  EXPECT_GE(r0 - r7, expert);  // an expert a MoE layer more (and at most a column more of a split)
+  EXPECT_LE(r0 - r7, expert + whole / 100);
+  uint64_t sum = 0;
+  for (int r = 0; r < 8; ++r) sum += model::rank_weight_bytes(plan, {r, 8});
+  EXPECT_GT(sum, whole);  // the replicated tensors on every rank
 }
 
 TEST(TensorParallel, RangesAreBalancedAndCoverEverything) {
