@@ -58,6 +58,47 @@ std::vector<float> decode_logits(engine::Executor& ex, int32_t token, int64_t po
   return ex.sampling_ops().to_host_f32(ex.execute(b));
 }
 
+// The rows of `v` ([tokens, V]) but row `skip`.
+std::vector<float> rows_except(const std::vector<float>& v, int64_t V, int64_t skip) {
+  std::vector<float> r;
+  for (int64_t t = 0; t < static_cast<int64_t>(v.size()) / V; ++t)
+    if (t != skip) r.insert(r.end(), v.begin() + t * V, v.begin() + (t + 1) * V);
+  return r;
+}
+
+// The row of `b` furthest from the same row of `a`, and how far (rel_rms).
+std::pair<int64_t, double> furthest_row(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
+  std::pair<int64_t, double> worst{-1, 0.0};
+  for (int64_t t = 0; t < static_cast<int64_t>(a.size()) / V; ++t) {
+    const std::vector<float> at(a.begin() + t * V, a.begin() + (t + 1) * V),
+        bt(b.begin() + t * V, b.begin() + (t + 1) * V);
+    const double e = test::rel_rms(bt, at);
+    if (e > worst.second) worst = {t, e};
+  }
+  return worst;
+}
+
+// Four decode steps after a prompt whose last logits are `last`, the one rank's greedy tokens fed to
+// both executors: each step's distance from one rank (printed), sorted. As for a prompt's tokens,
+// one step's routing may flip at a near-tie (dsv3-tiny on 2 ranks after prompt 4: 0.42 at one step,
+// 0.003-0.004 at the others, which attend over the same cache), so callers hold all but the largest
+// to their bound; a wrong cache or merge moves every step.
+std::vector<double> decode_step_distances(engine::Executor& single, engine::Executor& sharded, std::vector<float> last,
+                                          int64_t first_pos, int64_t V) {
+  std::vector<double> steps;
+  for (int k = 0; k < 4; ++k) {
+    const auto token = static_cast<int32_t>(test::argmax_row(last.data(), V));
+    const int64_t pos = first_pos + k;
+    const auto da = decode_logits(single, token, pos), db = decode_logits(sharded, token, pos);
+    steps.push_back(test::rel_rms(db, da));
+    std::printf("    decode step %d (position %lld): %.4g from one rank\n", k, static_cast<long long>(pos),
+                steps.back());
+    last = da;
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
 struct Case {
   std::string fixture;
   int size;
@@ -103,21 +144,9 @@ TEST_P(CudaTensorParallelTest, RanksSharingTheGpuStayWithinTheBf16Floor) {
     // 4 ranks, prompt 1, token 0 of layer 2: groups {0, 1} against {1, 3}, seen by dumping the
     // routing). The prompt's other tokens are held to the bounds; a systematic error moves them all.
     const int64_t V = static_cast<int64_t>(ref.size() / prompt.size());
-    auto rows_except = [&](const std::vector<float>& v, int64_t skip) {
-      std::vector<float> r;
-      for (int64_t t = 0; t < static_cast<int64_t>(prompt.size()); ++t)
-        if (t != skip) r.insert(r.end(), v.begin() + t * V, v.begin() + (t + 1) * V);
-      return r;
-    };
-    int64_t flipped = -1;
-    double worst = 0;
-    for (int64_t t = 0; prompt.size() > 1 && t < static_cast<int64_t>(prompt.size()); ++t) {
-      const std::vector<float> bt(b.begin() + t * V, b.begin() + (t + 1) * V),
-          at(a.begin() + t * V, a.begin() + (t + 1) * V);
-      const double e = test::rel_rms(bt, at);
-      if (e > worst) worst = e, flipped = t;
-    }
-    const auto b_kept = rows_except(b, flipped), a_kept = rows_except(a, flipped), ref_kept = rows_except(ref, flipped);
+    const auto [flipped, worst] = prompt.size() > 1 ? furthest_row(a, b, V) : std::pair<int64_t, double>{-1, 0.0};
+    const auto b_kept = rows_except(b, V, flipped), a_kept = rows_except(a, V, flipped),
+               ref_kept = rows_except(ref, V, flipped);
     const double tp_err = test::rel_rms(b_kept, ref_kept), apart = test::rel_rms(b_kept, a_kept);
     std::printf(
         "  %s prompt %d (%zu tokens), %d ranks: rel_rms %.4g (one rank %.4g, floor %.4g), %.4g from one rank "
@@ -128,45 +157,11 @@ TEST_P(CudaTensorParallelTest, RanksSharingTheGpuStayWithinTheBf16Floor) {
     EXPECT_LE(tp_err, 1.5 * floor);
     // Two bf16 engines, each within the floor of the reference, are within twice it of each other.
     EXPECT_LE(apart, 3.0 * floor);
-    // Decode steps after the prompt (one rank's greedy tokens fed to both): on the decode kernels,
-    // over a cache that each rank holds part of. As for the prompt's tokens, one step's routing may
-    // flip at a near-tie (dsv3-tiny on 2 ranks after prompt 4: 0.42 at one step, 0.003-0.004 at the
-    // others, which attend over the same cache): the step furthest from one rank is left out, the
-    // others are held to the bound. A wrong cache or merge moves every step.
-    std::vector<float> last(a.end() - V, a.end());
-    std::vector<double> steps;
-    for (int k = 0; k < 4; ++k) {
-      const auto token = static_cast<int32_t>(test::argmax_row(last.data(), V));
-      const int64_t pos = static_cast<int64_t>(prompt.size()) + k;
-      const auto da = decode_logits(single, token, pos), db = decode_logits(sharded, token, pos);
-      steps.push_back(test::rel_rms(db, da));
-      std::printf("    decode step %d (position %lld): %.4g from one rank\n", k, static_cast<long long>(pos),
-                  steps.back());
-      last = da;
-    }
-    std::sort(steps.begin(), steps.end());
+    // Decode steps after the prompt: on the decode kernels, over a cache each rank holds part of.
+    const auto steps =
+        decode_step_distances(single, sharded, std::vector<float>(a.end() - V, a.end()), prompt.size(), V);
     for (size_t k = 0; k + 1 < steps.size(); ++k) EXPECT_LE(steps[k], 3.0 * floor) << "decode steps";
   }
-}
-
-// The rows of `v` ([tokens, V]) but row `skip`.
-std::vector<float> rows_except(const std::vector<float>& v, int64_t V, int64_t skip) {
-  std::vector<float> r;
-  for (int64_t t = 0; t < static_cast<int64_t>(v.size()) / V; ++t)
-    if (t != skip) r.insert(r.end(), v.begin() + t * V, v.begin() + (t + 1) * V);
-  return r;
-}
-
-// The row of `b` furthest from the same row of `a`, and how far (rel_rms).
-std::pair<int64_t, double> furthest_row(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
-  std::pair<int64_t, double> worst{-1, 0.0};
-  for (int64_t t = 0; t < static_cast<int64_t>(a.size()) / V; ++t) {
-    const std::vector<float> at(a.begin() + t * V, a.begin() + (t + 1) * V),
-        bt(b.begin() + t * V, b.begin() + (t + 1) * V);
-    const double e = test::rel_rms(bt, at);
-    if (e > worst.second) worst = {t, e};
-  }
-  return worst;
 }
 
 // One MoE layer of Kimi-K2.5's real shapes (hidden 7168, 64 heads, 384 NVFP4 routed experts + the
@@ -225,17 +220,7 @@ TEST(CudaTensorParallel, SyntheticKimiLayerOnEightRanksMatchesOneRank) {
   EXPECT_GT(floor, 0.0);
   EXPECT_LE(tp_err, 1.5 * floor);
   EXPECT_LE(apart, 3.0 * floor);
-  std::vector<float> last(a.end() - V, a.end());
-  std::vector<double> steps;
-  for (int k = 0; k < 4; ++k) {
-    const auto token = static_cast<int32_t>(test::argmax_row(last.data(), V));
-    const int64_t pos = static_cast<int64_t>(prompt.size()) + k;
-    const auto da = decode_logits(single, token, pos), db = decode_logits(sharded, token, pos);
-    steps.push_back(test::rel_rms(db, da));
-    std::printf("    decode step %d: %.4g from one rank\n", k, steps.back());
-    last = da;
-  }
-  std::sort(steps.begin(), steps.end());
+  const auto steps = decode_step_distances(single, sharded, std::vector<float>(a.end() - V, a.end()), prompt.size(), V);
   for (size_t k = 0; k + 1 < steps.size(); ++k) EXPECT_LE(steps[k], 3.0 * floor) << "decode steps";
 }
 
