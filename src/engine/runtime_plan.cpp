@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstdlib>
 
 #include "core/env.h"
@@ -36,15 +37,23 @@ MemoryPlan plan_kv_sharding(MemoryPlanInput in, const EngineSettings& s, Runtime
   const bool auto_length = in.max_model_len.empty() || in.max_model_len == "auto";
   const int64_t longest =
       auto_length ? in.max_position_embeddings : std::strtoll(in.max_model_len.c_str(), nullptr, 10);
-  MemoryPlanInput any_length = in;  // the whole cache's capacity, whatever --max-model-len asks
-  any_length.max_model_len = "auto";
-  const int64_t whole_tokens = plan_memory(any_length).token_capacity;
-  if (longest <= whole_tokens) {
+  // The whole cache's plan; when --max-model-len does not fit it, its capacity at any length.
+  std::optional<MemoryPlan> whole;
+  int64_t whole_tokens = 0;
+  try {
+    whole = plan_memory(in);
+    whole_tokens = whole->token_capacity;
+  } catch (const core::Error&) {
+    MemoryPlanInput any_length = in;
+    any_length.max_model_len = "auto";
+    whole_tokens = plan_memory(any_length).token_capacity;
+  }
+  if (whole && longest <= whole_tokens) {
     p.kv_sharding_reason = fmt::format(
         "auto: none, the whole cache on every rank holds {} tokens, so a {}-token sequence fits (no KV collectives "
         "in the attention; --kv-cache-sharding position would hold {} times the tokens)",
         whole_tokens, longest, n);
-    return plan_memory(in);
+    return *whole;
   }
   p.kv_sharded = true;
   MemoryPlan m = plan_memory(sharded);
