@@ -264,34 +264,41 @@ const MoeState::QuantTable& quant_table(CudaContext& ctx, MoeState& state, const
 }
 
 // The routed experts over their checkpoint-format weights: pairs sorted by expert on the device,
-// then the quantized matrix-vector kernels (kernels/quant/gemv.cu), no host round trip.
-void quantized_grouped_experts(CudaContext& ctx, MoeState& state, const Tensor& x,
-                               const std::vector<ExpertWeights>& experts, const Tensor& ids, const Tensor& weights,
-                               Tensor& out) {
-  const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size()), K = ids.dim(1);
-  const int64_t inter = first_held(experts)->gate.out, P = T * K;
+// then the quantized kernels (tensor cores, or kernels/quant/gemv.cu), no host round trip. The
+// per-pair outputs are for launch_moe_combine.
+GroupedExperts quantized_grouped_experts(CudaContext& ctx, MoeState& state, const Tensor& x,
+                                         const std::vector<ExpertWeights>& experts, const MoeSlots& slots) {
+  const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size());
+  const int64_t inter = first_held(experts)->gate.out, P = T * slots.per_token();
   const MoeState::QuantTable& table = quant_table(ctx, state, experts);
   const auto* q = static_cast<const QuantMatrix*>(table.storage.raw());
   const int64_t ref = first_held(experts) - experts.data();
   // Tensor cores (bf16 activations) where the shapes allow; otherwise the CUDA-core kernels (fp32
   // activations).
   const bool mma = moe_quant_mma_supported(table.host[ref], table.host[2 * E + ref]);
-  Tensor xb = ctx.alloc(DType::kBF16, {T, H}), meta = ctx.alloc(DType::kI32, {2 * E + 2 + P}),
-         act = ctx.alloc(mma ? DType::kBF16 : DType::kF32, {P, inter}), y = ctx.alloc(DType::kF32, {P, H});
-  int32_t* m = ptr<int32_t>(meta);
-  const MoeGroupedScratch scratch{
-      ptr<__nv_bfloat16>(xb), m,      m + E + 1, m + 2 * E + 1, m + 2 * E + 2, mma ? ptr<__nv_bfloat16>(act) : nullptr,
-      ptr<float>(y),          nullptr};
-  const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(K), -1, held_mask(ctx, state, experts)};
+  GroupedExperts r;
+  r.xb = ctx.alloc(DType::kBF16, {T, H});
+  r.meta = ctx.alloc(DType::kI32, {2 * E + 2 + P});
+  r.act = ctx.alloc(mma ? DType::kBF16 : DType::kF32, {P, inter});
+  r.y_rows = ctx.alloc(DType::kF32, {P, H});
+  int32_t* m = ptr<int32_t>(r.meta);
+  const MoeGroupedScratch scratch{ptr<__nv_bfloat16>(r.xb),
+                                  m,
+                                  m + E + 1,
+                                  m + 2 * E + 1,
+                                  m + 2 * E + 2,
+                                  mma ? ptr<__nv_bfloat16>(r.act) : nullptr,
+                                  ptr<float>(r.y_rows),
+                                  nullptr};
   if (mma)
     launch_moe_quant_mma_experts(ptr<float>(x), T, H, slots, E, table.host[ref].format, q, q + E, q + 2 * E, inter,
                                  scratch, ctx.stream());
   else
     launch_moe_quant_experts(ptr<float>(x), T, H, slots, E, table.host[ref].format, q, q + E, q + 2 * E, inter,
-                             ptr<float>(act), scratch, ctx.stream());
+                             ptr<float>(r.act), scratch, ctx.stream());
   TESSERA_CUDA_CHECK_LAUNCH();
-  launch_moe_combine(ptr<float>(y), T, H, slots, E, nullptr, ptr<float>(out), ctx.stream());
-  TESSERA_CUDA_CHECK_LAUNCH();
+  r.y = ptr<float>(r.y_rows);
+  return r;
 }
 
 // The tensor-core kernels take every step size (prefill in tiles of 64 pairs that share the
@@ -327,10 +334,15 @@ void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const Tensor& x,
     return;
   }
   if (quantized_experts(experts)) {
-    if (quantized_grouped_applies(ctx, x, experts))
-      quantized_grouped_experts(ctx, state, x, experts, ids, weights, out);
-    else
+    if (quantized_grouped_applies(ctx, x, experts)) {
+      const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(ids.dim(1)), -1,
+                           held_mask(ctx, state, experts)};
+      const GroupedExperts run = quantized_grouped_experts(ctx, state, x, experts, slots);
+      launch_moe_combine(run.y, T, x.dim(1), slots, E, nullptr, ptr<float>(out), stream);
+      TESSERA_CUDA_CHECK_LAUNCH();
+    } else {
       moe_experts_per_expert(ctx, x, experts, ids, weights, out);
+    }
     if (shared) add_shared_expert(ctx, ops, x, *shared, out);
     return;
   }
@@ -353,20 +365,44 @@ void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const Tensor& x,
   if (shared && !fold) add_shared_expert(ctx, ops, x, *shared, out);
 }
 
+namespace {
+
+// Whether a shared expert held in bf16 runs alone in the bf16 grouped kernels beside quantized
+// routed experts (Kimi-K2.5: routed NVFP4, shared bf16) for a step of x's tokens: the plan chose
+// the grouped kernels for this MoE and the step is decode-sized.
+bool shared_expert_runs_alone(CudaContext& ctx, const Tensor& x, const std::vector<ExpertWeights>& experts,
+                              const ExpertWeights& shared) {
+  const int64_t H = x.dim(1), inter = shared.gate.out;
+  const bool dense = shared.gate.format == LinearWeight::Format::kDense &&
+                     shared.up.format == LinearWeight::Format::kDense &&
+                     shared.down.format == LinearWeight::Format::kDense;
+  return dense && has_routed_shape(shared, H, inter) && moe_grouped_supported(H, inter, 1) &&
+         ctx.moe_plan({static_cast<int64_t>(experts.size()), H, first_held(experts)->gate.out}).grouped_for(x.dim(0));
+}
+
+}  // namespace
+
 // At batch 1 the router is a chain of short dependent steps that leaves most of the memory
 // bandwidth idle for ~20 µs. The shared expert needs only x, so on the grouped path it runs on a
-// second stream from the start of the block, beside the router and the routed experts' sorting,
-// and the combine adds its output last (the order moe_experts adds it in, so the sum is the same).
-// TESSERA_SHARED_EXPERT_STREAM=0 keeps it in the routed kernels' launch (for A/B measurements).
+// second stream from the start of the block, beside the router, the routed experts' sorting and
+// the routed experts themselves, and the combine adds its output last (the order moe_experts adds
+// it in, so the sum is the same). With bf16 routed experts it is one more expert of their table;
+// with quantized routed experts (whose kernels leave bandwidth unused: they are bound by the
+// weights' decode) a bf16 shared expert runs alone in the bf16 grouped kernels.
+// TESSERA_SHARED_EXPERT_STREAM=0 keeps it in the routed kernels' launch, or after the quantized
+// ones (for A/B measurements).
 bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight& router, const Tensor& bias,
          const RouterConfig& cfg, const std::vector<ExpertWeights>& experts, const ExpertWeights* shared, Tensor& out) {
   const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
-  if (!shared || T == 0 || E == 0 || !all_held(experts) || quantized_experts(experts) ||
-      !shared_expert_stream_enabled() || !moe_grouped_applies(ctx, x, experts) ||
-      !shared_expert_groups_with(x, experts, *shared))
+  if (!shared || T == 0 || E == 0 || !all_held(experts) || !shared_expert_stream_enabled()) return false;
+  const bool quant = quantized_experts(experts);
+  if (quant ? !(quantized_grouped_applies(ctx, x, experts) && shared_expert_runs_alone(ctx, x, experts, *shared))
+            : !(moe_grouped_applies(ctx, x, experts) && shared_expert_groups_with(x, experts, *shared)))
     return false;
-  const ExpertTable& table = expert_table(ctx, state, experts, shared);
-  const int64_t inter = experts[0].gate.out;
+  // The shared expert's table: after the bf16 routed experts, or alone.
+  static const std::vector<ExpertWeights> kNoRouted;
+  const ExpertTable& table = expert_table(ctx, state, quant ? kNoRouted : experts, shared);
+  const int64_t shared_first = quant ? 0 : E;
   const cudaStream_t stream = ctx.stream();
   cudaStream_t side = ctx.side_stream();
   const cudaEvent_t fork = ctx.fork_event(), join = ctx.join_event();
@@ -374,9 +410,10 @@ bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight&
     TESSERA_CUDA_CHECK(cudaEventRecord(fork, stream));
     TESSERA_CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
   }
-  // Expert E of the table alone, one slot a token: scratch.y is the shared expert's [T, H] output.
+  // The shared expert alone, one slot a token: scratch.y is its [T, H] output.
   const MoeSlots shared_slots{nullptr, nullptr, 0, 0};
-  const GroupedExperts shared_run = grouped_experts(ctx, x, shared_slots, 1, table, E, inter, side);
+  const GroupedExperts shared_run =
+      grouped_experts(ctx, x, shared_slots, 1, table, shared_first, shared->gate.out, side);
   // Should anything below throw (a refused router config, an allocation), the second stream must
   // finish before shared_run's buffers go back to the pool: later work would reuse memory it writes.
   struct WaitOnUnwind {
@@ -390,7 +427,8 @@ bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight&
   Tensor ids = ctx.alloc(DType::kI32, {T, cfg.top_k}), weights = ctx.alloc(DType::kF32, {T, cfg.top_k});
   moe_route(ctx, state, x, router, bias, cfg, ids, weights);
   const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(cfg.top_k), -1};
-  const GroupedExperts run = grouped_experts(ctx, x, slots, E, table, 0, inter, stream);
+  const GroupedExperts run = quant ? quantized_grouped_experts(ctx, state, x, experts, slots)
+                                   : grouped_experts(ctx, x, slots, E, table, 0, experts[0].gate.out, stream);
   if (admit_op("join", stream, join)) TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream, join, 0));
   unwind.joined = true;
   launch_moe_combine(run.y, T, x.dim(1), slots, E, shared_run.y, ptr<float>(out), stream);
