@@ -28,7 +28,7 @@ struct GenerateArgs {
   bool json = false;
   bool ignore_eos = false;
   int64_t prefill_chunk = 0;
-  int tensor_parallel_size = 1;            // ranks as threads (CPU backend)
+  int tensor_parallel_size = 1;            // ranks as threads (CPU backend, or a GPU each)
   std::string kv_cache_sharding = "auto";  // as for serve
   std::string kv_cache_bytes;              // as for serve; empty: the GPU budget or the CPU default
   double gpu_memory_utilization = 0.9;     // as for serve
@@ -122,7 +122,8 @@ int run(const GenerateArgs& a) {
   Generated r;
   if (plan.tensor_parallel_size > 1) {
     // (A size that does not divide the heads was refused by the plan, before any weight was read.)
-    model::LoadedRanks ranks = model::load_model_ranks(plan.model, plan.tensor_parallel_size, a.model.device);
+    backend.reset();  // each rank makes its own
+    model::LoadedRanks ranks = model::load_model_ranks_for(plan.model, plan.tensor_parallel_size);
     if (a.max_tokens > 0) r = run_engine(*engine::build_engine(ranks, plan), plan.model.config, prompt, a);
   } else {
     model::LoadedModel m = model::load_model(plan.model, std::move(backend), stderr_load_progress());

@@ -31,8 +31,8 @@ void EngineOptions::add_to(CLI::App& app) {
 void add_tensor_parallel_option(CLI::App& app, int& size, std::string& kv_cache_sharding) {
   app.add_option("--tensor-parallel-size", size,
                  "split the model over this many ranks: attention heads, routed experts and MLP columns; must "
-                 "divide the attention heads. Ranks are threads of this process on the CPU backend (ranks on GPUs: "
-                 "not in serve and generate yet; bench decode times one rank's share)")
+                 "divide the attention heads. Ranks are threads of this process: on --device cpu the CPU backend's, on "
+                 "cuda GPUs 0..N-1, one a rank, joined by NCCL")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--kv-cache-sharding", kv_cache_sharding,

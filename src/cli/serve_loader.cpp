@@ -36,8 +36,10 @@ void ServeLoader::load() {
 #endif
     };
     if (plan_.tensor_parallel_size > 1) {
-      // CPU ranks (threads): no device to self-check, no staged upload to report progress of.
-      ranks_ = model::load_model_ranks(plan_.model, plan_.tensor_parallel_size);
+      // Ranks (threads, on the CPU or a GPU each) make their own backends: no staged upload to report
+      // progress of, and no start-up self-check yet.
+      backend_.reset();
+      ranks_ = model::load_model_ranks_for(plan_.model, plan_.tensor_parallel_size);
       engine_ = engine::build_engine(ranks_, plan_);
     } else {
       model_ = model::load_model(plan_.model, std::move(backend_), progress);

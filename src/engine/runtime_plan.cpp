@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "engine/tensor_parallel_executor.h"
+#include "ops/backend.h"
 #include "io/checkpoint.h"
 #include "model/kv_cache.h"
 
@@ -95,12 +96,12 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
     } catch (const core::Error& e) {
       p.problems.push_back(e.what());
     }
+    // On GPUs: rank r on GPU r over NCCL (model::RankDevices::kOnePerGpu), which this build and
+    // machine must offer.
     if (p.backend.free_bytes)
-      p.problems.push_back(
-          fmt::format("--tensor-parallel-size {} on {}: serve and generate do not run ranks on GPUs yet (a "
-                      "GPU each over NCCL is issue 17's next step; `bench decode --tensor-parallel-size` times one "
-                      "rank's share on one GPU); tensor parallelism runs on the CPU backend (--device cpu)",
-                      s.tensor_parallel_size, p.backend.device));
+      for (const ops::RankGroupKind& kind : ops::rank_group_kinds(backend.name(), s.tensor_parallel_size))
+        if (kind.name == "nccl" && !kind.problem.empty())
+          p.problems.push_back(fmt::format("--tensor-parallel-size {}: {}", s.tensor_parallel_size, kind.problem));
   }
   for (const auto& k : p.backend.kernels)
     if (!k.available) p.problems.push_back(fmt::format("no kernel can run {}: {}", k.op, k.reason));
@@ -120,11 +121,15 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
     // and the runtime's own memory come out of u x the device's memory; the KV pool gets the rest
     // (device_kv_budget), or --kv-cache-bytes.
     p.workspace_bytes = activation_workspace_bytes(cfg, s.max_num_batched_tokens, s.max_num_seqs);
-    p.device_use = DeviceMemoryUse{p.backend.total_bytes, p.backend.total_bytes - *p.backend.free_bytes,
-                                   p.backend.weight_bytes, p.workspace_bytes, kRuntimeReserveBytes};
-    if (p.backend.weight_bytes >= *p.backend.free_bytes) {
-      p.problems.push_back(fmt::format("the weights ({}) do not fit in the free device memory ({})",
-                                       gib(p.backend.weight_bytes), gib(*p.backend.free_bytes)));
+    // Ranks on GPUs of their own: each GPU holds its rank's share (rank 0's, the largest), measured
+    // against this GPU's memory (the ranks' GPUs are taken to be alike).
+    const uint64_t weights = s.tensor_parallel_size > 1 ? p.rank_weight_bytes : p.backend.weight_bytes;
+    p.device_use = DeviceMemoryUse{p.backend.total_bytes, p.backend.total_bytes - *p.backend.free_bytes, weights,
+                                   p.workspace_bytes, kRuntimeReserveBytes};
+    if (weights >= *p.backend.free_bytes) {
+      p.problems.push_back(fmt::format("the weights ({}{}) do not fit in the free device memory ({})", gib(weights),
+                                       s.tensor_parallel_size > 1 ? " of rank 0's share" : "",
+                                       gib(*p.backend.free_bytes)));
     } else if (!in.kv_cache_bytes) {
       try {
         in.kv_budget_bytes = device_kv_budget(p.device_use, s.gpu_memory_utilization);
@@ -216,10 +221,13 @@ std::vector<std::string> RuntimePlan::lines() const {
   if (tensor_parallel_size > 1) {
     const int n = tensor_parallel_size;
     add("parallel",
-        fmt::format("{} ranks (threads of this process), each with {} of {} attention heads, {}-{} of {} "
+        fmt::format("{} ranks ({}), each with {} of {} attention heads, {}-{} of {} "
                     "routed experts, 1/{} of the MLP columns and of lm_head, {}; {} of the checkpoint's "
                     "weights on rank 0 (the most)",
-                    n, cfg.num_attention_heads / n, cfg.num_attention_heads, cfg.n_routed_experts / n,
+                    n,
+                    backend.free_bytes ? fmt::format("threads of this process on GPUs 0-{}, joined by NCCL", n - 1)
+                                       : "threads of this process",
+                    cfg.num_attention_heads / n, cfg.num_attention_heads, cfg.n_routed_experts / n,
                     (cfg.n_routed_experts + n - 1) / n, cfg.n_routed_experts, n,
                     kv_sharded ? fmt::format("1/{} of the KV cache", n) : "the KV pool above", gib(rank_weight_bytes)));
   }

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "ops/backend.h"
 
 namespace tessera::engine {
 
@@ -13,6 +14,7 @@ TensorParallelExecutor::TensorParallelExecutor(model::LoadedRanks& ranks, int64_
   TESSERA_CHECK(!ranks_.ranks.empty(), "tensor-parallel executor: no ranks");
   for (int r = 0; r < static_cast<int>(ranks_.ranks.size()); ++r)
     caches_.push_back(ranks_.make_kv_cache(r, num_pages, layout));
+  ops::bind_to_this_thread(ranks_.ranks.front()->ops());  // rank 0 runs (and samples) on this thread
 }
 
 core::Tensor TensorParallelExecutor::execute(const model::StepBatch& batch) {
@@ -22,6 +24,7 @@ core::Tensor TensorParallelExecutor::execute(const model::StepBatch& batch) {
   std::atomic<int> first_failed{-1};
   auto run = [&](int r) {
     try {
+      ops::bind_to_this_thread(ranks_.ranks[static_cast<size_t>(r)]->ops());  // a rank on a GPU of its own
       logits[static_cast<size_t>(r)] =
           ranks_.ranks[static_cast<size_t>(r)]->forward(batch, caches_[static_cast<size_t>(r)]);
     } catch (const std::exception& e) {

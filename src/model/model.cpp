@@ -29,6 +29,9 @@ ModelPlan resolve_model(const std::filesystem::path& dir, const LoadOptions& opt
   const auto checkpoint = io::Checkpoint::open(dir);
   p.linears = linear_groups(load_deepseek_v3_weights(*checkpoint, p.config, p.quant));
   p.load_threads = options.load_threads;
+  p.device = options.device;
+  p.kernels = options.kernels;
+  p.enforce_eager = options.enforce_eager;
   return p;
 }
 

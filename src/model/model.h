@@ -53,6 +53,10 @@ struct ModelPlan {
   // read): what the backend's plan counts device bytes from.
   std::vector<ops::WeightGroup> linears;
   int load_threads = 0;  // LoadOptions::load_threads
+  // The backend it runs on (LoadOptions' device, kernels and enforce_eager): tensor-parallel ranks
+  // make one each (load_model_ranks).
+  std::string device = "cpu", kernels;
+  bool enforce_eager = false;
 };
 
 // A loaded model and the plan it was loaded by.

@@ -3,11 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <exception>
+#include <thread>
 
 #include "core/error.h"
 #include "model/deepseek_v3.h"
 #include "model/weight_staging.h"
 #include "ops/backend.h"
+#include "ops/comm/in_process.h"
 
 namespace tessera::model {
 
@@ -142,16 +145,47 @@ uint64_t rank_weight_bytes(const ModelPlan& plan, TensorParallel tp) {
 KvCache LoadedRanks::make_kv_cache(int rank, int64_t num_pages, RankKvLayout layout) const {
   const int size = static_cast<int>(ranks.size());
   const KvShard shard = layout.sharded ? KvShard{rank, size} : KvShard{};
+  ops::bind_to_this_thread(ranks.at(static_cast<size_t>(rank))->ops());  // the pages go to its GPU
   return KvCache(ranks.at(static_cast<size_t>(rank))->ops(), config.num_hidden_layers, num_pages,
                  config.kv_cache_entry_dim(), kv_cache.dtype, layout.stored_page_size, kv_scales, shard);
 }
 
-LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string& device, RankDevices where) {
+RankDevices rank_devices_for(const std::string& device) {
+  return device == "cpu" ? RankDevices::kCpu : RankDevices::kOnePerGpu;
+}
+
+LoadedRanks load_model_ranks_for(const ModelPlan& plan, int size) {
+  return load_model_ranks(plan, size, plan.device, rank_devices_for(plan.device), plan.kernels, plan.enforce_eager);
+}
+
+namespace {
+
+// The communicator group of `size` ranks placed as `where` says, and each rank's --device.
+std::pair<std::unique_ptr<ops::CommGroup>, std::vector<std::string>> rank_group(int size, const std::string& device,
+                                                                                RankDevices where) {
+  std::vector<std::string> devices(static_cast<size_t>(size), device);
+  if (where != RankDevices::kOnePerGpu) {
+    TESSERA_CHECK(device == "cpu" || where == RankDevices::kShareOneGpu,
+                  "--tensor-parallel-size {} on --device {}: ranks on a GPU run one a GPU (RankDevices::kOnePerGpu)",
+                  size, device);
+    return {std::make_unique<ops::InProcessGroup>(size), devices};
+  }
+  for (const ops::RankGroupKind& kind : ops::rank_group_kinds(device, size)) {
+    if (kind.name != "nccl") continue;
+    TESSERA_CHECK(kind.problem.empty(), "--tensor-parallel-size {} on --device {}: {}", size, device, kind.problem);
+    for (int r = 0; r < size; ++r) devices[static_cast<size_t>(r)] = kind.device_of(r);
+    return {kind.make(), devices};
+  }
+  core::fail("--tensor-parallel-size {} on --device {}: no NCCL ranks on this device", size, device);
+}
+
+}  // namespace
+
+LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string& device, RankDevices where,
+                             const std::string& kernels, bool enforce_eager) {
   check_tensor_parallel(plan.config, size);
-  TESSERA_CHECK(device == "cpu" || where == RankDevices::kShareOneGpu,
-                "--tensor-parallel-size {} on --device {}: ranks on GPUs need the NCCL communicator, which is not "
-                "built yet; tensor parallelism runs on the CPU backend",
-                size, device);
+  auto placed = rank_group(size, device, where);
+  const std::vector<std::string> devices = std::move(placed.second);
   LoadedRanks m;
   m.config = plan.config;
   m.kv_cache = plan.kv_cache;
@@ -159,16 +193,39 @@ LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string&
   const ModelWeights weights = load_deepseek_v3_weights(*m.checkpoint, m.config, plan.quant);
   m.kv_scales = kv_cache_scales(weights, m.kv_cache.dtype);
   check_weights_finite(*m.checkpoint, weights);
-  m.group = std::make_unique<ops::InProcessGroup>(size);
-  for (int r = 0; r < size; ++r) {
-    const TensorParallel tp{r, size};
-    m.comms.push_back(m.group->communicator(r));
-    // Ranks sharing a GPU run eagerly: a collective's host copies cannot be recorded in a graph.
-    auto backend = ops::make_backend(device, "", /*enforce_eager=*/device != "cpu");
-    m.ranks.push_back(std::make_unique<DeepseekV3Model>(m.config, shard_weights(weights, m.config, tp),
-                                                        std::move(backend), nullptr, tp, m.comms.back().get()));
+  m.group = std::move(placed.first);
+  // Ranks sharing a GPU run eagerly: a collective's host copies cannot be recorded in a graph.
+  const bool eager = enforce_eager || where == RankDevices::kShareOneGpu;
+  // Ranks on a GPU each load at once, a thread each (each copy goes to its own GPU); the others one
+  // after another.
+  m.ranks.resize(static_cast<size_t>(size));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(size));
+  auto load = [&](int r) {
+    try {
+      auto backend = ops::make_backend(devices[static_cast<size_t>(r)], kernels, eager);
+      ops::bind_to_this_thread(*backend);  // the rank's weights go to its GPU
+      m.ranks[static_cast<size_t>(r)] =
+          std::make_unique<DeepseekV3Model>(m.config, shard_weights(weights, m.config, {r, size}), std::move(backend),
+                                            nullptr, TensorParallel{r, size}, m.comms[static_cast<size_t>(r)].get());
+    } catch (...) {
+      errors[static_cast<size_t>(r)] = std::current_exception();
+    }
+  };
+  for (int r = 0; r < size; ++r) m.comms.push_back(m.group->communicator(r));
+  if (where == RankDevices::kOnePerGpu) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r) threads.emplace_back(load, r);
+    for (auto& t : threads) t.join();
+  } else {
+    for (int r = 0; r < size; ++r) load(r);
   }
-  spdlog::info("tensor parallel: {} ranks, {} attention heads and about {} routed experts each", size,
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  if (where == RankDevices::kOnePerGpu) ops::bind_to_this_thread(m.ranks.front()->ops());
+  spdlog::info("tensor parallel: {} ranks ({}), {} attention heads and about {} routed experts each", size,
+               where == RankDevices::kOnePerGpu     ? fmt::format("GPUs 0-{} over NCCL", size - 1)
+               : where == RankDevices::kShareOneGpu ? fmt::format("sharing {}", device)
+                                                    : "CPU threads",
                m.config.num_attention_heads / size, (m.config.n_routed_experts + size - 1) / size);
   return m;
 }

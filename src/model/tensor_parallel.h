@@ -17,7 +17,7 @@
 #include "io/model_config.h"
 #include "model/deepseek_v3_weights.h"
 #include "model/model.h"
-#include "ops/comm/in_process.h"
+#include "ops/comm/communicator.h"
 
 namespace tessera::model {
 
@@ -60,7 +60,7 @@ struct LoadedRanks {
   io::ModelConfig config;
   io::KvCacheDtypeResolution kv_cache;
   std::vector<float> kv_scales;
-  std::unique_ptr<ops::InProcessGroup> group;
+  std::unique_ptr<ops::CommGroup> group;
   std::vector<std::unique_ptr<ops::Communicator>> comms;
   std::vector<std::unique_ptr<Model>> ranks;
 
@@ -71,15 +71,25 @@ struct LoadedRanks {
 
 // Where the ranks of load_model_ranks compute.
 enum class RankDevices {
-  kCpu,          // the CPU backend (the reference)
+  kCpu,          // the CPU backend (the reference), joined by the in-process communicator
   kShareOneGpu,  // every rank a backend on the one `device`, eager (no CUDA graphs: the in-process
                  // communicator copies through the host); tests of the sharded CUDA kernels
+  kOnePerGpu,    // rank r on GPU r (cuda:r), joined by NCCL: collectives on each rank's stream,
+                 // decode steps as CUDA graphs unless enforce_eager
 };
+// The placement serve and generate use for tensor-parallel ranks on `device`: the CPU's threads,
+// or a GPU each.
+RankDevices rank_devices_for(const std::string& device);
 
-// Loads `plan` as `size` ranks, threads of this process joined by the in-process communicator.
-// Throws naming heads and ranks for a size check_tensor_parallel refuses, and for a GPU `device`
-// unless the ranks are to share it (ranks on several GPUs need the NCCL communicator).
+// Loads `plan` as `size` ranks, threads of this process, each rank's weights on its own backend
+// (`kernels` and `enforce_eager` as for make_backend). Throws naming heads and ranks for a size
+// check_tensor_parallel refuses, for a GPU `device` with kCpu, and for kOnePerGpu where this build
+// has no NCCL or the machine fewer GPUs than ranks.
 LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string& device = "cpu",
-                             RankDevices where = RankDevices::kCpu);
+                             RankDevices where = RankDevices::kCpu, const std::string& kernels = "",
+                             bool enforce_eager = false);
+// The ranks of serve and generate: on the plan's device (rank_devices_for), with its kernels and
+// enforce_eager.
+LoadedRanks load_model_ranks_for(const ModelPlan& plan, int size);
 
 }  // namespace tessera::model

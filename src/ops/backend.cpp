@@ -63,6 +63,14 @@ std::unique_ptr<Ops> make_backend(const std::string& device, const std::string& 
   core::fail("--device '{}': expected cpu, cuda or cuda:N", device);
 }
 
+void bind_to_this_thread(Ops& ops) {
+#ifdef TESSERA_HAVE_CUDA
+  if (ops.name() == "cuda") cuda::make_current(ops);
+#else
+  (void)ops;
+#endif
+}
+
 std::vector<RankGroupKind> rank_group_kinds(const std::string& device, int size) {
   TESSERA_CHECK(size >= 1, "--ranks {}: at least one rank", size);
   auto in_process = [size] { return std::unique_ptr<CommGroup>(std::make_unique<InProcessGroup>(size)); };

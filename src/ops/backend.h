@@ -18,6 +18,11 @@ namespace tessera::ops {
 std::unique_ptr<Ops> make_backend(const std::string& device, const std::string& kernels = "",
                                   bool enforce_eager = false);
 
+// Makes `ops`' device current on the calling thread, for a thread that loads or steps a
+// tensor-parallel rank on a GPU of its own (the CUDA runtime's current device is per thread); a
+// no-op for the CPU backend.
+void bind_to_this_thread(Ops& ops);
+
 // A way to join `size` tensor-parallel ranks (threads of this process) that this build and machine
 // offer on a --device: what `tessera bench comm` times. `problem` is empty when it can run, else
 // why not (e.g. NCCL with more ranks than GPUs).

@@ -1,4 +1,5 @@
-// Tensor parallelism with CUDA ranks that share the one GPU through the in-process communicator
+// Tensor parallelism with CUDA ranks that share the one GPU through the in-process communicator, and
+// with a GPU each over NCCL as serve places them (those with as many ranks as the machine has GPUs)
 // (issue 17): each fixture split over 2 and 4 ranks (and 8 on the 8-head ones: 12 experts on 8
 // ranks) gives prompt logits within the bf16 noise floor of transformers' fp32 reference, as one
 // CUDA rank does, and close to that one rank; so do decode steps after the prompt. This runs the
@@ -103,17 +104,26 @@ struct Case {
   std::string fixture;
   int size;
   bool kv_sharded = true;
+  // Rank r on GPU r over NCCL, decode steps as CUDA graphs (serve's placement), instead of every
+  // rank sharing GPU 0 through the in-process communicator; skipped where the machine has fewer GPUs.
+  bool gpu_each = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.fixture << " on " << c.size << " ranks, KV cache " << (c.kv_sharded ? "sharded" : "whole");
+  *os << c.fixture << " on " << c.size << " ranks" << (c.gpu_each ? " (a GPU each, NCCL)" : " sharing GPU 0")
+      << ", KV cache " << (c.kv_sharded ? "sharded" : "whole");
 }
 
 class CudaTensorParallelTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(CudaTensorParallelTest, RanksSharingTheGpuStayWithinTheBf16Floor) {
+TEST_P(CudaTensorParallelTest, RanksStayWithinTheBf16Floor) {
   if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
-  const auto& [fixture, size, kv_sharded] = GetParam();
+  const auto& [fixture, size, kv_sharded, gpu_each] = GetParam();
+#ifndef TESSERA_HAVE_NCCL
+  if (gpu_each) GTEST_SKIP() << "this build has no NCCL";
+#endif
+  if (gpu_each && size > ops::cuda::cuda_device_count())
+    GTEST_SKIP() << size << " ranks on a GPU each: this machine has " << ops::cuda::cuda_device_count();
   const auto dir = test::fixtures_dir() / "models" / fixture;
   auto golden = io::SafetensorsFile::open(dir / "golden.safetensors");
   const auto meta = nlohmann::json::parse(test::read_file(dir / "golden.json"));
@@ -124,7 +134,8 @@ TEST_P(CudaTensorParallelTest, RanksSharingTheGpuStayWithinTheBf16Floor) {
   const model::ModelPlan plan = model::resolve_model(dir, lo, *ops::make_backend("cuda"));
   model::LoadedModel one = model::load_model(plan, ops::make_backend("cuda", "", /*enforce_eager=*/true));
   engine::LocalExecutor single(*one.model, one.make_kv_cache(kPages));
-  model::LoadedRanks ranks = model::load_model_ranks(plan, size, "cuda", model::RankDevices::kShareOneGpu);
+  model::LoadedRanks ranks = model::load_model_ranks(
+      plan, size, "cuda", gpu_each ? model::RankDevices::kOnePerGpu : model::RankDevices::kShareOneGpu);
   ASSERT_EQ(ranks.ranks.size(), static_cast<size_t>(size));
   engine::TensorParallelExecutor sharded(ranks, kPages, {kv_sharded, model::kKvPageSize});
   for (const auto& p : meta["prompts"]) {
@@ -225,13 +236,21 @@ TEST(CudaTensorParallel, SyntheticKimiLayerOnEightRanksMatchesOneRank) {
 }
 
 std::vector<Case> cases() {
-  return {{"dsv3-tiny", 2},           {"dsv3-tiny", 4},           {"dsv3-tiny-fp8", 4},       {"kimi-k2-tiny", 8},
-          {"kimi-k25-tiny-nvfp4", 2}, {"kimi-k25-tiny-nvfp4", 8}, {"kimi-k2-tiny", 8, false}, {"dsv3-tiny", 4, false}};
+  std::vector<Case> v = {{"dsv3-tiny", 2},           {"dsv3-tiny", 4},           {"dsv3-tiny-fp8", 4},
+                         {"kimi-k2-tiny", 8},        {"kimi-k25-tiny-nvfp4", 2}, {"kimi-k25-tiny-nvfp4", 8},
+                         {"kimi-k2-tiny", 8, false}, {"dsv3-tiny", 4, false}};
+  // A GPU each: one rank (NCCL's lone rank: runs on one GPU), and as many as a machine may lend.
+  for (int size : {1, 2, 4, 8}) {
+    v.push_back({"kimi-k25-tiny-nvfp4", size, true, true});
+    if (size <= 4) v.push_back({"dsv3-tiny-fp8", size, true, true});
+  }
+  v.push_back({"kimi-k2-tiny", 8, false, true});
+  return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTensorParallelTest, ::testing::ValuesIn(cases()), [](const auto& info) {
   return test::fixture_test_name(info.param.fixture) + "_tp" + std::to_string(info.param.size) +
-         (info.param.kv_sharded ? "_kv_sharded" : "_kv_whole");
+         (info.param.kv_sharded ? "_kv_sharded" : "_kv_whole") + (info.param.gpu_each ? "_gpu_each" : "");
 });
 
 }  // namespace

@@ -158,6 +158,25 @@ TEST(TensorParallel, SizeThatDoesNotDivideTheHeadsIsRefusedBeforeLoading) {
   EXPECT_THROW(model::load_model_ranks(plan, 2, "cuda"), core::Error);
 }
 
+// Ranks on GPUs of their own need a GPU each and NCCL: on a machine without two GPUs (CI has none,
+// the device machine one) two such ranks are refused before any weight is read, naming the size and
+// what is missing. serve and generate place ranks that way on --device cuda.
+TEST(TensorParallel, RanksOnAGpuEachAreRefusedWithoutTwoGpusAndNccl) {
+  EXPECT_EQ(model::rank_devices_for("cpu"), model::RankDevices::kCpu);
+  EXPECT_EQ(model::rank_devices_for("cuda"), model::RankDevices::kOnePerGpu);
+  EXPECT_EQ(model::rank_devices_for("cuda:1"), model::RankDevices::kOnePerGpu);
+  const auto plan = plan_of("dsv3-tiny");
+  try {
+    model::load_model_ranks(plan, 2, "cuda", model::RankDevices::kOnePerGpu);
+    GTEST_SKIP() << "this machine has two GPUs and NCCL: the ranks loaded";
+  } catch (const core::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--tensor-parallel-size 2 on --device cuda"), std::string::npos) << m;
+    const bool names_why = m.find("2 ranks need 2 GPUs") != std::string::npos || m.find("no NCCL") != std::string::npos;
+    EXPECT_TRUE(names_why) << m;
+  }
+}
+
 // What `plan` prints per rank: one rank's bytes are the whole model's; of 8 ranks over 12 experts,
 // rank 0 holds two experts a MoE layer and rank 7 one, and every rank holds the replicated tensors.
 TEST(TensorParallel, RankWeightBytesFollowTheSplit) {

@@ -252,6 +252,7 @@ class CudaOps final : public Ops {
   void step_boundary() override { ctx_.step_boundary(); }
   StepGraphStats graph_stats() const { return ctx_.graph_stats(); }
   cudaStream_t stream() { return ctx_.stream(); }
+  void make_current() const { ctx_.make_current(); }
 
  private:
   template <class T>
@@ -280,6 +281,12 @@ void* backend_stream(Ops& ops) {
   auto* cuda = dynamic_cast<CudaOps*>(&ops);
   TESSERA_CHECK(cuda != nullptr, "backend_stream: the {} backend has no CUDA stream", ops.name());
   return cuda->stream();
+}
+
+void make_current(Ops& ops) {
+  auto* cuda = dynamic_cast<CudaOps*>(&ops);
+  TESSERA_CHECK(cuda != nullptr, "make_current: the {} backend has no CUDA device", ops.name());
+  cuda->make_current();
 }
 
 StepGraphStats step_graph_stats(const Ops& ops) {

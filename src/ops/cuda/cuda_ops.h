@@ -24,7 +24,6 @@ std::string device_description(int index = 0);
 // `kernels`: forced kernels, "op=kernel[,op=kernel...]" (see kernel_registry.h); "" = the
 // registry's choice, or the TESSERA_KERNELS environment variable when set. Each op runs the kernel
 // that kernel_registry.h's choosers pick for its shapes on this device: what `tessera plan` prints.
-// The device memory pool is still one for the process: one process drives one device for now.
 // `step_graphs`: decode steps run as CUDA graphs (Ops::graphed_step, step_graph.h) unless false
 // (--enforce-eager) or TESSERA_CUDA_GRAPHS=0.
 std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels = "", bool step_graphs = true, int device = 0);
@@ -32,6 +31,10 @@ std::unique_ptr<Ops> make_cuda_ops(const std::string& kernels = "", bool step_gr
 // The stream a CUDA backend issues all of its work on (a cudaStream_t), for work that must be
 // ordered with it (collectives); throws for another backend.
 void* backend_stream(Ops& ops);
+
+// Makes the backend's device current on the calling thread (cudaSetDevice): a tensor-parallel rank's
+// thread calls it before it loads or runs that rank, on a GPU of its own. Throws for another backend.
+void make_current(Ops& ops);
 
 // How the CUDA backend's decode steps ran (step_graph.h); all zero for other backends.
 struct StepGraphStats {

@@ -24,7 +24,8 @@ void check_nccl(ncclResult_t r, const char* what, ncclComm_t comm = nullptr) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  NcclCommunicator(const NcclGroup& group, ncclComm_t comm, int rank, int size)
+      : group_(group), comm_(comm), rank_(rank), size_(size) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
@@ -32,6 +33,7 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum(Ops& ops, core::Tensor& x) override {
     TESSERA_CHECK(x.dtype() == core::DType::kF32, "NCCL all-reduce: fp32 activations expected, got {}",
                   core::dtype_name(x.dtype()));
+    group_.check_open();
     const auto stream = static_cast<cudaStream_t>(backend_stream(ops));
     if (x.numel() == 0 || !admit_op("nccl all-reduce", x.raw(), x.numel(), static_cast<void*>(comm_), stream)) return;
     check_nccl(ncclAllReduce(x.raw(), x.raw(), static_cast<size_t>(x.numel()), ncclFloat32, ncclSum, comm_, stream),
@@ -51,6 +53,7 @@ class NcclCommunicator final : public Communicator {
                   size_, part.dim(1), total, count);
     (void)first;
     if (rows == 0 || total == 0) return;
+    group_.check_open();
     const auto stream = static_cast<cudaStream_t>(backend_stream(ops));
     core::Tensor send = ops.empty({rows, width}), gathered = ops.empty({size_ * rows, width});
     const size_t f = sizeof(float);
@@ -83,6 +86,7 @@ class NcclCommunicator final : public Communicator {
                   rank_, size_, count, total, core::shape_str(out.shape()));
     (void)first;
     if (rows == 0 || total == 0) return;
+    group_.check_open();
     const auto stream = static_cast<cudaStream_t>(backend_stream(ops));
     const size_t f = sizeof(float);
     core::Tensor send = ops.empty({size_ * rows, width}), mine = ops.empty({rows, width});
@@ -106,6 +110,7 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  const NcclGroup& group_;
   ncclComm_t comm_;
   int rank_, size_;
 };
@@ -121,12 +126,27 @@ NcclGroup::NcclGroup(std::vector<int> devices) : devices_(std::move(devices)) {
 }
 
 NcclGroup::~NcclGroup() {
+  if (aborted_) return;  // ncclCommAbort freed them
   for (void* c : comms_) (void)ncclCommDestroy(static_cast<ncclComm_t>(c));
+}
+
+void NcclGroup::abort(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (aborted_) return;
+  aborted_ = true;
+  why_ = why;
+  for (void* c : comms_) (void)ncclCommAbort(static_cast<ncclComm_t>(c));
+}
+
+void NcclGroup::check_open() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TESSERA_CHECK(!aborted_, "NCCL: the ranks' group was aborted: {}", why_);
 }
 
 std::unique_ptr<Communicator> NcclGroup::communicator(int rank) {
   TESSERA_CHECK(rank >= 0 && rank < size(), "NCCL group: no rank {} among {}", rank, size());
-  return std::make_unique<NcclCommunicator>(static_cast<ncclComm_t>(comms_[static_cast<size_t>(rank)]), rank, size());
+  return std::make_unique<NcclCommunicator>(*this, static_cast<ncclComm_t>(comms_[static_cast<size_t>(rank)]), rank,
+                                            size());
 }
 
 std::string nccl_version() {

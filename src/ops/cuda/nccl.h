@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,12 +27,18 @@ class NcclGroup final : public CommGroup {
   // The communicator of `rank`, for the thread that drives that rank's backend (created on
   // devices[rank]). Valid while the group lives.
   std::unique_ptr<Communicator> communicator(int rank) override;
-  // NCCL's collectives run on the GPU; nothing waits on the host.
-  void abort(const std::string&) override {}
+  // A rank failed: every rank's communicator is aborted (ncclCommAbort), which ends the collectives
+  // the other ranks' GPUs wait in, and later collectives throw naming `why`. The group is done.
+  void abort(const std::string& why) override;
+  // Throws naming why the group was aborted, if it was.
+  void check_open() const;
 
  private:
   std::vector<int> devices_;
   std::vector<void*> comms_;  // ncclComm_t, one per rank
+  mutable std::mutex mutex_;
+  bool aborted_ = false;
+  std::string why_;
 };
 
 // The NCCL library's version, e.g. "2.28.3".
