@@ -2,11 +2,12 @@
 # A user's first run at real size on the device machine: make-checkpoint, `bench load` (page cache
 # and --cold), `plan`, then `serve` with default flags answering a chat request, and the device
 # memory nvidia-smi reports against the plan. Usage (repository root on the device machine):
-#   bash device_carry/serve_check.sh kimi-bf16|nvfp4
+#   bash device_carry/serve_check.sh kimi-bf16|nvfp4|dsv3-fp8
 source "$(dirname "$0")/env.sh"
 case "${1:-kimi-bf16}" in
   kimi-bf16) like="--like deepseek-v3-bf16 --layers 4 --experts 64 --vocab 163840 --heads 64 --first-dense 1" ;;
   nvfp4) like="--like kimi-k2.5-nvfp4 --layers 4 --experts 384" ;;
+  dsv3-fp8) like="--like deepseek-v3-fp8 --layers 3 --experts 256 --first-dense 1" ;;
   *) echo "serve_check.sh: unknown '$1'"; exit 2 ;;
 esac
 dir=/tmp/ckpt-$1
