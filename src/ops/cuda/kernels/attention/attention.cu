@@ -351,12 +351,12 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   // The mma.sync kernels take 16 heads a block and one or two blocks fit on an SM; the wgmma kernel
   // takes 64 heads and ~225 KB of shared memory, one block an SM. Pick the fewest context splits
   // (each adds partials for the combine kernel) whose blocks fill whole waves to 90% (a 1.5-wave
-  // grid leaves a quarter of the GPU idle), else the best fill, with at least two tiles a split,
-  // eight for the wgmma kernel: its partials are 128 KB a split (64 heads x 512 fp32), a fifth of
-  // the cache bytes of 512 positions, and at batch 1 and 32k context 64 splits of 512 took 37.6 us
-  // against 44.5 us for 128 of 256 (`tessera bench kernels`, H200). Short contexts relax that floor
-  // so that at least 16 splits may run: at batch 1, 64 heads (the heads of a rank of a sharded KV
-  // cache) and 1024 positions, the eight-tile floor left one block reading the whole context, 42 us.
+  // grid leaves a quarter of the GPU idle), else the best fill, with at least two tiles a split for
+  // the mma.sync kernels. The wgmma kernel's partials are 128 KB a split (64 heads x 512 fp32), so
+  // it takes up to 64 splits of one tile or more, and more only of at least eight tiles: at batch 1
+  // (`tessera bench kernels --batch 1 --filter wgmma`, H200, µs with the combine) 32k context ran
+  // 34.9 in 64 splits against 42.7 in 128 and 47.4 in 32; 8k 22.8 in 64 against 23.5 in 32, 30.8 in
+  // 16 (what an eight-tile floor allowed) and 33.8 in 128; 1k 16.4 in 16 splits of one tile.
   // Only counts that
   // launch_mla_attend realises are candidates: it rounds each split up to whole tiles, so 63
   // splits of 8192 positions would run as 43 splits of 192 (27 us at batch 1 against 23 us for 64
@@ -371,8 +371,9 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   while (octave * 2 <= max_visible) octave *= 2;
   const int64_t step = std::max<int64_t>(tile, octave / 8);
   const int64_t visible = (max_visible + step - 1) / step * step;
-  const int64_t min_tiles = wgmma ? std::clamp<int64_t>(visible / (16 * tile), 1, 8) : 2;
-  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMlaMaxSplits, visible / (min_tiles * tile)));
+  const int64_t tiles = visible / tile;
+  const int64_t most = wgmma ? std::max<int64_t>(std::min<int64_t>(64, tiles), tiles / 8) : tiles / 2;
+  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMlaMaxSplits, most));
   int64_t best = 1;
   double best_fill = 0;
   for (int64_t s = 1; s <= max_splits; ++s) {
