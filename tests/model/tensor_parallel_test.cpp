@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <numeric>
 #include <ostream>
 #include <string>
@@ -156,6 +157,51 @@ TEST(TensorParallel, SizeThatDoesNotDivideTheHeadsIsRefusedBeforeLoading) {
   }
   EXPECT_THROW(model::load_model_ranks(plan, 8), core::Error);  // 8 does not divide 4 either
   EXPECT_THROW(model::load_model_ranks(plan, 2, "cuda"), core::Error);
+}
+
+// A rank whose step throws stops the group: the step throws that rank's error (the other ranks,
+// waiting for it in a collective, are released by the group's abort rather than left hanging), and
+// so does every later step; the executor's rank threads still end with it.
+class FailingRank final : public model::Model {
+ public:
+  explicit FailingRank(std::unique_ptr<model::Model> inner) : inner_(std::move(inner)) {}
+  const io::ModelConfig& config() const override { return inner_->config(); }
+  ops::Ops& ops() override { return inner_->ops(); }
+  core::Tensor forward(const model::StepBatch& batch, model::KvCache& cache) override {
+    if (fail) core::fail("injected failure of this rank");
+    return inner_->forward(batch, cache);
+  }
+  uint64_t parameter_count() const override { return inner_->parameter_count(); }
+  uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  std::atomic<bool> fail{false};
+
+ private:
+  std::unique_ptr<model::Model> inner_;
+};
+
+TEST(TensorParallel, ARankThatFailsStopsTheGroupWithItsError) {
+  const auto plan = plan_of("kimi-k2-tiny");
+  model::LoadedRanks ranks = model::load_model_ranks(plan, 4);
+  auto failing = std::make_unique<FailingRank>(std::move(ranks.ranks[2]));
+  FailingRank* rank2 = failing.get();
+  ranks.ranks[2] = std::move(failing);
+  {
+    engine::TensorParallelExecutor ex(ranks, kPages);
+    const int64_t V = plan.config.vocab_size;
+    EXPECT_EQ(step_logits(ex, V).size(), static_cast<size_t>((kPrompt.size() + 6) * V));  // all ranks well
+    rank2->fail = true;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      try {
+        step_logits(ex, V);
+        FAIL() << "a step with a failing rank returned";
+      } catch (const core::Error& e) {
+        const std::string m = e.what();
+        // The first step names the failing rank's own error; later ones that rank's again (it
+        // fails first) or the aborted group's, which names it.
+        EXPECT_NE(m.find("injected failure of this rank"), std::string::npos) << m;
+      }
+    }
+  }  // the executor's threads end here (a hang would time the test out)
 }
 
 // Ranks on GPUs of their own need a GPU each and NCCL: on a machine without two GPUs (CI has none,
