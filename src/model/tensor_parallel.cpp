@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <thread>
 
@@ -37,17 +38,64 @@ void check_tensor_parallel(const io::ModelConfig& config, int size) {
 
 namespace {
 
-// Rows [r0, r1) and columns [c0, c1) of `w`: a view of the rows for a dense weight split by rows
-// only, else an exact fp32 copy.
-LinearWeight slice_linear(const LinearWeight& w, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  LinearWeight s;
+// Columns [c0, c1) of every row of a row-major [rows, cols] tensor (elements of any size; packed
+// NVFP4 codes as bytes of two), copied.
+core::Tensor copy_cols(const core::Tensor& t, int64_t c0, int64_t c1) {
+  const int64_t rows = t.dim(0), cols = t.dim(1);
+  const size_t es = core::dtype_size(t.dtype());
+  core::Tensor out = core::Tensor::zeros(t.dtype(), {rows, c1 - c0});
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out.data<uint8_t>() + static_cast<size_t>(r * (c1 - c0)) * es,
+                t.data<uint8_t>() + static_cast<size_t>(r * cols + c0) * es, static_cast<size_t>(c1 - c0) * es);
+  return out;
+}
+
+// Whether [b, e) of n starts and ends on a block of `block` (the end may be n's).
+bool on_blocks(int64_t b, int64_t e, int64_t n, int64_t block) { return b % block == 0 && (e % block == 0 || e == n); }
+
+}  // namespace
+
+LinearWeight linear_part(const LinearWeight& w, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  LinearWeight s = w;
+  s.out = r1 - r0;
+  s.in = c1 - c0;
+  const bool all_rows = r0 == 0 && r1 == w.out, all_cols = c0 == 0 && c1 == w.in;
+  using F = LinearWeight::Format;
+  if (all_cols) {
+    if (w.format == F::kDense) {
+      s.weight = w.weight.slice_rows(r0, r1);
+      return s;
+    }
+    if (w.format == F::kNvfp4) {
+      s.weight = w.weight.slice_rows(r0, r1);
+      s.scale = w.scale.slice_rows(r0, r1);
+      return s;
+    }
+    if (on_blocks(r0, r1, w.out, w.block_rows)) {  // FP8
+      s.weight = w.weight.slice_rows(r0, r1);
+      s.scale = w.scale.slice_rows(r0 / w.block_rows, (r1 + w.block_rows - 1) / w.block_rows);
+      return s;
+    }
+  } else if (all_rows) {
+    if (w.format == F::kDense) {
+      s.weight = copy_cols(w.weight, c0, c1);
+      return s;
+    }
+    if (w.format == F::kNvfp4 && c0 % w.group_size == 0 && c1 % w.group_size == 0) {
+      s.weight = copy_cols(w.weight, c0 / 2, c1 / 2);
+      s.scale = copy_cols(w.scale, c0 / w.group_size, c1 / w.group_size);
+      return s;
+    }
+    if (w.format == F::kFp8Block && on_blocks(c0, c1, w.in, w.block_cols)) {
+      s.weight = copy_cols(w.weight, c0, c1);
+      s.scale = copy_cols(w.scale, c0 / w.block_cols, (c1 + w.block_cols - 1) / w.block_cols);
+      return s;
+    }
+  }
+  s = LinearWeight{};
   s.name = w.name;
   s.out = r1 - r0;
   s.in = c1 - c0;
-  if (w.format == LinearWeight::Format::kDense && c0 == 0 && c1 == w.in) {
-    s.weight = w.weight.slice_rows(r0, r1);
-    return s;
-  }
   s.weight = core::Tensor::zeros(core::DType::kF32, {s.out, s.in});
   std::vector<float> row(static_cast<size_t>(w.in));
   for (int64_t r = r0; r < r1; ++r) {
@@ -56,6 +104,8 @@ LinearWeight slice_linear(const LinearWeight& w, int64_t r0, int64_t r1, int64_t
   }
   return s;
 }
+
+namespace {
 
 // Heads [h0, h1) of a weight with `per_head` rows (or columns) per head.
 std::pair<int64_t, int64_t> scaled(std::pair<int64_t, int64_t> heads, int64_t per_head) {
@@ -106,7 +156,7 @@ ModelWeights shard_weights(const ModelWeights& w, const io::ModelConfig& cfg, Te
   if (tp.size == 1) return w;
   ModelWeights s = w;
   for_each_share(
-      s, cfg, tp, [](LinearWeight& l, Share p) { l = slice_linear(l, p.r0, p.r1, p.c0, p.c1); },
+      s, cfg, tp, [](LinearWeight& l, Share p) { l = linear_part(l, p.r0, p.r1, p.c0, p.c1); },
       [](ops::ExpertWeights& e) { e = ops::ExpertWeights{}; });
   return s;
 }

@@ -33,10 +33,19 @@ struct TensorParallel {
 // attention heads, or more ranks than the MLPs have intermediate columns.
 void check_tensor_parallel(const io::ModelConfig& config, int size);
 
+// Rows [r0, r1) or columns [c0, c1) of `w` (one of the two whole), in its checkpoint format where
+// the cut falls on its scale blocks: rows are views of the codes and scale rows (NVFP4 any rows,
+// FP8 whole 128-row blocks, dense any rows), columns copies of the codes and scale columns (NVFP4
+// whole groups of 16, FP8 whole 128-column blocks, dense in its dtype). Other cuts: an exact fp32
+// copy (LinearWeight::dequant_row).
+ops::LinearWeight linear_part(const ops::LinearWeight& w, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+
 // Rank tp.rank's share of `w`. Experts the rank holds and every replicated tensor stay views of the
-// checkpoint in their format; a linear split by rows of a dense weight is a view of those rows;
-// other split linears become exact fp32 copies of their part (LinearWeight::dequant_row), which is
-// what the CPU backend computes with. Experts held by other ranks are left empty
+// checkpoint in their format. A split linear stays in its format where the cut falls on its scale
+// blocks (NVFP4: groups of 16 columns, any rows; FP8: 128 x 128 blocks; DeepSeek-V3's and
+// Kimi-K2.5's splits over 8 ranks all do): rows are views of the codes and scales, columns copies
+// of them (dense: views of rows, copies of columns in their dtype). Other cuts become exact fp32
+// copies of their part (LinearWeight::dequant_row). Experts held by other ranks are left empty
 // (ops::ExpertWeights::held() is false).
 ModelWeights shard_weights(const ModelWeights& w, const io::ModelConfig& config, TensorParallel tp);
 

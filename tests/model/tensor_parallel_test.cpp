@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -202,6 +203,85 @@ TEST(TensorParallel, ARankThatFailsStopsTheGroupWithItsError) {
       }
     }
   }  // the executor's threads end here (a hang would time the test out)
+}
+
+// linear_part keeps a split linear in its checkpoint format where the cut falls on its scale blocks
+// (rows as views, columns as copies of codes and scales) and is an exact fp32 copy elsewhere; either
+// way each row of the part has the values of the same columns of the whole weight's row.
+ops::LinearWeight random_linear(ops::LinearWeight::Format format, int64_t out, int64_t in, uint32_t seed) {
+  std::mt19937 rng(seed);
+  ops::LinearWeight w;
+  w.format = format;
+  w.name = "test.proj";
+  w.out = out;
+  w.in = in;
+  auto bytes = [&](core::DType dt, core::Shape shape, uint8_t and_mask) {
+    core::Tensor t = core::Tensor::zeros(dt, shape);
+    for (size_t i = 0; i < t.nbytes(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(rng()) & and_mask;
+    return t;
+  };
+  switch (format) {
+    case ops::LinearWeight::Format::kDense: {
+      w.weight = core::Tensor::zeros(core::DType::kBF16, {out, in});
+      for (int64_t i = 0; i < out * in; ++i)
+        w.weight.data<uint16_t>()[i] = core::f32_to_bf16(static_cast<float>(static_cast<int>(rng() % 200) - 100) / 64);
+      break;
+    }
+    case ops::LinearWeight::Format::kNvfp4:
+      w.weight = bytes(core::DType::kU8, {out, in / 2}, 0xff);
+      w.scale = bytes(core::DType::kF8E4M3, {out, in / 16}, 0x7e);  // positive, finite e4m3
+      w.global_scale = 0.375f;
+      break;
+    case ops::LinearWeight::Format::kFp8Block: {
+      w.weight = bytes(core::DType::kF8E4M3, {out, in}, 0xfe & 0xf7);  // finite codes
+      w.scale = core::Tensor::zeros(core::DType::kF32, {(out + 127) / 128, (in + 127) / 128});
+      for (int64_t i = 0; i < w.scale.numel(); ++i) w.scale.data<float>()[i] = 0.5f + static_cast<float>(i);
+      break;
+    }
+  }
+  return w;
+}
+
+TEST(TensorParallel, LinearPartsKeepTheCheckpointFormatOnScaleBlocks) {
+  using F = ops::LinearWeight::Format;
+  struct Cut {
+    F format;
+    int64_t out, in, r0, r1, c0, c1;
+    F kept;  // the part's format
+  };
+  const std::vector<Cut> cuts = {
+      {F::kFp8Block, 384, 320, 128, 384, 0, 320, F::kFp8Block},  // whole row blocks (the last one's end)
+      {F::kFp8Block, 384, 320, 0, 384, 128, 320, F::kFp8Block},  // whole column blocks, a part block at the end
+      {F::kFp8Block, 384, 320, 0, 96, 0, 320, F::kDense},        // rows inside a block: fp32
+      {F::kFp8Block, 384, 320, 0, 384, 64, 192, F::kDense},      // columns across blocks: fp32
+      {F::kNvfp4, 48, 96, 5, 29, 0, 96, F::kNvfp4},              // any rows
+      {F::kNvfp4, 48, 96, 0, 48, 32, 80, F::kNvfp4},             // whole groups of 16
+      {F::kNvfp4, 48, 96, 0, 48, 8, 40, F::kDense},              // half groups: fp32
+      {F::kDense, 40, 24, 3, 17, 0, 24, F::kDense},              // rows: a view
+      {F::kDense, 40, 24, 0, 40, 5, 19, F::kDense},              // columns: bf16 copy
+  };
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    const Cut& c = cuts[i];
+    SCOPED_TRACE("cut " + std::to_string(i));
+    const ops::LinearWeight w = random_linear(c.format, c.out, c.in, static_cast<uint32_t>(i + 1));
+    const ops::LinearWeight p = model::linear_part(w, c.r0, c.r1, c.c0, c.c1);
+    EXPECT_EQ(p.format, c.kept);
+    ASSERT_EQ(p.out, c.r1 - c.r0);
+    ASSERT_EQ(p.in, c.c1 - c.c0);
+    if (c.kept == F::kDense && c.format == F::kDense) {
+      EXPECT_EQ(p.weight.dtype(), core::DType::kBF16);
+    }
+    if (c.kept != c.format) {
+      EXPECT_EQ(p.weight.dtype(), core::DType::kF32);
+    }
+    std::vector<float> whole(static_cast<size_t>(w.in)), part(static_cast<size_t>(p.in));
+    for (int64_t r = c.r0; r < c.r1; ++r) {
+      w.dequant_row(r, whole.data());
+      p.dequant_row(r - c.r0, part.data());
+      for (int64_t k = 0; k < p.in; ++k)
+        ASSERT_EQ(part[static_cast<size_t>(k)], whole[static_cast<size_t>(c.c0 + k)]) << "row " << r << " col " << k;
+    }
+  }
 }
 
 // Ranks on GPUs of their own need a GPU each and NCCL: on a machine without two GPUs (CI has none,
