@@ -243,22 +243,32 @@ std::vector<std::string> RuntimePlan::lines() const {
   return out;
 }
 
+namespace {
+// After loading, before the KV pool is allocated: the device of `ops` (a rank's: `who`) must still
+// have room for the plan's KV pages and a step's activations, else a clear error now rather than an
+// out-of-memory error at the first long step. Nothing for the CPU backend.
+void check_room_after_load(ops::Ops& ops, const RuntimePlan& plan, const std::string& who, uint64_t counted) {
+  const auto mem = ops.device_memory();
+  if (!mem) return;
+  const io::ModelConfig& cfg = plan.model.config;
+  const uint64_t kv_bytes =
+      static_cast<uint64_t>(plan.memory.num_pages) * model::kKvPageSize *
+      model::KvCache::bytes_per_token(cfg.num_hidden_layers, cfg.kv_cache_entry_dim(), plan.model.kv_cache.dtype);
+  TESSERA_CHECK(mem->free_bytes >= kv_bytes + plan.workspace_bytes,
+                "after loading, {}{} of device memory are free but the plan needs {} for the KV pool and {} for a "
+                "step's activations: the weights took {} where the plan counted {}; lower "
+                "--gpu-memory-utilization or set --kv-cache-bytes",
+                who, gib(mem->free_bytes), gib(kv_bytes), gib(plan.workspace_bytes), gib(mem->held_bytes),
+                gib(counted));
+}
+}  // namespace
+
 std::unique_ptr<Engine> build_engine(model::LoadedModel& m, const RuntimePlan& plan) {
   TESSERA_CHECK(plan.ok(), "the start-up plan cannot run: {}", plan.problems.front());
   TESSERA_CHECK(plan.tensor_parallel_size == 1,
                 "--tensor-parallel-size {}: this command runs one rank (serve and generate run several)",
                 plan.tensor_parallel_size);
-  if (const auto mem = m.model->ops().device_memory()) {
-    const uint64_t kv_bytes =
-        static_cast<uint64_t>(plan.memory.num_pages) * model::kKvPageSize *
-        model::KvCache::bytes_per_token(m.config.num_hidden_layers, m.config.kv_cache_entry_dim(), m.kv_cache.dtype);
-    TESSERA_CHECK(mem->free_bytes >= kv_bytes + plan.workspace_bytes,
-                  "after loading, {} of device memory are free but the plan needs {} for the KV pool and {} for a "
-                  "step's activations: the weights took {} where the plan counted {}; lower "
-                  "--gpu-memory-utilization or set --kv-cache-bytes",
-                  gib(mem->free_bytes), gib(kv_bytes), gib(plan.workspace_bytes), gib(mem->held_bytes),
-                  gib(plan.backend.weight_bytes));
-  }
+  check_room_after_load(m.model->ops(), plan, "", plan.backend.weight_bytes);
   return std::make_unique<Engine>(std::make_unique<LocalExecutor>(*m.model, m.make_kv_cache(plan.memory.num_pages)),
                                   plan.engine);
 }
@@ -267,6 +277,10 @@ std::unique_ptr<Engine> build_engine(model::LoadedRanks& ranks, const RuntimePla
   TESSERA_CHECK(plan.ok(), "the start-up plan cannot run: {}", plan.problems.front());
   TESSERA_CHECK(static_cast<int>(ranks.ranks.size()) == plan.tensor_parallel_size,
                 "build_engine: {} ranks loaded for a plan of {}", ranks.ranks.size(), plan.tensor_parallel_size);
+  // Every GPU is checked: the plan measured one (the ranks' GPUs are taken to be alike, and another
+  // process may hold memory on one of them).
+  for (size_t r = 0; r < ranks.ranks.size(); ++r)
+    check_room_after_load(ranks.ranks[r]->ops(), plan, fmt::format("on rank {}'s GPU, ", r), plan.rank_weight_bytes);
   return std::make_unique<Engine>(
       std::make_unique<TensorParallelExecutor>(ranks, plan.memory.num_pages,
                                                model::RankKvLayout{plan.kv_sharded, model::kKvPageSize}),
