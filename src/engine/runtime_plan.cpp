@@ -10,9 +10,9 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "engine/tensor_parallel_executor.h"
-#include "ops/backend.h"
 #include "io/checkpoint.h"
 #include "model/kv_cache.h"
+#include "ops/backend.h"
 
 namespace tessera::engine {
 
@@ -98,10 +98,11 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
     }
     // On GPUs: rank r on GPU r over NCCL (model::RankDevices::kOnePerGpu), which this build and
     // machine must offer.
-    if (p.backend.free_bytes)
-      for (const ops::RankGroupKind& kind : ops::rank_group_kinds(backend.name(), s.tensor_parallel_size))
-        if (kind.name == "nccl" && !kind.problem.empty())
-          p.problems.push_back(fmt::format("--tensor-parallel-size {}: {}", s.tensor_parallel_size, kind.problem));
+    if (p.backend.free_bytes) {
+      const ops::RankGroupKind nccl = ops::rank_group_kind(backend.name(), s.tensor_parallel_size, "nccl");
+      if (!nccl.problem.empty())
+        p.problems.push_back(fmt::format("--tensor-parallel-size {}: {}", s.tensor_parallel_size, nccl.problem));
+    }
   }
   for (const auto& k : p.backend.kernels)
     if (!k.available) p.problems.push_back(fmt::format("no kernel can run {}: {}", k.op, k.reason));

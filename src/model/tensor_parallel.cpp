@@ -92,17 +92,17 @@ LinearWeight linear_part(const LinearWeight& w, int64_t r0, int64_t r1, int64_t 
       return s;
     }
   }
-  s = LinearWeight{};
-  s.name = w.name;
-  s.out = r1 - r0;
-  s.in = c1 - c0;
-  s.weight = core::Tensor::zeros(core::DType::kF32, {s.out, s.in});
+  LinearWeight f;  // an exact fp32 copy, dense
+  f.name = w.name;
+  f.out = s.out;
+  f.in = s.in;
+  f.weight = core::Tensor::zeros(core::DType::kF32, {f.out, f.in});
   std::vector<float> row(static_cast<size_t>(w.in));
   for (int64_t r = r0; r < r1; ++r) {
     w.dequant_row(r, row.data());
-    std::copy(row.begin() + c0, row.begin() + c1, s.weight.data<float>() + (r - r0) * s.in);
+    std::copy(row.begin() + c0, row.begin() + c1, f.weight.data<float>() + (r - r0) * f.in);
   }
-  return s;
+  return f;
 }
 
 namespace {
@@ -220,13 +220,10 @@ std::pair<std::unique_ptr<ops::CommGroup>, std::vector<std::string>> rank_group(
                   size, device);
     return {std::make_unique<ops::InProcessGroup>(size), devices};
   }
-  for (const ops::RankGroupKind& kind : ops::rank_group_kinds(device, size)) {
-    if (kind.name != "nccl") continue;
-    TESSERA_CHECK(kind.problem.empty(), "--tensor-parallel-size {} on --device {}: {}", size, device, kind.problem);
-    for (int r = 0; r < size; ++r) devices[static_cast<size_t>(r)] = kind.device_of(r);
-    return {kind.make(), devices};
-  }
-  core::fail("--tensor-parallel-size {} on --device {}: no NCCL ranks on this device", size, device);
+  const ops::RankGroupKind nccl = ops::rank_group_kind(device, size, "nccl");
+  TESSERA_CHECK(nccl.problem.empty(), "--tensor-parallel-size {} on --device {}: {}", size, device, nccl.problem);
+  for (int r = 0; r < size; ++r) devices[static_cast<size_t>(r)] = nccl.device_of(r);
+  return {nccl.make(), devices};
 }
 
 }  // namespace

@@ -101,4 +101,10 @@ std::vector<RankGroupKind> rank_group_kinds(const std::string& device, int size)
   return kinds;
 }
 
+RankGroupKind rank_group_kind(const std::string& device, int size, const std::string& name) {
+  for (RankGroupKind& kind : rank_group_kinds(device, size))
+    if (kind.name == name) return std::move(kind);
+  core::fail("--device {}: no '{}' ranks on this device", device, name);
+}
+
 }  // namespace tessera::ops

@@ -34,5 +34,8 @@ struct RankGroupKind {
   std::function<std::string(int rank)> device_of;  // the rank's --device
 };
 std::vector<RankGroupKind> rank_group_kinds(const std::string& device, int size);
+// The kind `name` ("nccl", "in-process") of rank_group_kinds(device, size); throws core::Error when
+// the device does not offer it.
+RankGroupKind rank_group_kind(const std::string& device, int size, const std::string& name);
 
 }  // namespace tessera::ops

@@ -379,19 +379,18 @@ void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned exper
                    s.num_active, gate_w, up_w, s.act, static_cast<float*>(nullptr));
   // Decode sizes: two row groups a warp share each activation fragment (NVFP4 slope at batch 1 / 16 /
   // 128 240 -> 233, 1479 -> 1406, 5088 -> 4851 µs a layer; FP8 the same within 1%, H200).
-  if (MT == 1 && hidden % (2 * kRowsPerWarp) == 0) {
-    constexpr int kRows = 2 * kRowsPerBlock;
-    launch_dependent(quant_expert_mma_kernel<F, false, MT, 2>,
-                     dim3(static_cast<unsigned>((hidden + kRows - 1) / kRows), expert_slots), kWarps * 32, 0, stream,
-                     static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets, s.active, s.num_active,
-                     down_w, static_cast<const QuantMatrix*>(nullptr), static_cast<__nv_bfloat16*>(nullptr), s.y);
-    return;
+  auto down_kernel = quant_expert_mma_kernel<F, false, MT, 1>;
+  int64_t down_rows = kRowsPerBlock;
+  if constexpr (MT == 1) {
+    if (hidden % (2 * kRowsPerWarp) == 0) {
+      down_kernel = quant_expert_mma_kernel<F, false, MT, 2>;
+      down_rows = 2 * kRowsPerBlock;
+    }
   }
-  launch_dependent(quant_expert_mma_kernel<F, false, MT>,
-                   dim3(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots), kWarps * 32,
-                   0, stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets, s.active,
-                   s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr), static_cast<__nv_bfloat16*>(nullptr),
-                   s.y);
+  launch_dependent(down_kernel, dim3(static_cast<unsigned>((hidden + down_rows - 1) / down_rows), expert_slots),
+                   kWarps * 32, 0, stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets,
+                   s.active, s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr),
+                   static_cast<__nv_bfloat16*>(nullptr), s.y);
 }
 
 // Tiles of 16 pairs an expert at decode; at prefill sizes (more than one tile an expert on average)
