@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 15> kSwitches{{
+constexpr std::array<EnvSwitch, 16> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -22,6 +22,9 @@ constexpr std::array<EnvSwitch, 15> kSwitches{{
      "MLA prefill attention operands: split (bf16 hi + lo, near fp32) or bf16 (faster, less exact)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
+    {"TESSERA_ALL_REDUCE", "auto",
+     "ranks on a GPU each: auto (one-shot over peer memory up to the size it measured faster at start-up, NCCL "
+     "above), nccl, or one-shot (every message its buffers hold) (A/B)"},
     {"TESSERA_DEVICE_POOL", "", "exact: one cudaMalloc per tensor, for compute-sanitizer (slow; no CUDA graphs)"},
     {"TESSERA_NUM_THREADS", "", "CPU backend threads (default: every hardware thread)"},
     {"TESSERA_CUPTI_LIBRARY", "", "path of libcupti.so for bench decode --trace, tried before the usual names"},

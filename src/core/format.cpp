@@ -15,4 +15,10 @@ std::string human_bytes(uint64_t bytes) {
   return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", v, units[u]);
 }
 
+std::string size_name(uint64_t bytes) {
+  if (bytes >= (uint64_t{1} << 20) && bytes % (uint64_t{1} << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= 1024 && bytes % 1024 == 0) return fmt::format("{} KiB", bytes >> 10);
+  return human_bytes(bytes);
+}
+
 }  // namespace tessera::core

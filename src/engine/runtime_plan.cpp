@@ -100,8 +100,17 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
     // machine must offer.
     if (p.backend.free_bytes) {
       const ops::RankGroupKind nccl = ops::rank_group_kind(backend.name(), s.tensor_parallel_size, "nccl");
-      if (!nccl.problem.empty())
+      if (!nccl.problem.empty()) {
         p.problems.push_back(fmt::format("--tensor-parallel-size {}: {}", s.tensor_parallel_size, nccl.problem));
+      } else {
+        // Measured now, so that the plan prints what the ranks will run (load_model_ranks takes it).
+        try {
+          p.model.collectives = ops::choose_collectives(s.tensor_parallel_size);
+        } catch (const core::Error& e) {
+          p.problems.push_back(
+              fmt::format("--tensor-parallel-size {}: collectives: {}", s.tensor_parallel_size, e.what()));
+        }
+      }
     }
   }
   for (const auto& k : p.backend.kernels)
@@ -222,16 +231,20 @@ std::vector<std::string> RuntimePlan::lines() const {
   if (tensor_parallel_size > 1) {
     const int n = tensor_parallel_size;
     add("parallel",
-        fmt::format("{} ranks ({}), each with {} of {} attention heads, {}-{} of {} "
-                    "routed experts, 1/{} of the MLP columns and of lm_head, {}; {} of the checkpoint's "
-                    "weights on rank 0 (the most)",
-                    n,
-                    backend.free_bytes ? fmt::format("threads of this process on GPUs 0-{}, joined by NCCL", n - 1)
-                                       : "threads of this process",
-                    cfg.num_attention_heads / n, cfg.num_attention_heads, cfg.n_routed_experts / n,
-                    (cfg.n_routed_experts + n - 1) / n, cfg.n_routed_experts, n,
-                    kv_sharded ? fmt::format("1/{} of the KV cache", n) : "the KV pool above", gib(rank_weight_bytes)));
+        fmt::format(
+            "{} ranks ({}), each with {} of {} attention heads, {}-{} of {} "
+            "routed experts, 1/{} of the MLP columns and of lm_head, {}; {} of the checkpoint's "
+            "weights on rank 0 (the most)",
+            n,
+            backend.free_bytes
+                ? fmt::format("threads of this process on GPUs 0-{}, joined as the collectives lines say", n - 1)
+                : "threads of this process",
+            cfg.num_attention_heads / n, cfg.num_attention_heads, cfg.n_routed_experts / n,
+            (cfg.n_routed_experts + n - 1) / n, cfg.n_routed_experts, n,
+            kv_sharded ? fmt::format("1/{} of the KV cache", n) : "the KV pool above", gib(rank_weight_bytes)));
   }
+  if (model.collectives)
+    for (const auto& line : ops::describe(*model.collectives)) add("collectives", line);
   add("engine", fmt::format("{} tokens and {} sequences a step, prefix caching {}", engine.max_num_batched_tokens,
                             engine.max_num_seqs, engine.enable_prefix_caching ? "on" : "off"));
   if (environment.empty()) {

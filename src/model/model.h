@@ -15,6 +15,7 @@
 #include "io/quant_config.h"
 #include "model/kv_cache.h"
 #include "model/step_batch.h"
+#include "ops/comm/collective_choice.h"
 #include "ops/ops.h"
 
 namespace tessera::model {
@@ -57,6 +58,9 @@ struct ModelPlan {
   // make one each (load_model_ranks).
   std::string device = "cpu", kernels;
   bool enforce_eager = false;
+  // Tensor-parallel ranks on a GPU each: which collectives go one-shot over peer memory and which
+  // to NCCL, measured when the plan was made (engine::resolve_plan); none: measured at load.
+  std::optional<ops::CollectiveChoice> collectives;
 };
 
 // A loaded model and the plan it was loaded by.

@@ -211,9 +211,10 @@ LoadedRanks load_model_ranks_for(const ModelPlan& plan, int size) {
 namespace {
 
 // The communicator group of `size` ranks placed as `where` says, and each rank's --device.
-std::pair<std::unique_ptr<ops::CommGroup>, std::vector<std::string>> rank_group(int size, const std::string& device,
-                                                                                RankDevices where) {
+std::pair<std::unique_ptr<ops::CommGroup>, std::vector<std::string>> rank_group(
+    int size, const std::string& device, RankDevices where, const std::optional<ops::CollectiveChoice>& collectives) {
   std::vector<std::string> devices(static_cast<size_t>(size), device);
+  if (where == RankDevices::kShareOneGpuPeers) return {ops::shared_gpu_peer_group(device, size), devices};
   if (where != RankDevices::kOnePerGpu) {
     TESSERA_CHECK(device == "cpu" || where == RankDevices::kShareOneGpu,
                   "--tensor-parallel-size {} on --device {}: ranks on a GPU run one a GPU (RankDevices::kOnePerGpu)",
@@ -223,7 +224,7 @@ std::pair<std::unique_ptr<ops::CommGroup>, std::vector<std::string>> rank_group(
   const ops::RankGroupKind nccl = ops::rank_group_kind(device, size, "nccl");
   TESSERA_CHECK(nccl.problem.empty(), "--tensor-parallel-size {} on --device {}: {}", size, device, nccl.problem);
   for (int r = 0; r < size; ++r) devices[static_cast<size_t>(r)] = nccl.device_of(r);
-  return {nccl.make(), devices};
+  return {ops::gpu_rank_group(size, collectives ? *collectives : ops::choose_collectives(size)), devices};
 }
 
 }  // namespace
@@ -231,7 +232,7 @@ std::pair<std::unique_ptr<ops::CommGroup>, std::vector<std::string>> rank_group(
 LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string& device, RankDevices where,
                              const std::string& kernels, bool enforce_eager) {
   check_tensor_parallel(plan.config, size);
-  auto placed = rank_group(size, device, where);
+  auto placed = rank_group(size, device, where, plan.collectives);
   const std::vector<std::string> devices = std::move(placed.second);
   LoadedRanks m;
   m.config = plan.config;
@@ -270,9 +271,10 @@ LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string&
     if (e) std::rethrow_exception(e);
   if (where == RankDevices::kOnePerGpu) ops::bind_to_this_thread(m.ranks.front()->ops());
   spdlog::info("tensor parallel: {} ranks ({}), {} attention heads and about {} routed experts each", size,
-               where == RankDevices::kOnePerGpu     ? fmt::format("GPUs 0-{} over NCCL", size - 1)
-               : where == RankDevices::kShareOneGpu ? fmt::format("sharing {}", device)
-                                                    : "CPU threads",
+               where == RankDevices::kOnePerGpu          ? fmt::format("GPUs 0-{} over NCCL and peer memory", size - 1)
+               : where == RankDevices::kShareOneGpu      ? fmt::format("sharing {}", device)
+               : where == RankDevices::kShareOneGpuPeers ? fmt::format("sharing {}, one-shot collectives", device)
+                                                         : "CPU threads",
                m.config.num_attention_heads / size, (m.config.n_routed_experts + size - 1) / size);
   return m;
 }

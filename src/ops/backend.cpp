@@ -8,11 +8,14 @@
 #include <utility>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "ops/comm/in_process.h"
+#include "ops/comm/size_routed.h"
 #include "ops/cpu/cpu_ops.h"
 #ifdef TESSERA_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/peer_group.h"
 #endif
 #ifdef TESSERA_HAVE_NCCL
 #include "ops/cuda/nccl.h"
@@ -71,6 +74,28 @@ void bind_to_this_thread(Ops& ops) {
 #endif
 }
 
+namespace {
+
+std::vector<int> first_gpus(int size) {
+  std::vector<int> devices(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) devices[static_cast<size_t>(r)] = r;
+  return devices;
+}
+
+// Why `size` ranks cannot run a GPU each on this build and machine; empty when they can.
+std::string gpu_each_problem(int size) {
+#ifdef TESSERA_HAVE_CUDA
+  const int gpus = cuda::cuda_device_count();
+  if (size > gpus) return fmt::format("{} ranks need {} GPUs, this machine has {}", size, size, gpus);
+  return "";
+#else
+  (void)size;
+  return "this build has no CUDA backend";
+#endif
+}
+
+}  // namespace
+
 std::vector<RankGroupKind> rank_group_kinds(const std::string& device, int size) {
   TESSERA_CHECK(size >= 1, "--ranks {}: at least one rank", size);
   auto in_process = [size] { return std::unique_ptr<CommGroup>(std::make_unique<InProcessGroup>(size)); };
@@ -78,27 +103,96 @@ std::vector<RankGroupKind> rank_group_kinds(const std::string& device, int size)
     return {{"in-process", "cpu threads, sums in host memory", "", in_process, [](int) { return std::string("cpu"); }}};
   TESSERA_CHECK(names_cuda(device), "--device '{}': expected cpu, cuda or cuda:N", device);
   const int index = cuda_index(device);
+  const std::string gpus = fmt::format("GPUs 0-{}, one a rank", size - 1);
+  auto gpu_each = [](int r) { return fmt::format("cuda:{}", r); };
   std::vector<RankGroupKind> kinds;
-  RankGroupKind nccl{"nccl", fmt::format("GPUs 0-{}, one a rank", size - 1), "", nullptr,
-                     [](int r) { return fmt::format("cuda:{}", r); }};
+  RankGroupKind nccl{"nccl", gpus, gpu_each_problem(size), nullptr, gpu_each};
+  RankGroupKind one_shot{"one-shot", gpus + ", peer memory", nccl.problem, nullptr, gpu_each};
+  RankGroupKind routed{"auto", gpus + ", one-shot up to the size measured faster, NCCL above", nccl.problem, nullptr,
+                       gpu_each};
+#ifdef TESSERA_HAVE_CUDA
+  if (one_shot.problem.empty()) one_shot.problem = cuda::PeerGroup::unreachable(first_gpus(size));
+  if (one_shot.problem.empty() && size > cuda::PeerGroup::kMaxRanks)
+    one_shot.problem = fmt::format("{} ranks: the one-shot kernels join at most {}", size, cuda::PeerGroup::kMaxRanks);
+  if (one_shot.problem.empty())
+    one_shot.make = [size] { return std::unique_ptr<CommGroup>(std::make_unique<cuda::PeerGroup>(first_gpus(size))); };
+#endif
 #if defined(TESSERA_HAVE_CUDA) && defined(TESSERA_HAVE_NCCL)
-  const int gpus = cuda::cuda_device_count();
-  if (size > gpus) {
-    nccl.problem = fmt::format("{} ranks need {} GPUs, this machine has {}", size, size, gpus);
-  } else {
-    nccl.make = [size] {
-      std::vector<int> devices(static_cast<size_t>(size));
-      for (int r = 0; r < size; ++r) devices[static_cast<size_t>(r)] = r;
-      return std::unique_ptr<CommGroup>(std::make_unique<cuda::NcclGroup>(devices));
-    };
-  }
+  if (nccl.problem.empty())
+    nccl.make = [size] { return std::unique_ptr<CommGroup>(std::make_unique<cuda::NcclGroup>(first_gpus(size))); };
+  if (routed.problem.empty()) routed.make = [size] { return gpu_rank_group(size, choose_collectives(size)); };
 #else
-  nccl.problem = "this build has no NCCL (configure with TESSERA_NCCL_ROOT where nccl.h and libnccl are)";
+  const std::string no_nccl = "this build has no NCCL (configure with TESSERA_NCCL_ROOT where nccl.h and libnccl are)";
+  if (nccl.problem.empty()) nccl.problem = no_nccl;
+  if (routed.problem.empty()) routed.problem = no_nccl;
 #endif
   kinds.push_back(std::move(nccl));
+  kinds.push_back(std::move(one_shot));
+  kinds.push_back(std::move(routed));
   kinds.push_back({"in-process", fmt::format("ranks sharing cuda:{}, sums through host copies", index), "", in_process,
                    [index](int) { return fmt::format("cuda:{}", index); }});
   return kinds;
+}
+
+CollectiveChoice choose_collectives(int size) {
+  CollectiveChoice c;
+  const std::string mode = core::env_value("TESSERA_ALL_REDUCE").value_or("auto");
+  TESSERA_CHECK(mode == "auto" || mode == "nccl" || mode == "one-shot",
+                "TESSERA_ALL_REDUCE={}: expected auto, nccl or one-shot", mode);
+  if (mode == "nccl") {
+    c.source = "TESSERA_ALL_REDUCE=nccl";
+    return c;
+  }
+  const RankGroupKind one_shot = rank_group_kind("cuda:0", size, "one-shot");
+  if (!one_shot.problem.empty()) {
+    TESSERA_CHECK(mode != "one-shot", "TESSERA_ALL_REDUCE=one-shot: {}", one_shot.problem);
+    c.source = one_shot.problem;
+    return c;
+  }
+#ifdef TESSERA_HAVE_CUDA
+  if (mode == "one-shot") {
+    c.one_shot_max_bytes = cuda::PeerGroup::kDefaultCapacityBytes;
+    c.source = "TESSERA_ALL_REDUCE=one-shot";
+    return c;
+  }
+  const RankGroupKind nccl = rank_group_kind("cuda:0", size, "nccl");
+  TESSERA_CHECK(nccl.problem.empty(), "--tensor-parallel-size {}: {}", size, nccl.problem);
+  auto peers = one_shot.make();
+  auto ring = nccl.make();
+  return measure_choice(*peers, cuda::PeerGroup::kDefaultCapacityBytes, *ring,
+                        [](int r) { return make_backend(fmt::format("cuda:{}", r), "", /*enforce_eager=*/true); });
+#else
+  core::fail("--tensor-parallel-size {} on GPUs: this build has no CUDA backend", size);
+#endif
+}
+
+std::unique_ptr<CommGroup> gpu_rank_group(int size, const CollectiveChoice& choice) {
+  const RankGroupKind nccl = rank_group_kind("cuda:0", size, "nccl");
+  TESSERA_CHECK(nccl.problem.empty(), "--tensor-parallel-size {}: {}", size, nccl.problem);
+  std::unique_ptr<CommGroup> small;
+  if (choice.one_shot_max_bytes > 0) {
+    const RankGroupKind one_shot = rank_group_kind("cuda:0", size, "one-shot");
+    TESSERA_CHECK(one_shot.problem.empty(), "--tensor-parallel-size {}: one-shot collectives: {}", size,
+                  one_shot.problem);
+    small = one_shot.make();
+  }
+  return std::make_unique<SizeRoutedGroup>(std::move(small), nccl.make(), choice);
+}
+
+std::unique_ptr<CommGroup> shared_gpu_peer_group(const std::string& device, int size) {
+  TESSERA_CHECK(names_cuda(device), "ranks sharing a GPU: --device '{}' is not cuda or cuda:N", device);
+  const int index = cuda_index(device);
+#ifdef TESSERA_HAVE_CUDA
+  CollectiveChoice choice;
+  choice.one_shot_max_bytes = cuda::PeerGroup::kDefaultCapacityBytes;
+  choice.source = fmt::format("ranks sharing cuda:{}: every message its buffers hold", index);
+  return std::make_unique<SizeRoutedGroup>(
+      std::make_unique<cuda::PeerGroup>(std::vector<int>(static_cast<size_t>(size), index)),
+      std::make_unique<InProcessGroup>(size), std::move(choice));
+#else
+  (void)size;
+  core::fail("--device cuda:{}: this build of tessera has no CUDA backend", index);
+#endif
 }
 
 RankGroupKind rank_group_kind(const std::string& device, int size, const std::string& name) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/comm/collective_choice.h"
 #include "ops/comm/communicator.h"
 #include "ops/ops.h"
 
@@ -25,9 +26,11 @@ void bind_to_this_thread(Ops& ops);
 
 // A way to join `size` tensor-parallel ranks (threads of this process) that this build and machine
 // offer on a --device: what `tessera bench comm` times. `problem` is empty when it can run, else
-// why not (e.g. NCCL with more ranks than GPUs).
+// why not (e.g. NCCL with more ranks than GPUs). On GPUs: "nccl" (NCCL alone), "one-shot" (the
+// peer-memory kernels alone, messages up to their buffers), "auto" (what serve runs: one-shot up to
+// the size measured faster, NCCL above: gpu_rank_group), "in-process" (ranks sharing one GPU).
 struct RankGroupKind {
-  std::string name;   // "in-process", "nccl"
+  std::string name;   // "in-process", "nccl", "one-shot", "auto"
   std::string where;  // where the ranks compute and how they exchange
   std::string problem;
   std::function<std::unique_ptr<CommGroup>()> make;
@@ -37,5 +40,18 @@ std::vector<RankGroupKind> rank_group_kinds(const std::string& device, int size)
 // The kind `name` ("nccl", "in-process") of rank_group_kinds(device, size); throws core::Error when
 // the device does not offer it.
 RankGroupKind rank_group_kind(const std::string& device, int size, const std::string& name);
+
+// Ranks on GPUs 0..size-1, a GPU each (where "nccl" has no problem): which collectives go one-shot,
+// by TESSERA_ALL_REDUCE (auto: measured now, with a group of each kind made and dropped for it;
+// about a second). Where the GPUs cannot read each other's memory, every message goes to NCCL and
+// `source` says why.
+CollectiveChoice choose_collectives(int size);
+// The group serve's ranks on a GPU each use: NCCL, and the one-shot group beside it where `choice`
+// sends messages to it.
+std::unique_ptr<CommGroup> gpu_rank_group(int size, const CollectiveChoice& choice);
+// Ranks that share the GPU `device` ("cuda[:N]"), joined by the one-shot kernels for every message
+// their buffers hold and by the in-process group above that (tests: the one-shot collectives inside
+// recorded decode steps without several GPUs). Throws without a CUDA backend.
+std::unique_ptr<CommGroup> shared_gpu_peer_group(const std::string& device, int size);
 
 }  // namespace tessera::ops

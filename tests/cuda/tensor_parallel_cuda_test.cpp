@@ -1,9 +1,9 @@
-// Tensor parallelism with CUDA ranks that share the one GPU through the in-process communicator, and
-// with a GPU each over NCCL as serve places them (those with as many ranks as the machine has GPUs)
-// (issue 17): each fixture split over 2 and 4 ranks (and 8 on the 8-head ones: 12 experts on 8
-// ranks) gives prompt logits within the bf16 noise floor of transformers' fp32 reference, as one
-// CUDA rank does, and close to that one rank; so do decode steps after the prompt. This runs the
-// sharded weights (split heads, experts held by one rank each, split MLP columns, vocabulary-split
+// Tensor parallelism with CUDA ranks that share the one GPU through the in-process communicator or
+// the one-shot kernels over peer memory (with recorded decode steps), and with a GPU each over NCCL
+// as serve places them (those with as many ranks as the machine has GPUs) (issue 17): each fixture split over 2 and 4
+// ranks (and 8 on the 8-head ones: 12 experts on 8 ranks) gives prompt logits within the bf16 noise floor of
+// transformers' fp32 reference, as one CUDA rank does, and close to that one rank; so do decode steps after the prompt.
+// This runs the sharded weights (split heads, experts held by one rank each, split MLP columns, vocabulary-split
 // lm_head) and the KV cache sharded by position (and, for comparison, whole on every rank) through
 // the CUDA kernels without several GPUs. Skips itself without a GPU.
 #include <gtest/gtest.h>
@@ -104,13 +104,29 @@ struct Case {
   std::string fixture;
   int size;
   bool kv_sharded = true;
-  // Rank r on GPU r over NCCL, decode steps as CUDA graphs (serve's placement), instead of every
-  // rank sharing GPU 0 through the in-process communicator; skipped where the machine has fewer GPUs.
-  bool gpu_each = false;
+  // kShareOneGpu: every rank on GPU 0 through the in-process communicator, eagerly.
+  // kShareOneGpuPeers: every rank on GPU 0 through the one-shot kernels, decode steps as CUDA graphs.
+  // kOnePerGpu: rank r on GPU r over NCCL and peer memory, decode steps as CUDA graphs (serve's
+  // placement); skipped where the machine has fewer GPUs.
+  model::RankDevices where = model::RankDevices::kShareOneGpu;
 };
 
+const char* placement_name(model::RankDevices where) {
+  switch (where) {
+    case model::RankDevices::kOnePerGpu:
+      return "gpu_each";
+    case model::RankDevices::kShareOneGpuPeers:
+      return "peers";
+    default:
+      return "";
+  }
+}
+
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.fixture << " on " << c.size << " ranks" << (c.gpu_each ? " (a GPU each, NCCL)" : " sharing GPU 0")
+  *os << c.fixture << " on " << c.size << " ranks"
+      << (c.where == model::RankDevices::kOnePerGpu          ? " (a GPU each, NCCL and peer memory)"
+          : c.where == model::RankDevices::kShareOneGpuPeers ? " sharing GPU 0, one-shot collectives"
+                                                             : " sharing GPU 0")
       << ", KV cache " << (c.kv_sharded ? "sharded" : "whole");
 }
 
@@ -118,7 +134,8 @@ class CudaTensorParallelTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaTensorParallelTest, RanksStayWithinTheBf16Floor) {
   if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
-  const auto& [fixture, size, kv_sharded, gpu_each] = GetParam();
+  const auto& [fixture, size, kv_sharded, where] = GetParam();
+  const bool gpu_each = where == model::RankDevices::kOnePerGpu;
 #ifndef TESSERA_HAVE_NCCL
   if (gpu_each) GTEST_SKIP() << "this build has no NCCL";
 #endif
@@ -134,8 +151,7 @@ TEST_P(CudaTensorParallelTest, RanksStayWithinTheBf16Floor) {
   const model::ModelPlan plan = model::resolve_model(dir, lo, *ops::make_backend("cuda"));
   model::LoadedModel one = model::load_model(plan, ops::make_backend("cuda", "", /*enforce_eager=*/true));
   engine::LocalExecutor single(*one.model, one.make_kv_cache(kPages));
-  model::LoadedRanks ranks = model::load_model_ranks(
-      plan, size, "cuda", gpu_each ? model::RankDevices::kOnePerGpu : model::RankDevices::kShareOneGpu);
+  model::LoadedRanks ranks = model::load_model_ranks(plan, size, "cuda", where);
   ASSERT_EQ(ranks.ranks.size(), static_cast<size_t>(size));
   engine::TensorParallelExecutor sharded(ranks, kPages, {kv_sharded, model::kKvPageSize});
   for (const auto& p : meta["prompts"]) {
@@ -239,18 +255,27 @@ std::vector<Case> cases() {
   std::vector<Case> v = {{"dsv3-tiny", 2},           {"dsv3-tiny", 4},           {"dsv3-tiny-fp8", 4},
                          {"kimi-k2-tiny", 8},        {"kimi-k25-tiny-nvfp4", 2}, {"kimi-k25-tiny-nvfp4", 8},
                          {"kimi-k2-tiny", 8, false}, {"dsv3-tiny", 4, false}};
+  // Sharing GPU 0 through the one-shot kernels, recorded decode steps included.
+  constexpr auto peers = model::RankDevices::kShareOneGpuPeers;
+  for (const Case& c : std::vector<Case>{{"kimi-k25-tiny-nvfp4", 8, true, peers},
+                                         {"dsv3-tiny-fp8", 4, true, peers},
+                                         {"kimi-k2-tiny", 8, false, peers},
+                                         {"dsv3-tiny", 2, true, peers}})
+    v.push_back(c);
   // A GPU each: one rank (NCCL's lone rank: runs on one GPU), and as many as a machine may lend.
+  constexpr auto each = model::RankDevices::kOnePerGpu;
   for (int size : {1, 2, 4, 8}) {
-    v.push_back({"kimi-k25-tiny-nvfp4", size, true, true});
-    if (size <= 4) v.push_back({"dsv3-tiny-fp8", size, true, true});
+    v.push_back({"kimi-k25-tiny-nvfp4", size, true, each});
+    if (size <= 4) v.push_back({"dsv3-tiny-fp8", size, true, each});
   }
-  v.push_back({"kimi-k2-tiny", 8, false, true});
+  v.push_back({"kimi-k2-tiny", 8, false, each});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTensorParallelTest, ::testing::ValuesIn(cases()), [](const auto& info) {
   return test::fixture_test_name(info.param.fixture) + "_tp" + std::to_string(info.param.size) +
-         (info.param.kv_sharded ? "_kv_sharded" : "_kv_whole") + (info.param.gpu_each ? "_gpu_each" : "");
+         (info.param.kv_sharded ? "_kv_sharded" : "_kv_whole") +
+         (*placement_name(info.param.where) ? std::string("_") + placement_name(info.param.where) : "");
 });
 
 }  // namespace

@@ -1,0 +1,116 @@
+#include "ops/comm/collective_choice.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <thread>
+
+#include "core/error.h"
+#include "core/format.h"
+
+namespace tessera::ops {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string micros(double seconds) { return seconds < 0 ? "-" : fmt::format("{:.1f} us", seconds * 1e6); }
+
+}  // namespace
+
+uint64_t one_shot_limit(const std::vector<AllReduceTimes>& times) {
+  uint64_t limit = 0;
+  for (const AllReduceTimes& t : times) {
+    if (t.one_shot < 0 || (t.nccl >= 0 && t.one_shot >= t.nccl)) break;
+    limit = t.bytes;
+  }
+  return limit;
+}
+
+std::vector<std::string> describe(const CollectiveChoice& c) {
+  std::vector<std::string> lines;
+  lines.push_back(c.one_shot_max_bytes == 0 ? fmt::format("NCCL for every message ({})", c.source)
+                                            : fmt::format("one-shot over peer memory up to {}, NCCL above ({})",
+                                                          core::size_name(c.one_shot_max_bytes), c.source));
+  for (const AllReduceTimes& t : c.measured)
+    lines.push_back(fmt::format("all-reduce {:>8}: one-shot {:>9}, NCCL {:>9}", core::size_name(t.bytes),
+                                micros(t.one_shot), micros(t.nccl)));
+  return lines;
+}
+
+std::vector<double> time_all_reduce(CommGroup& group, const RankBackend& backend, const std::vector<uint64_t>& sizes,
+                                    int iterations) {
+  const int ranks = group.size();
+  std::vector<double> results(sizes.size(), 0.0);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(ranks));
+  std::vector<std::string> wrong(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto o = backend(r);
+        auto comm = group.communicator(r);
+        for (size_t s = 0; s < sizes.size(); ++s) {
+          const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(sizes[s] / 4));
+          // Checked: rank q gives q + 1 everywhere, so every value must become ranks (ranks + 1) / 2.
+          std::vector<float> mine(static_cast<size_t>(n), static_cast<float>(r + 1));
+          core::Tensor x = o->from_host_f32({n}, mine.data());
+          comm->all_reduce_sum(*o, x);
+          // A wrong value is reported after the run, not thrown here: the other ranks would wait in
+          // their next collective for this one.
+          const std::vector<float> got = o->to_host_f32(x);
+          const float want = static_cast<float>(ranks) * static_cast<float>(ranks + 1) / 2;
+          for (size_t i = 0; i < got.size() && wrong[static_cast<size_t>(r)].empty(); ++i)
+            if (got[i] != want)
+              wrong[static_cast<size_t>(r)] =
+                  fmt::format("all-reduce of {} bytes: rank {} got {} at [{}], want {}", sizes[s], r, got[i], i, want);
+          // Timed on zeros (the values do not change the work).
+          std::vector<float> zeros(static_cast<size_t>(n), 0.0f);
+          core::Tensor z = o->from_host_f32({n}, zeros.data());
+          for (int w = 0; w < 3; ++w) comm->all_reduce_sum(*o, z);
+          double best = 1e30;
+          for (int repeat = 0; repeat < 3; ++repeat) {
+            (void)o->to_host_f32(z);  // the queue is empty before the clock starts
+            const auto t0 = Clock::now();
+            for (int i = 0; i < iterations; ++i) comm->all_reduce_sum(*o, z);
+            (void)o->to_host_f32(z);
+            const double all = seconds_since(t0);
+            const auto t1 = Clock::now();
+            (void)o->to_host_f32(z);
+            const double copy = seconds_since(t1);
+            best = std::min(best, std::max(0.0, all - copy) / iterations);
+          }
+          if (r == 0) results[s] = best;
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+        group.abort(fmt::format("rank {} failed: {}", r, e.what()));
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (const auto& w : wrong)
+    if (!w.empty()) core::fail("{}", w);
+  return results;
+}
+
+CollectiveChoice measure_choice(CommGroup& one_shot, uint64_t one_shot_capacity, CommGroup& nccl,
+                                const RankBackend& backend) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t b = 4096; b <= one_shot_capacity; b *= 4) sizes.push_back(b);
+  TESSERA_CHECK(!sizes.empty(), "one-shot buffers of {} bytes: too small to measure", one_shot_capacity);
+  constexpr int kIterations = 20;
+  const std::vector<double> peer = time_all_reduce(one_shot, backend, sizes, kIterations);
+  const std::vector<double> ring = time_all_reduce(nccl, backend, sizes, kIterations);
+  CollectiveChoice c;
+  c.source = "measured at start-up";
+  for (size_t s = 0; s < sizes.size(); ++s) c.measured.push_back({sizes[s], peer[s], ring[s]});
+  c.one_shot_max_bytes = one_shot_limit(c.measured);
+  return c;
+}
+
+}  // namespace tessera::ops

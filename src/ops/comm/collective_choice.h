@@ -1,0 +1,62 @@
+// Which algorithm carries a collective of a given size between ranks on a GPU each (issue 17): the
+// one-shot kernels over peer memory (cuda/peer_group.h) up to a size, NCCL above it. The size is
+// chosen by a short measurement when the ranks start: both algorithms' all-reduce time at a few
+// sizes on this machine's links, the one-shot taken up to the largest size below which it won at
+// every measured size. `tessera plan` prints the choice and the times, and the ranks run with that
+// choice: no NCCL environment variable is needed for small all-reduces to be fast.
+// Host-only: the timing loop runs through the Communicator interface, one thread a rank.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/comm/communicator.h"
+#include "ops/ops.h"
+
+namespace tessera::ops {
+
+// One message size's all-reduce time with each algorithm, in seconds; negative where the algorithm
+// did not run (a message larger than the one-shot buffers).
+struct AllReduceTimes {
+  uint64_t bytes = 0;
+  double one_shot = -1;
+  double nccl = -1;
+};
+
+struct CollectiveChoice {
+  // Collectives whose message (an all-reduce's or reduce-scatter's input, an all-gather's output)
+  // has at most this many bytes run one-shot; the others NCCL. 0: all NCCL.
+  uint64_t one_shot_max_bytes = 0;
+  // Why: "measured at start-up", "TESSERA_ALL_REDUCE=nccl", "GPU 0 cannot read GPU 1's memory ...".
+  std::string source;
+  std::vector<AllReduceTimes> measured;
+};
+
+// The largest measured size at and below which the one-shot took less time than NCCL at every
+// measured size (sorted by bytes); 0 when it lost at the smallest. A single loss ends the range, so
+// that a size where NCCL won never goes one-shot.
+uint64_t one_shot_limit(const std::vector<AllReduceTimes>& times);
+
+// What plan and serve print: the rule, then one line per measured size.
+std::vector<std::string> describe(const CollectiveChoice& choice);
+
+// A backend for rank r's thread (the rank's device), for the timing loop.
+using RankBackend = std::function<std::unique_ptr<Ops>(int rank)>;
+
+// Each size's fp32 all-reduce on `group`, one thread a rank with its own backend: first checked
+// (every rank must get the sum of the ranks' values), then timed on the host clock, `iterations`
+// calls back to back and one copy of the result to the host, less that copy alone, divided by
+// `iterations`; the best of three. Returns rank 0's seconds per all-reduce, per size. Throws a rank's
+// error (aborting the group, so that no rank waits for it) or the first wrong sum.
+std::vector<double> time_all_reduce(CommGroup& group, const RankBackend& backend, const std::vector<uint64_t>& sizes,
+                                    int iterations);
+
+// The start-up measurement: the all-reduce at 4 KiB ... `one_shot_capacity` on both groups, and the
+// choice of one_shot_limit.
+CollectiveChoice measure_choice(CommGroup& one_shot, uint64_t one_shot_capacity, CommGroup& nccl,
+                                const RankBackend& backend);
+
+}  // namespace tessera::ops

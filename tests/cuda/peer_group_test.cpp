@@ -1,0 +1,254 @@
+// The one-shot collectives over peer memory (ops/cuda/peer_group.h, kernels/comm/peer.h; issue 17)
+// with ranks that share GPU 0 (the same kernels and flags as ranks on GPUs of their own; only the
+// link differs): every rank's all-reduce equals the host's sum in rank order bit for bit, over
+// sizes that take the float4 and the element paths and calls that alternate the buffers' halves;
+// all-gather and reduce-scatter place uneven column splits; a recorded CUDA graph replays them; a
+// rank left waiting ends by abort or by timeout with an error naming why; a message over the buffers
+// is refused by size. With NCCL, the group serve builds (measured choice, one rank on one GPU).
+// Skips itself without a GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/backend.h"
+#include "ops/comm/size_routed.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/peer_group.h"
+#include "support/require_gpu.h"
+
+namespace tessera {
+namespace {
+
+// Rank r's values for call `call` of n elements: deterministic, so every rank can compute the sum.
+std::vector<float> values(int rank, int call, int64_t n) {
+  std::mt19937 rng(static_cast<uint32_t>(rank * 7919 + call * 104729 + n));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// Runs `body(rank, backend, communicator)` on a thread per rank of `group`, every rank on GPU 0;
+// returns each rank's failures (checked after the threads end, so that no rank stops calling
+// collectives the others wait in).
+template <class Body>
+std::vector<std::string> on_ranks(ops::CommGroup& group, Body body) {
+  const int n = group.size();
+  std::vector<std::string> failures(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto o = ops::make_backend("cuda:0", "", /*enforce_eager=*/true);
+        auto comm = group.communicator(r);
+        body(r, *o, *comm, failures[static_cast<size_t>(r)]);
+      } catch (const std::exception& e) {
+        failures[static_cast<size_t>(r)] = e.what();
+        group.abort(e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  return failures;
+}
+
+void expect_no_failures(const std::vector<std::string>& failures) {
+  for (size_t r = 0; r < failures.size(); ++r) EXPECT_TRUE(failures[r].empty()) << "rank " << r << ": " << failures[r];
+}
+
+class PeerGroupRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(PeerGroupRanks, CollectivesMatchTheHostsSumsBitForBit) {
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
+  const int ranks = GetParam();
+  ops::cuda::PeerGroup group(std::vector<int>(static_cast<size_t>(ranks), 0));
+  const int64_t capacity_floats = static_cast<int64_t>(group.capacity_bytes() / 4);
+  // 1 and 3: the element path (n % 4 != 0); 7168: a decode token's hidden state; 7168 x 16 + 3; and
+  // the buffers' whole capacity. Each size twice: calls alternate the buffers' halves.
+  const std::vector<int64_t> sizes = {1, 3, 7168, 7168 * 16 + 3, capacity_floats};
+  const auto failures = on_ranks(group, [&](int r, ops::Ops& o, ops::Communicator& comm, std::string& failure) {
+    int call = 0;
+    for (int64_t n : sizes)
+      for (int twice = 0; twice < 2; ++twice, ++call) {
+        const std::vector<float> mine = values(r, call, n);
+        core::Tensor x = o.from_host_f32({n}, mine.data());
+        comm.all_reduce_sum(o, x);
+        const std::vector<float> got = o.to_host_f32(x);
+        std::vector<float> want(static_cast<size_t>(n), 0.0f);
+        for (int q = 0; q < ranks; ++q) {
+          const std::vector<float> theirs = values(q, call, n);
+          for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] += theirs[static_cast<size_t>(i)];
+        }
+        if (got != want && failure.empty()) failure = "all-reduce of " + std::to_string(n) + " floats differs";
+      }
+    // All-gather of 3 rows, 7 x ranks + 1 columns (rank 0 holds one more), then reduce-scatter of
+    // 2 rows, 5 x ranks + 3 columns.
+    const int64_t rows = 3, total = 7 * ranks + 1;
+    const auto [first, count] = ops::balanced_cols(total, ranks, r);
+    (void)first;
+    const std::vector<float> part = values(r, 100, rows * count);
+    core::Tensor p = o.from_host_f32({rows, count}, part.data());
+    core::Tensor out = o.empty({rows, total});
+    comm.all_gather_cols(o, p, out);
+    std::vector<float> want(static_cast<size_t>(rows * total));
+    for (int q = 0; q < ranks; ++q) {
+      const auto [c0, cn] = ops::balanced_cols(total, ranks, q);
+      const std::vector<float> theirs = values(q, 100, rows * cn);
+      for (int64_t t = 0; t < rows; ++t)
+        for (int64_t c = 0; c < cn; ++c)
+          want[static_cast<size_t>(t * total + c0 + c)] = theirs[static_cast<size_t>(t * cn + c)];
+    }
+    if (o.to_host_f32(out) != want && failure.empty()) failure = "all-gather differs";
+
+    const int64_t rows2 = 2, total2 = 5 * ranks + 3;
+    const auto [mine0, mine_count] = ops::balanced_cols(total2, ranks, r);
+    const std::vector<float> xs = values(r, 200, rows2 * total2);
+    core::Tensor x = o.from_host_f32({rows2, total2}, xs.data());
+    core::Tensor scattered = o.empty({rows2, mine_count});
+    comm.reduce_scatter_cols(o, x, scattered);
+    std::vector<float> want2(static_cast<size_t>(rows2 * mine_count), 0.0f);
+    for (int q = 0; q < ranks; ++q) {
+      const std::vector<float> theirs = values(q, 200, rows2 * total2);
+      for (int64_t t = 0; t < rows2; ++t)
+        for (int64_t c = 0; c < mine_count; ++c)
+          want2[static_cast<size_t>(t * mine_count + c)] += theirs[static_cast<size_t>(t * total2 + mine0 + c)];
+    }
+    if (o.to_host_f32(scattered) != want2 && failure.empty()) failure = "reduce-scatter differs";
+  });
+  expect_no_failures(failures);
+}
+
+INSTANTIATE_TEST_SUITE_P(SharingGpu0, PeerGroupRanks, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const auto& info) { return std::to_string(info.param) + "_ranks"; });
+
+// Each rank records an all-reduce of its x in place into a CUDA graph and replays it three times:
+// x goes (r + 1) -> S = N (N + 1) / 2 -> N S -> N^2 S, exactly (small integers).
+TEST(PeerGroup, ReplaysFromARecordedGraph) {
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
+  constexpr int kRanks = 4;
+  ops::cuda::PeerGroup group(std::vector<int>(kRanks, 0));
+  const auto failures = on_ranks(group, [&](int r, ops::Ops& o, ops::Communicator& comm, std::string& failure) {
+    const int64_t n = 7168;
+    std::vector<float> mine(static_cast<size_t>(n), static_cast<float>(r + 1));
+    core::Tensor x = o.from_host_f32({n}, mine.data());
+    (void)o.to_host_f32(x);
+    auto stream = static_cast<cudaStream_t>(ops::cuda::backend_stream(o));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      failure = "capture did not begin";
+      return;
+    }
+    comm.all_reduce_sum(o, x);
+    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+      failure = "capture failed";
+      return;
+    }
+    for (int k = 0; k < 3; ++k) (void)cudaGraphLaunch(exec, stream);
+    const std::vector<float> got = o.to_host_f32(x);
+    const float s = kRanks * (kRanks + 1) / 2.0f;
+    const float want = kRanks * kRanks * s;
+    for (size_t i = 0; i < got.size() && failure.empty(); ++i)
+      if (got[i] != want)
+        failure = "replayed all-reduce gave " + std::to_string(got[i]) + ", want " + std::to_string(want);
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(graph);
+  });
+  expect_no_failures(failures);
+}
+
+// Rank 0 waits in an all-reduce that rank 1 never joins: the group's abort ends the wait, and the
+// next collective throws naming why.
+TEST(PeerGroup, AbortEndsARankWaitingForTheOthers) {
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
+  ops::cuda::PeerGroup group({0, 0});
+  auto o = ops::make_backend("cuda:0", "", /*enforce_eager=*/true);
+  auto comm = group.communicator(0);
+  std::vector<float> ones(64, 1.0f);
+  core::Tensor x = o->from_host_f32({64}, ones.data());
+  comm->all_reduce_sum(*o, x);  // queued; its kernel waits for rank 1
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    group.abort("rank 1 failed: out of memory");
+  });
+  (void)o->to_host_f32(x);  // returns once the kernel stopped waiting
+  aborter.join();
+  try {
+    comm->all_reduce_sum(*o, x);
+    FAIL() << "a collective of an aborted group ran";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 failed: out of memory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PeerGroup, ARankLeftWaitingGivesUpAfterTheTimeout) {
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
+  ops::cuda::PeerGroup group({0, 0}, ops::cuda::PeerGroup::kDefaultCapacityBytes, std::chrono::milliseconds(300));
+  auto o = ops::make_backend("cuda:0", "", /*enforce_eager=*/true);
+  auto comm = group.communicator(0);
+  std::vector<float> ones(64, 1.0f);
+  core::Tensor x = o->from_host_f32({64}, ones.data());
+  const auto t0 = std::chrono::steady_clock::now();
+  comm->all_reduce_sum(*o, x);
+  (void)o->to_host_f32(x);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 0.3);
+  EXPECT_LT(waited, 10.0);
+  try {
+    group.check_open();
+    FAIL() << "a timed-out wait was not reported";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("waited 0.3 s for the others"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PeerGroup, AMessageOverTheBuffersIsRefusedBySize) {
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
+  ops::cuda::PeerGroup group({0}, 4096);
+  auto o = ops::make_backend("cuda:0", "", /*enforce_eager=*/true);
+  core::Tensor x = o->empty({1025});
+  try {
+    group.communicator(0)->all_reduce_sum(*o, x);
+    FAIL() << "a message of 4100 bytes went through buffers of 4096";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a message of 4100 bytes on rank 0 exceeds the buffers of 4096 bytes"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// What serve builds for ranks on a GPU each, with the one GPU there is: the start-up measurement
+// (both algorithms, 4 KiB to the buffers' 4 MiB) and the routed group, whose all-reduce of one rank
+// is the identity through whichever algorithm the choice picked.
+TEST(GpuRankGroup, OneGpuMeasuresBothAlgorithmsAndRuns) {
+#ifndef TESSERA_HAVE_NCCL
+  TESSERA_SKIP_UNLESS_REQUIRED("built without NCCL (TESSERA_NCCL_ROOT)");
+#else
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
+  const ops::CollectiveChoice choice = ops::choose_collectives(1);
+  for (const auto& line : ops::describe(choice)) std::printf("  %s\n", line.c_str());
+  EXPECT_EQ(choice.source, "measured at start-up");
+  ASSERT_EQ(choice.measured.size(), 6u);
+  EXPECT_EQ(choice.measured.front().bytes, 4096u);
+  EXPECT_EQ(choice.measured.back().bytes, 4u << 20);
+  for (const auto& t : choice.measured) EXPECT_TRUE(t.one_shot > 0 && t.nccl > 0) << t.bytes;
+  auto group = ops::gpu_rank_group(1, choice);
+  auto o = ops::make_backend("cuda:0", "", /*enforce_eager=*/true);
+  for (int64_t n : {int64_t{7168}, int64_t{2} << 20}) {  // 28 KiB and 8 MiB: each algorithm's side
+    const std::vector<float> mine = values(0, 1, n);
+    core::Tensor x = o->from_host_f32({n}, mine.data());
+    group->communicator(0)->all_reduce_sum(*o, x);
+    EXPECT_EQ(o->to_host_f32(x), mine) << n;
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace tessera
