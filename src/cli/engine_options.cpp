@@ -20,6 +20,12 @@ void EngineOptions::add_to(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-prefix-caching", no_prefix_caching, "do not reuse KV pages of equal prompt prefixes");
+  app.add_option("--max-step-stretch", max_step_stretch,
+                 "a step that prefills prompts beside running decodes may take at most this many times a "
+                 "decode-only step (measured while serving); 1 = no pacing, prefill takes what "
+                 "--max-num-batched-tokens allows")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 100.0));
   app.add_option("--gpu-memory-utilization", gpu_memory_utilization,
                  "GPU backends: fraction of the device's memory the whole process may use (CUDA context, weights, "
                  "activations, KV cache); the KV cache gets what the rest leaves")
@@ -50,6 +56,7 @@ engine::EngineSettings EngineOptions::settings() const {
   s.max_num_batched_tokens = max_num_batched_tokens;
   s.max_num_seqs = max_num_seqs;
   s.prefix_caching = !no_prefix_caching;
+  s.max_step_stretch = max_step_stretch;
   s.gpu_memory_utilization = gpu_memory_utilization;
   s.tensor_parallel_size = tensor_parallel_size;
   s.kv_cache_sharding = kv_cache_sharding;

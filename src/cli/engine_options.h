@@ -17,6 +17,7 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 256;
   bool no_prefix_caching = false;
+  double max_step_stretch = 1.8;
   double gpu_memory_utilization = 0.9;  // fraction of the device memory for the whole process (GPU backends)
   int tensor_parallel_size = 1;
   std::string kv_cache_sharding = "auto";

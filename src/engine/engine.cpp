@@ -77,7 +77,8 @@ Engine::Engine(std::unique_ptr<Executor> executor, EngineConfig config)
     : executor_(std::move(executor)),
       config_(config),
       blocks_(executor_->num_pages(), executor_->page_size(), config.enable_prefix_caching),
-      scheduler_({config.max_num_batched_tokens, config.max_num_seqs}, blocks_) {
+      scheduler_({config.max_num_batched_tokens, config.max_num_seqs}, blocks_),
+      pacer_(config.max_step_stretch) {
   const int64_t pool_tokens = executor_->num_pages() * executor_->page_size();
   const int64_t model_max = executor_->config().max_position_embeddings;
   if (config_.max_model_len <= 0) config_.max_model_len = std::min(pool_tokens, model_max);
@@ -347,9 +348,12 @@ void Engine::fail_all() {
 
 bool Engine::step() {
   take_incoming();
-  std::vector<ScheduledChunk> plan = scheduler_.schedule();
+  std::vector<ScheduledChunk> plan =
+      scheduler_.schedule([this](int64_t decodes) { return pacer_.prefill_cap(decodes); });
   int64_t generated = 0;
   if (!plan.empty()) {
+    int64_t decodes = 0, prefill = 0;
+    for (const auto& c : plan) (c.decode ? decodes : prefill) += c.num_tokens;
     model::StepBatch batch;
     for (const auto& c : plan) {
       Sequence* s = c.seq;
@@ -366,8 +370,10 @@ bool Engine::step() {
         prompt_tokens_computed_ += std::min(c.num_tokens, s->prompt_len - s->num_computed);
     }
     try {
+      const double t0 = now_seconds();
       const core::Tensor logits = executor_->execute(batch);
-      std::vector<std::optional<SampledToken>> tokens = sample_step(plan, logits);
+      std::vector<std::optional<SampledToken>> tokens = sample_step(plan, logits);  // waits for the step
+      pacer_.observe(decodes, prefill, now_seconds() - t0);
       for (size_t i = 0; i < plan.size(); ++i) {
         scheduler_.on_computed(plan[i]);
         if (tokens[i]) {  // the chunk reached the end: its row predicted the next token

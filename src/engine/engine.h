@@ -22,6 +22,7 @@
 #include "engine/executor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_pacer.h"
 #include "engine/sequence.h"
 #include "model/model.h"
 
@@ -32,6 +33,9 @@ struct EngineConfig {
   int64_t max_num_seqs = 256;             // sequences per step
   int64_t max_model_len = 0;              // 0: what the KV pool holds, capped by the model
   bool enable_prefix_caching = true;
+  // A step that adds prefill tokens beside running decodes may take at most this many times a
+  // decode-only step (measured; StepPacer); <= 1: prefill takes what the token budget allows.
+  double max_step_stretch = 1.8;
 };
 
 // Counters for metrics; a snapshot taken at the end of the last step.
@@ -126,6 +130,7 @@ class Engine {
   EngineConfig config_;
   BlockManager blocks_;
   Scheduler scheduler_;
+  StepPacer pacer_;
   uint64_t next_order_ = 0;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> live_;  // engine thread only
 

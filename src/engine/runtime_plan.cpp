@@ -173,6 +173,7 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
   p.engine.max_num_seqs = s.max_num_seqs;
   p.engine.max_model_len = p.memory.max_model_len;
   p.engine.enable_prefix_caching = s.prefix_caching;
+  p.engine.max_step_stretch = s.max_step_stretch;
   return p;
 }
 
@@ -245,8 +246,12 @@ std::vector<std::string> RuntimePlan::lines() const {
   }
   if (model.collectives)
     for (const auto& line : ops::describe(*model.collectives)) add("collectives", line);
-  add("engine", fmt::format("{} tokens and {} sequences a step, prefix caching {}", engine.max_num_batched_tokens,
-                            engine.max_num_seqs, engine.enable_prefix_caching ? "on" : "off"));
+  add("engine",
+      fmt::format("{} tokens and {} sequences a step, prefix caching {}, {}", engine.max_num_batched_tokens,
+                  engine.max_num_seqs, engine.enable_prefix_caching ? "on" : "off",
+                  engine.max_step_stretch > 1
+                      ? fmt::format("prefill beside decodes paced to {:g}x a decode step", engine.max_step_stretch)
+                      : std::string("prefill beside decodes not paced")));
   if (environment.empty()) {
     add("environment", "no TESSERA_* variable set");
   } else {

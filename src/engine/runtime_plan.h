@@ -26,6 +26,7 @@ struct EngineSettings {
   int64_t max_num_batched_tokens = 2048;  // --max-num-batched-tokens
   int64_t max_num_seqs = 256;             // --max-num-seqs
   bool prefix_caching = true;             // --no-prefix-caching turns it off
+  double max_step_stretch = 1.8;          // --max-step-stretch (EngineConfig::max_step_stretch)
   double gpu_memory_utilization = 0.9;    // --gpu-memory-utilization: of the device's memory, for the whole process
   int tensor_parallel_size = 1;           // --tensor-parallel-size: ranks the model is split over
   // --kv-cache-sharding, with several ranks: "position" (each rank stores 1/N of every sequence,

@@ -70,14 +70,21 @@ void Scheduler::match_prefix(Sequence* seq) {
   }
 }
 
-std::vector<ScheduledChunk> Scheduler::schedule() {
+std::vector<ScheduledChunk> Scheduler::schedule(const std::function<int64_t(int64_t)>& prefill_cap) {
   std::vector<ScheduledChunk> plan;
   int64_t budget = config_.max_num_batched_tokens;
+  // After the decodes: the prefill tokens this step may still take (the cap, within the budget).
+  auto cap_prefill = [&] {
+    const int64_t decodes = static_cast<int64_t>(plan.size());
+    const int64_t cap = prefill_cap && decodes > 0 ? prefill_cap(decodes) : -1;
+    if (cap >= 0) budget = std::min(budget, cap);
+  };
   auto planned = [&](Sequence* s) {
     return std::find_if(plan.begin(), plan.end(), [&](const ScheduledChunk& c) { return c.seq == s; });
   };
   // Running sequences: decodes (one pending token) in the first pass, prefill chunks in the second.
   for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) cap_prefill();
     const std::vector<Sequence*> snapshot = running_;
     for (Sequence* seq : snapshot) {
       if (budget == 0) break;
@@ -100,7 +107,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
         preempt(victim);
       }
       if (self_preempted) continue;
-      plan.push_back({seq, k});
+      plan.push_back({seq, k, decode});
       budget -= k;
     }
   }

@@ -1,11 +1,13 @@
 // Plans each step: which sequences run and how many of their tokens, within a token budget
 // (max_num_batched_tokens) and a sequence limit (max_num_seqs). Decodes first, then prefill
-// chunks of running sequences, then new sequences, all first-come-first-served. New sequences
+// chunks of running sequences, then new sequences, all first-come-first-served; the prefill tokens
+// beside decodes may be capped further (the engine's StepPacer). New sequences
 // reuse cached prefix pages. When pages run out, the newest running sequence is preempted: its
 // pages are freed and it is recomputed later (prompt + the tokens it had generated).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/block_manager.h"
@@ -21,6 +23,7 @@ struct SchedulerConfig {
 struct ScheduledChunk {
   Sequence* seq = nullptr;
   int64_t num_tokens = 0;  // tokens [seq->num_computed, seq->num_computed + num_tokens)
+  bool decode = false;     // a running sequence's one pending token (else a prefill chunk)
 };
 
 struct SchedulerStats {
@@ -36,7 +39,9 @@ class Scheduler {
   void add(Sequence* seq);
   // Drops a finished or aborted sequence and releases its pages.
   void remove(Sequence* seq);
-  std::vector<ScheduledChunk> schedule();
+  // `prefill_cap(decodes)`: how many prefill tokens a step with that many decode tokens may add
+  // (-1: as many as the budget allows; StepPacer decides it in the engine).
+  std::vector<ScheduledChunk> schedule(const std::function<int64_t(int64_t decodes)>& prefill_cap = {});
   // After the forward: marks the chunk computed and registers pages that became full.
   void on_computed(const ScheduledChunk& chunk);
 

@@ -5,6 +5,7 @@
 // sequence when pages run out; siblings wait for the first sample's prompt; new sequences reuse cached full pages.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -46,8 +47,9 @@ class Harness {
   }
 
   // Plans one step and runs it; the plan comes back as "name:tokens ..." in plan order.
-  std::string step() {
-    const std::vector<ScheduledChunk> plan = sched.schedule();
+  // `prefill_cap`: as the engine's pacer passes it.
+  std::string step(const std::function<int64_t(int64_t)>& prefill_cap = {}) {
+    const std::vector<ScheduledChunk> plan = sched.schedule(prefill_cap);
     std::string text;
     for (const auto& c : plan)
       text += (text.empty() ? "" : " ") + names_.at(c.seq) + ":" + std::to_string(c.num_tokens);
@@ -255,6 +257,26 @@ TEST(Scheduler, PrefixCacheHitSchedulesOnlyTheRemainder) {
   EXPECT_EQ(h.sched.stats().prefix_hit_tokens, 0 + 8 + 4 + 0);
   h.finish_all();
   EXPECT_EQ(h.blocks.leak_report(), "");
+}
+
+// The pacer's cap limits the prefill tokens beside decodes (here 3 with two decodes running), and
+// only when there are decodes: a step of prompts alone takes the whole budget.
+TEST(Scheduler, PrefillBesideDecodesIsCappedByThePacer) {
+  Harness h(64, 32);
+  h.add("a", 0, iota_tokens(100, 5));
+  h.add("b", 1, iota_tokens(200, 5));
+  std::vector<int64_t> asked;
+  auto cap = [&](int64_t decodes) {
+    asked.push_back(decodes);
+    return int64_t{3};
+  };
+  EXPECT_EQ(h.step(cap), "a:5 b:5");  // no decodes: not capped, not asked
+  EXPECT_TRUE(asked.empty());
+  h.add("c", 2, iota_tokens(300, 8));
+  EXPECT_EQ(h.step(cap), "a:1 b:1 c:3");
+  EXPECT_EQ(asked, std::vector<int64_t>{2});
+  EXPECT_EQ(h.step(cap), "a:1 b:1 c:3");
+  EXPECT_EQ(h.step(), "a:1 b:1 c:2");  // no cap: the rest of c's prompt
 }
 
 }  // namespace
