@@ -5,6 +5,8 @@
 #   bash device_carry/run.sh qbench                 bench decode nvfp4 | fp8 | bf16
 #   bash device_carry/run.sh kernels [args]         bench kernels
 #   bash device_carry/run.sh cases FAMILIES [args]  bench kernels --cases (the conformance cases timed)
+#   bash device_carry/run.sh comm                   the collectives' GPU tests and bench comm on this machine's GPUs
+#   bash device_carry/run.sh itl                    ITL with Poisson arrivals, the step pacer on and off (issue 19)
 source "$(dirname "$0")/env.sh"
 what="${1:-tests}"; shift || true
 case "$what" in
@@ -35,5 +37,25 @@ case "$what" in
     tessera bench kernels "$@" 2>&1 | tail -60 ;;
   cases)
     tessera bench kernels --iterations 20 --cases "$@" 2>&1 | tee "$OUT/cases.log" | tail -40 ;;
+  comm)
+    rc=0
+    "$KIT/bin/cuda_tests" --gtest_filter='*PeerGroup*:GpuRankGroup*:Nccl*:*CudaTensorParallel*' --gtest_brief=1 \
+      > "$OUT/comm_tests.log" 2>&1 || rc=1
+    tail -6 "$OUT/comm_tests.log"
+    grep -E "measured|one-shot|NCCL " "$OUT/comm_tests.log" | head -12 || true
+    tessera bench comm --device cuda --sizes 4KiB,28KiB,256KiB,1MiB,4MiB 2>&1 | tail -20 || rc=1
+    exit $rc ;;
+  itl)
+    dir=/tmp/ck-dsv3-4l
+    [ -d "$dir" ] || tessera make-checkpoint --like deepseek-v3-bf16 --layers 4 --experts 64 --vocab 163840 \
+      --heads 64 --first-dense 1 --out "$dir" 2>&1 | tail -2
+    for stretch in 1 1.8; do
+      for rate in 30 45; do
+        echo "== --max-step-stretch $stretch, Poisson $rate req/s"
+        tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len 128 --output-len 256 \
+          --num-requests 512 --concurrency 128 --request-rate $rate --skip-self-check --max-step-stretch $stretch 2>&1 \
+          | grep -E "output tokens/s|TTFT|ITL" || true
+      done
+    done ;;
   *) echo "run.sh: unknown '$what'"; exit 2 ;;
 esac
