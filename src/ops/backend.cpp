@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -157,7 +158,10 @@ CollectiveChoice choose_collectives(int size) {
   }
   const RankGroupKind nccl = rank_group_kind("cuda:0", size, "nccl");
   TESSERA_CHECK(nccl.problem.empty(), "--tensor-parallel-size {}: {}", size, nccl.problem);
-  auto peers = one_shot.make();
+  // A short wait: a one-shot kernel that cannot reach its peers (peer-to-peer broken below CUDA)
+  // gives up in seconds and the choice falls back to NCCL.
+  auto peers = std::make_unique<cuda::PeerGroup>(first_gpus(size), cuda::PeerGroup::kDefaultCapacityBytes,
+                                                 std::chrono::seconds(10));
   auto ring = nccl.make();
   return measure_choice(*peers, cuda::PeerGroup::kDefaultCapacityBytes, *ring,
                         [](int r) { return make_backend(fmt::format("cuda:{}", r), "", /*enforce_eager=*/true); });

@@ -43,8 +43,8 @@ RankGroupKind rank_group_kind(const std::string& device, int size, const std::st
 
 // Ranks on GPUs 0..size-1, a GPU each (where "nccl" has no problem): which collectives go one-shot,
 // by TESSERA_ALL_REDUCE (auto: measured now, with a group of each kind made and dropped for it;
-// about a second). Where the GPUs cannot read each other's memory, every message goes to NCCL and
-// `source` says why.
+// about a second). Where the GPUs cannot reach each other's memory, or the one-shot kernels fail their check,, every
+// message goes to NCCL and `source` says why.
 CollectiveChoice choose_collectives(int size);
 // The group serve's ranks on a GPU each use: NCCL, and the one-shot group beside it where `choice`
 // sends messages to it.

@@ -115,6 +115,20 @@ TEST(CollectiveChoice, MeasurementCoversFourKibToTheBuffers) {
   EXPECT_EQ(c.source, "measured at start-up");
 }
 
+// A one-shot group that fails its check is no error: the choice falls back to NCCL and says why.
+TEST(CollectiveChoice, AOneShotGroupThatFailsFallsBackToNccl) {
+  OffByOneGroup broken(2);
+  ops::InProcessGroup ring(2);
+  const ops::CollectiveChoice c = ops::measure_choice(broken, 16384, ring, cpu_ranks());
+  EXPECT_EQ(c.one_shot_max_bytes, 0u);
+  EXPECT_NE(c.source.find("the one-shot collectives failed at start-up: all-reduce of 4096 bytes: rank 1 got"),
+            std::string::npos)
+      << c.source;
+  ASSERT_EQ(c.measured.size(), 2u);
+  EXPECT_LT(c.measured[0].one_shot, 0.0);
+  EXPECT_GT(c.measured[0].nccl, 0.0);
+}
+
 // Counts the calls each rank's communicator of a group carries.
 class CountingGroup final : public ops::CommGroup {
  public:

@@ -104,10 +104,16 @@ CollectiveChoice measure_choice(CommGroup& one_shot, uint64_t one_shot_capacity,
   for (uint64_t b = 4096; b <= one_shot_capacity; b *= 4) sizes.push_back(b);
   TESSERA_CHECK(!sizes.empty(), "one-shot buffers of {} bytes: too small to measure", one_shot_capacity);
   constexpr int kIterations = 20;
-  const std::vector<double> peer = time_all_reduce(one_shot, backend, sizes, kIterations);
+  std::vector<double> peer(sizes.size(), -1.0);
+  std::string failed;
+  try {
+    peer = time_all_reduce(one_shot, backend, sizes, kIterations);
+  } catch (const core::Error& e) {
+    failed = e.what();
+  }
   const std::vector<double> ring = time_all_reduce(nccl, backend, sizes, kIterations);
   CollectiveChoice c;
-  c.source = "measured at start-up";
+  c.source = failed.empty() ? "measured at start-up" : "the one-shot collectives failed at start-up: " + failed;
   for (size_t s = 0; s < sizes.size(); ++s) c.measured.push_back({sizes[s], peer[s], ring[s]});
   c.one_shot_max_bytes = one_shot_limit(c.measured);
   return c;

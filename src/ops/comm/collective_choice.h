@@ -30,7 +30,8 @@ struct CollectiveChoice {
   // Collectives whose message (an all-reduce's or reduce-scatter's input, an all-gather's output)
   // has at most this many bytes run one-shot; the others NCCL. 0: all NCCL.
   uint64_t one_shot_max_bytes = 0;
-  // Why: "measured at start-up", "TESSERA_ALL_REDUCE=nccl", "GPU 0 cannot read GPU 1's memory ...".
+  // Why: "measured at start-up", "TESSERA_ALL_REDUCE=nccl", "GPU 0 cannot reach GPU 1's memory ...",
+  // "the one-shot collectives failed at start-up: ...".
   std::string source;
   std::vector<AllReduceTimes> measured;
 };
@@ -55,7 +56,9 @@ std::vector<double> time_all_reduce(CommGroup& group, const RankBackend& backend
                                     int iterations);
 
 // The start-up measurement: the all-reduce at 4 KiB ... `one_shot_capacity` on both groups, and the
-// choice of one_shot_limit.
+// choice of one_shot_limit. A one-shot group that fails (a wrong sum, a rank that timed out: peer
+// memory a BIOS or IOMMU setting broke) is not an error: every message then goes to NCCL, and the
+// choice's source says why. NCCL's failure is thrown.
 CollectiveChoice measure_choice(CommGroup& one_shot, uint64_t one_shot_capacity, CommGroup& nccl,
                                 const RankBackend& backend);
 

@@ -16,7 +16,7 @@ namespace tessera::ops::cuda {
 static_assert(PeerGroup::kMaxRanks == kPeerMaxRanks);
 
 struct PeerGroup::Rank {
-  float* buffers = nullptr;  // two halves
+  float* buffers = nullptr;  // two halves of a slot per rank (kernels/comm/peer.h)
   PeerSignals* signals = nullptr;
 };
 
@@ -108,7 +108,7 @@ std::string PeerGroup::unreachable(const std::vector<int>& devices) {
       if (a == b) continue;
       int can = 0;
       TESSERA_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
-      if (!can) return fmt::format("GPU {} cannot read GPU {}'s memory (no peer-to-peer access)", a, b);
+      if (!can) return fmt::format("GPU {} cannot reach GPU {}'s memory (no peer-to-peer access)", a, b);
     }
   return "";
 }
@@ -136,7 +136,7 @@ PeerGroup::PeerGroup(std::vector<int> devices, uint64_t capacity_bytes, std::chr
   ranks_.resize(devices_.size());
   for (size_t r = 0; r < devices_.size(); ++r) {
     TESSERA_CUDA_CHECK(cudaSetDevice(devices_[r]));
-    TESSERA_CUDA_CHECK(cudaMalloc(&ranks_[r].buffers, 2 * capacity_bytes_));
+    TESSERA_CUDA_CHECK(cudaMalloc(&ranks_[r].buffers, 2 * devices_.size() * capacity_bytes_));
     TESSERA_CUDA_CHECK(cudaMalloc(&ranks_[r].signals, sizeof(PeerSignals)));
     TESSERA_CUDA_CHECK(cudaMemset(ranks_[r].signals, 0, sizeof(PeerSignals)));
     preload_peer_kernels();

@@ -1,7 +1,8 @@
 // The one-shot collectives (kernels/comm/peer.h, issue 17) as a CommGroup: ranks that are threads of
-// this process, each on a GPU that can read every other rank's GPU memory (NVLink or PCIe
-// peer-to-peer), or several sharing one GPU. Each rank holds two buffers of `capacity_bytes` that
-// every rank reads, and its flags; a collective is one kernel on the rank's stream, with no host
+// this process, each on a GPU that can write every other rank's GPU memory (NVLink or PCIe
+// peer-to-peer), or several sharing one GPU. Each rank's GPU holds, twice, a slot of
+// `capacity_bytes` for every rank, which that rank writes its inputs into (2 x 8 x 4 MiB = 64 MiB a
+// GPU at 8 ranks), and its flags; a collective is one kernel on the rank's stream, with no host
 // step, so it can be recorded in a decode-step graph. Messages larger than the capacity are
 // refused: SizeRoutedGroup (comm/size_routed.h) sends them to NCCL. No CUDA headers here.
 #pragma once
@@ -24,8 +25,8 @@ class PeerGroup final : public CommGroup {
   static constexpr std::chrono::seconds kDefaultTimeout{60};
 
   // Rank r on CUDA device devices[r] (at most kMaxRanks); throws core::Error naming two devices
-  // that cannot reach each other's memory, or CUDA's error. `timeout`: how long a rank's kernel waits
-  // for the others before it gives up and the group reports it.
+  // that cannot reach each other's memory, or CUDA's error. `capacity_bytes`: a rank's slot. `timeout`: how long a
+  // rank's kernel waits for the others before it gives up and the group reports it.
   explicit PeerGroup(std::vector<int> devices, uint64_t capacity_bytes = kDefaultCapacityBytes,
                      std::chrono::nanoseconds timeout = kDefaultTimeout);
   ~PeerGroup();
@@ -45,7 +46,7 @@ class PeerGroup final : public CommGroup {
   // a rank that stopped calling the collectives).
   void check_open() const;
 
-  // Empty when every pair of `devices` can read each other's memory (the same device can), else
+  // Empty when every pair of `devices` can reach each other's memory (the same device can), else
   // which pair cannot.
   static std::string unreachable(const std::vector<int>& devices);
 

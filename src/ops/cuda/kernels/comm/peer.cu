@@ -37,9 +37,9 @@ __device__ __forceinline__ uint32_t next_call(const PeerArgs& a) {
   return call;
 }
 
-// This rank's half of its buffer for `call`, and rank q's.
-__device__ __forceinline__ float* half_of(const PeerArgs& a, int q, uint32_t call) {
-  return a.buffers[q] + static_cast<int64_t>(call & 1u) * a.half_floats;
+// Slot `from` of half call % 2 of rank q's buffer.
+__device__ __forceinline__ float* slot(const PeerArgs& a, int q, int from, uint32_t call) {
+  return a.buffers[q] + (static_cast<int64_t>(call & 1u) * a.size + from) * a.half_floats;
 }
 
 // The barrier of block b for `call` (peer.h). False when it stopped waiting (timeout or abort): the
@@ -87,17 +87,19 @@ __device__ __forceinline__ void finish_call(const PeerArgs& a, uint32_t call) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-// Peers' buffers are read past L1 (__ldcg): another GPU, or another rank's kernel on this one,
-// wrote them, and L1 is not coherent.
+// The slots are read past L1 (__ldcg): other GPUs, or other ranks' kernels on this one, wrote them,
+// and L1 is not coherent.
 __global__ void __launch_bounds__(kPeerThreads) peer_all_reduce_vec4_kernel(PeerArgs a, float4* x, int64_t n4) {
   const uint32_t call = next_call(a);
-  float4* mine = reinterpret_cast<float4*>(half_of(a, a.rank, call));
-  PEER_FOR(i, n4) mine[i] = x[i];
+  PEER_FOR(i, n4) {
+    const float4 v = x[i];
+    for (int q = 0; q < a.size; ++q) reinterpret_cast<float4*>(slot(a, q, a.rank, call))[i] = v;
+  }
   if (arrive_and_wait(a, call)) {
     PEER_FOR(i, n4) {
       float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
       for (int q = 0; q < a.size; ++q) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(half_of(a, q, call)) + i);
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(slot(a, a.rank, q, call)) + i);
         sum.x += v.x;
         sum.y += v.y;
         sum.z += v.z;
@@ -114,55 +116,65 @@ __global__ void __launch_bounds__(kPeerThreads) peer_all_reduce_vec4_kernel(Peer
 // the same elements whichever kernel its x's address chose.
 __global__ void __launch_bounds__(kPeerThreads) peer_all_reduce_kernel(PeerArgs a, float* x, int64_t n) {
   const uint32_t call = next_call(a);
-  float* mine = half_of(a, a.rank, call);
   const int64_t groups = (n + 3) / 4;
   PEER_FOR(g, groups)
-  for (int64_t i = 4 * g; i < 4 * g + 4 && i < n; ++i) mine[i] = x[i];
+  for (int64_t i = 4 * g; i < 4 * g + 4 && i < n; ++i) {
+    const float v = x[i];
+    for (int q = 0; q < a.size; ++q) slot(a, q, a.rank, call)[i] = v;
+  }
   if (arrive_and_wait(a, call)) {
     PEER_FOR(g, groups)
     for (int64_t i = 4 * g; i < 4 * g + 4 && i < n; ++i) {
       float sum = 0.0f;
-      for (int q = 0; q < a.size; ++q) sum += __ldcg(half_of(a, q, call) + i);
+      for (int q = 0; q < a.size; ++q) sum += __ldcg(slot(a, a.rank, q, call) + i);
       x[i] = sum;
     }
   }
   finish_call(a, call);
 }
 
-// Block b reads element i of rank q's part only where block b of rank q published it: the loop
-// runs over each rank's published elements, not over the output.
+// Rank q's part [rows, count_q] arrives in slot q of every rank; block b reads element i of slot q
+// only where block b of rank q wrote it (the same share of q's part, not of the output).
 __global__ void __launch_bounds__(kPeerThreads)
     peer_all_gather_kernel(PeerArgs a, const float* part, int64_t rows, int64_t total, float* out) {
   const uint32_t call = next_call(a);
   int64_t first, count;
   balanced(total, a.size, a.rank, first, count);
-  float* mine = half_of(a, a.rank, call);
-  PEER_FOR(i, rows * count) mine[i] = part[i];
+  PEER_FOR(i, rows * count) {
+    const float v = part[i];
+    for (int q = 0; q < a.size; ++q) slot(a, q, a.rank, call)[i] = v;
+  }
   if (arrive_and_wait(a, call)) {
     for (int q = 0; q < a.size; ++q) {
       balanced(total, a.size, q, first, count);
-      const float* theirs = half_of(a, q, call);
+      const float* theirs = slot(a, a.rank, q, call);
       PEER_FOR(i, rows * count) out[(i / count) * total + first + i % count] = __ldcg(theirs + i);
     }
   }
   finish_call(a, call);
 }
 
+// Element i = (t, c) of x goes only to the rank that owns column c, into this rank's slot at the
+// same index; every rank then sums its own columns over the slots.
 __global__ void __launch_bounds__(kPeerThreads)
     peer_reduce_scatter_kernel(PeerArgs a, const float* x, int64_t rows, int64_t total, float* out) {
   const uint32_t call = next_call(a);
-  int64_t first, count;
-  balanced(total, a.size, a.rank, first, count);
-  float* mine = half_of(a, a.rank, call);
-  PEER_FOR(i, rows * total) mine[i] = x[i];
+  const int64_t base = total / a.size, extra = total % a.size;
+  PEER_FOR(i, rows * total) {
+    const int64_t c = i % total;
+    // The owner of column c in the balanced split: the first `extra` ranks hold base + 1 columns.
+    const int64_t wide = extra * (base + 1);
+    const int owner = static_cast<int>(c < wide ? c / (base + 1) : extra + (c - wide) / base);
+    slot(a, owner, a.rank, call)[i] = x[i];
+  }
   if (arrive_and_wait(a, call)) {
-    // Every rank published all of its x; this block sums the elements of its share that fall in
-    // this rank's columns.
+    int64_t first, count;
+    balanced(total, a.size, a.rank, first, count);
     PEER_FOR(i, rows * total) {
       const int64_t c = i % total - first;
       if (c < 0 || c >= count) continue;
       float sum = 0.0f;
-      for (int q = 0; q < a.size; ++q) sum += __ldcg(half_of(a, q, call) + i);
+      for (int q = 0; q < a.size; ++q) sum += __ldcg(slot(a, a.rank, q, call) + i);
       out[(i / total) * count + c] = sum;
     }
   }

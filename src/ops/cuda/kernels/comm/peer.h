@@ -1,17 +1,21 @@
-// One-shot collectives over peer memory (issue 17): every rank copies its input into a buffer of its
-// own that every other rank can read (NVLink or PCIe peer-to-peer, or the same GPU), meets the others
-// at a barrier of flags in their memory, and reads what it needs of every rank's buffer straight into
-// its output. One kernel a collective and no host involvement, so it can be recorded in a decode-step
-// graph; for small messages it beats NCCL's ring and tree, whose steps each cost a latency.
+// One-shot collectives over peer memory (issue 17): every rank writes its input straight into a slot
+// of its own in every rank's buffer (NVLink or PCIe peer-to-peer, or the same GPU), meets the others
+// at a barrier of flags in their memory, and then reads only its own GPU's memory: every rank's
+// input is there. One kernel a collective and no host involvement, so it can be recorded in a
+// decode-step graph; for small messages it beats NCCL's ring and tree, whose steps each cost a
+// latency. Writes cross the link, never reads: a peer-to-peer read over PCIe is a round trip the
+// root complex may serve slowly or not at all ("one-shot pull kernels never complete over PCIe
+// P2P", reference/pain_points.md A10), while writes are posted.
 //
-// Protocol (per block b of a grid fixed for the group, so that block b of every rank covers the same
-// elements):
-// - call k of block b: flag = k (its own counter, in its own signals), buffer half = k % 2;
-// - publish: block b copies its grid-stride share of the input into half k % 2 of its buffer;
+// A rank's buffer: two halves, each a slot of half_floats per rank. Protocol (per block b of a grid
+// fixed for the group, so that block b of every rank covers the same elements):
+// - call k of block b: flag = k (its own counter, in its own signals), half = k % 2;
+// - push: block b writes its grid-stride share of the input into slot `rank` of half k % 2 of every
+//   rank's buffer (a reduce-scatter only the elements in the receiving rank's columns);
 // - barrier: thread q of block b stores flag k into rank q's arrived[b][this rank] (release, system
-//   scope), then waits until its own arrived[b][q] >= k (acquire);
-// - read: block b reads only the elements blocks b of the ranks published (the same grid-stride
-//   share), sums them in rank order (the same bits on every rank), and writes its output.
+//   scope: after the block's writes), then waits until its own arrived[b][q] >= k (acquire);
+// - read: block b reads the same share of every slot of its own half k % 2, sums in rank order (the
+//   same bits on every rank), and writes its output.
 // Two halves suffice: a rank at call k + 1 writes the other half while the others may still read call
 // k's, and it cannot reach call k + 2 before every rank arrived at k + 1, i.e. finished reading k.
 // A rank that waits longer than the timeout, or sees the group's abort flag, stops waiting, records
@@ -47,7 +51,7 @@ struct PeerSignals {
 
 // What a rank's kernels need to reach every rank: fixed for the life of its communicator.
 struct PeerArgs {
-  float* buffers[kPeerMaxRanks];  // rank q's buffer: two halves of half_floats
+  float* buffers[kPeerMaxRanks];  // rank q's buffer: two halves of `size` slots of half_floats
   PeerSignals* signals[kPeerMaxRanks];
   int64_t half_floats;
   const volatile int* abort_flag;  // host memory, mapped: non-zero once the group is aborted
@@ -71,7 +75,7 @@ inline void add_fields(Signature& s, const PeerArgs& a) {
   s.add(a.blocks);
 }
 
-// x [n] (in place) = the sum over the ranks of their x, in rank order. n <= half_floats.
+// x [n] (in place) = the sum over the ranks of their x, in rank order. n <= half_floats (a slot).
 void launch_peer_all_reduce(const PeerArgs& a, float* x, int64_t n, cudaStream_t s);
 // out [rows, total] = the ranks' parts [rows, count_q] side by side, rank q's at column first_q of
 // the balanced split (ops::balanced_cols). rows x count_rank <= half_floats.
