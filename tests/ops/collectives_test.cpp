@@ -115,6 +115,49 @@ TEST(CollectiveChoice, MeasurementCoversFourKibToTheBuffers) {
   EXPECT_EQ(c.source, "measured at start-up");
 }
 
+// A group whose rank 1 never joins the all-reduces: rank 0 waits until the deadline aborts the
+// group with the caller's reason, which the run then throws.
+class AbsentRankGroup final : public ops::CommGroup {
+ public:
+  explicit AbsentRankGroup(int size) : inner_(size) {}
+  int size() const override { return inner_.size(); }
+  std::unique_ptr<ops::Communicator> communicator(int rank) override {
+    return std::make_unique<Comm>(inner_.communicator(rank));
+  }
+  void abort(const std::string& why) override { inner_.abort(why); }
+
+ private:
+  struct Comm final : ops::Communicator {
+    explicit Comm(std::unique_ptr<ops::Communicator> c) : inner(std::move(c)) {}
+    int rank() const override { return inner->rank(); }
+    int size() const override { return inner->size(); }
+    void all_reduce_sum(ops::Ops& o, core::Tensor& x) override {
+      if (rank() != 1) inner->all_reduce_sum(o, x);
+    }
+    void all_gather_cols(ops::Ops& o, const core::Tensor& p, core::Tensor& out) override {
+      inner->all_gather_cols(o, p, out);
+    }
+    void reduce_scatter_cols(ops::Ops& o, const core::Tensor& x, core::Tensor& out) override {
+      inner->reduce_scatter_cols(o, x, out);
+    }
+    std::unique_ptr<ops::Communicator> inner;
+  };
+  ops::InProcessGroup inner_;
+};
+
+TEST(CollectiveChoice, ARunPastItsDeadlineEndsWithTheCallersReason) {
+  AbsentRankGroup group(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    (void)ops::time_all_reduce(group, cpu_ranks(), {64}, 1, std::chrono::milliseconds(200), "the link is down");
+    FAIL() << "a rank waiting for an absent one returned";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the link is down (still running after 0.2 s)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
 // A one-shot group that fails its check is no error: the choice falls back to NCCL and says why.
 TEST(CollectiveChoice, AOneShotGroupThatFailsFallsBackToNccl) {
   OffByOneGroup broken(2);

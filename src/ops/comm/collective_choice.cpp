@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <exception>
+#include <mutex>
 #include <thread>
 
 #include "core/error.h"
@@ -42,8 +44,23 @@ std::vector<std::string> describe(const CollectiveChoice& c) {
 }
 
 std::vector<double> time_all_reduce(CommGroup& group, const RankBackend& backend, const std::vector<uint64_t>& sizes,
-                                    int iterations) {
+                                    int iterations, std::chrono::milliseconds deadline, const std::string& why_late) {
   const int ranks = group.size();
+  // The watchdog: aborts the group if the ranks are not done by the deadline.
+  std::mutex mu;
+  std::condition_variable cv;
+  int running = ranks;
+  auto finished = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    if (--running == 0) cv.notify_all();
+  };
+  std::thread watchdog;
+  if (deadline.count() > 0)
+    watchdog = std::thread([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!cv.wait_for(lock, deadline, [&] { return running == 0; }))
+        group.abort(fmt::format("{} (still running after {} s)", why_late, deadline.count() / 1000.0));
+    });
   std::vector<double> results(sizes.size(), 0.0);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(ranks));
   std::vector<std::string> wrong(static_cast<size_t>(ranks));
@@ -89,8 +106,10 @@ std::vector<double> time_all_reduce(CommGroup& group, const RankBackend& backend
         errors[static_cast<size_t>(r)] = std::current_exception();
         group.abort(fmt::format("rank {} failed: {}", r, e.what()));
       }
+      finished();
     });
   for (auto& t : threads) t.join();
+  if (watchdog.joinable()) watchdog.join();
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
   for (const auto& w : wrong)
@@ -111,7 +130,10 @@ CollectiveChoice measure_choice(CommGroup& one_shot, uint64_t one_shot_capacity,
   } catch (const core::Error& e) {
     failed = e.what();
   }
-  const std::vector<double> ring = time_all_reduce(nccl, backend, sizes, kIterations);
+  const std::vector<double> ring =
+      time_all_reduce(nccl, backend, sizes, kIterations, std::chrono::seconds(60),
+                      "NCCL's all-reduce did not finish at start-up: the GPUs' peer-to-peer path may be broken below "
+                      "CUDA (PCIe ACS or the IOMMU; NCCL_P2P_DISABLE=1 makes NCCL go through host memory)");
   CollectiveChoice c;
   c.source = failed.empty() ? "measured at start-up" : "the one-shot collectives failed at start-up: " + failed;
   for (size_t s = 0; s < sizes.size(); ++s) c.measured.push_back({sizes[s], peer[s], ring[s]});

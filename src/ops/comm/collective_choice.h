@@ -7,6 +7,7 @@
 // Host-only: the timing loop runs through the Communicator interface, one thread a rank.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -51,9 +52,12 @@ using RankBackend = std::function<std::unique_ptr<Ops>(int rank)>;
 // (every rank must get the sum of the ranks' values), then timed on the host clock, `iterations`
 // calls back to back and one copy of the result to the host, less that copy alone, divided by
 // `iterations`; the best of three. Returns rank 0's seconds per all-reduce, per size. Throws a rank's
-// error (aborting the group, so that no rank waits for it) or the first wrong sum.
+// error (aborting the group, so that no rank waits for it) or the first wrong sum. With a
+// `deadline`, a run still going after it is aborted with `why_late` (a collective that hangs, e.g.
+// on a peer-to-peer path broken below CUDA, then ends in an error naming it, not in a hang).
 std::vector<double> time_all_reduce(CommGroup& group, const RankBackend& backend, const std::vector<uint64_t>& sizes,
-                                    int iterations);
+                                    int iterations, std::chrono::milliseconds deadline = std::chrono::milliseconds(0),
+                                    const std::string& why_late = "");
 
 // The start-up measurement: the all-reduce at 4 KiB ... `one_shot_capacity` on both groups, and the
 // choice of one_shot_limit. A one-shot group that fails (a wrong sum, a rank that timed out: peer
