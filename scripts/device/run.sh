@@ -7,6 +7,7 @@
 #   bash device_carry/run.sh cases FAMILIES [args]  bench kernels --cases (the conformance cases timed)
 #   bash device_carry/run.sh comm                   the collectives' GPU tests and bench comm on this machine's GPUs
 #   bash device_carry/run.sh itl                    ITL with Poisson arrivals, the step pacer on and off (issue 19)
+#   bash device_carry/run.sh prefetch               bench decode nvfp4 | fp8 with TESSERA_EXPERT_PREFETCH 0 / 4 / 8 / 16
 source "$(dirname "$0")/env.sh"
 what="${1:-tests}"; shift || true
 case "$what" in
@@ -32,6 +33,14 @@ case "$what" in
   qbench)
     for w in nvfp4 fp8 bf16; do
       tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 --batch 1,16,128 --steps 20 2>&1 | tail -8
+    done ;;
+  prefetch)
+    for w in nvfp4 fp8; do
+      for p in 0 4 8 16 0; do
+        echo "== $w, TESSERA_EXPERT_PREFETCH=$p"
+        TESSERA_EXPERT_PREFETCH=$p tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 \
+          --batch 1,16,128 --steps 20 2>&1 | tail -5
+      done
     done ;;
   kernels)
     tessera bench kernels "$@" 2>&1 | tail -60 ;;

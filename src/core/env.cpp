@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 16> kSwitches{{
+constexpr std::array<EnvSwitch, 17> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -18,6 +18,9 @@ constexpr std::array<EnvSwitch, 16> kSwitches{{
     {"TESSERA_GEMV_LOOP", "1", "0: matrix-vector blocks take one row group each instead of looping (A/B)"},
     {"TESSERA_SHARED_EXPERT_STREAM", "1",
      "0: the shared expert runs inside the routed experts' launch instead of on a second stream (A/B)"},
+    {"TESSERA_EXPERT_PREFETCH", "0",
+     "K blocks ahead the quantized MMA kernels (experts, dense NVFP4/FP8) ask L2 for their weights; 0: none "
+     "(an experiment, A/B)"},
     {"TESSERA_MLA_PREFILL_PRECISION", "split",
      "MLA prefill attention operands: split (bf16 hi + lo, near fp32) or bf16 (faster, less exact)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",

@@ -186,6 +186,10 @@ void launch_mla_up_v(const float* o_lat, int64_t o_lat_row, int64_t tokens, int6
 // TESSERA_SHARED_EXPERT_STREAM): on unless the environment variable `name` is "0". Callers read
 // it once.
 bool ab_switch_on(const char* name);
+// TESSERA_EXPERT_PREFETCH: K blocks ahead that the quantized MMA kernels ask L2 for (0, the default:
+// none; an experiment, quant/grouped_mma.cu). Read once; throws core::Error naming the variable for
+// a value that is not a number from 0 to 64.
+int expert_prefetch_blocks();
 
 // --- moe/router.cu ---
 // Router logits[t, e] = x[t] · W[e] (fp32 accumulate over bf16 weights and fp32 activations).

@@ -1,12 +1,15 @@
 #include <cuda_runtime.h>
 
+#include <charconv>
 #include <cstdlib>
+#include <string>
 #include <map>
 #include <mutex>
 #include <string_view>
 #include <utility>
 
 #include "core/env.h"
+#include "core/error.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/runtime/cuda_check.h"
 #include "ops/cuda/runtime/launch_gate.h"
@@ -19,6 +22,18 @@ StepTape*& active_tape() {
 }
 
 bool ab_switch_on(const char* name) { return core::env_switch_on(name); }
+
+int expert_prefetch_blocks() {
+  static const int blocks = [] {
+    const std::string v = core::env_value("TESSERA_EXPERT_PREFETCH").value_or("0");
+    int n = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    TESSERA_CHECK(ec == std::errc() && end == v.data() + v.size() && n >= 0 && n <= 64,
+                  "TESSERA_EXPERT_PREFETCH={}: expected K blocks ahead, 0 to 64", v);
+    return n;
+  }();
+  return blocks;
+}
 
 // Declared in launch.cuh (a CUDA header: its launch template needs nvcc).
 bool pdl_enabled() {

@@ -117,6 +117,9 @@ __device__ __forceinline__ void permute_act(const uint4& r, uint32_t (&a)[4]) {
   a[3] = __byte_perm(r.x, r.z, 0x5410);
 }
 
+// Asks L2 for the 128-byte line holding p (a hint: no register, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
 __device__ __forceinline__ uint4 load_or_zero(const __nv_bfloat16* p) {
   return p ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
@@ -131,18 +134,37 @@ __device__ __forceinline__ uint32_t word(const uint4& r, int i) {
 // kernel's main cost, is paid once for 64 pairs instead of once for 16. (A cp.async ring in shared
 // memory 4 K blocks deep instead of the kAhead registers measured slower at batch 16 and 128 and the
 // same at batch 1; docs/PERFORMANCE.md.)
+//
+// `prefetch` > 0 (TESSERA_EXPERT_PREFETCH, an experiment): each group of kAhead K blocks first asks
+// L2 for the row's bytes `prefetch` K blocks further on (rounded up to whole groups), a hint that
+// costs no registers, so that DRAM keeps working while the warp decodes and its own loads then come
+// from L2 (the kernel is bound by how long each warp's load-decode-MMA chain takes at its occupancy,
+// docs/PERFORMANCE.md).
 template <QuantFormat F, int S, int MT>
 __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_dim, const __nv_bfloat16* const (&lo)[MT],
-                                         const __nv_bfloat16* const (&hi)[MT], uint64_t policy,
+                                         const __nv_bfloat16* const (&hi)[MT], uint64_t policy, int prefetch,
                                          float (&acc)[S][MT][4]) {
   using L = MmaLayout<F>;
   constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
   // Several tiles give each load 4x the work to hide behind, and their accumulators need the
   // registers: fewer K blocks in flight.
   constexpr int kAhead = MT == 1 ? L::kAhead : kNvfp4 ? 2 : 1, kLoads = L::kLoads;
+  // A group's bytes of one row: at most 256, two 128-byte lines (lanes c = 0, 1); NVFP4 scales one
+  // line (lane c = 2).
+  constexpr int kGroupBytes = kAhead * (kNvfp4 ? kBlockK / 2 : kBlockK);
   const int c = threadIdx.x & 3;
   const int blocks = k_dim / kBlockK;
+  const int ahead = (prefetch + kAhead - 1) / kAhead * kAhead;
   for (int kb0 = 0; kb0 < blocks; kb0 += kAhead) {
+    if (ahead > 0 && kb0 + ahead < blocks) {
+      const int k = (kb0 + ahead) * kBlockK;
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        if (128 * c < kGroupBytes) prefetch_l2(ref[s].data + quant::row_byte<F>(k) + 128 * c);
+        if constexpr (kNvfp4)
+          if (c == 2) prefetch_l2(static_cast<const uint8_t*>(ref[s].scale) + k / 16);
+      }
+    }
     uint4 raw[S][kAhead][kLoads];
     uint32_t sc[S][kAhead];
 #pragma unroll
@@ -231,7 +253,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                             const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
                             const int32_t* __restrict__ num_active, const QuantMatrix* __restrict__ w0,
                             const QuantMatrix* __restrict__ w1, __nv_bfloat16* __restrict__ act_out,
-                            float* __restrict__ y_out) {
+                            float* __restrict__ y_out, int prefetch) {
   pdl_wait();  // first: launched with launch_dependent
   if (static_cast<int>(blockIdx.y) >= *num_active) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -275,7 +297,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int t = 0; t < MT; ++t)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[s][t][i] = 0.0f;
-    tile_dot<F, S, MT>(ref, k_dim, lo, hi, policy, acc);
+    tile_dot<F, S, MT>(ref, k_dim, lo, hi, policy, prefetch, acc);
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
       const int m_lo = m0i + kTile * t + g, m_hi = m_lo + 8;
@@ -318,7 +340,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <QuantFormat F, int MT>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_linear_mma_kernel(const __nv_bfloat16* __restrict__ x_hi, const __nv_bfloat16* __restrict__ x_lo, int tokens,
-                            const QuantMatrix w, int slices, float* __restrict__ y) {
+                            const QuantMatrix w, int slices, float* __restrict__ y, int prefetch) {
   __shared__ float4 part[kWarps][MT][32];
   pdl_wait();  // first: launched with launch_dependent
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -341,7 +363,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       hi[t] = m < tokens ? x_hi + row : nullptr;
       lo[t] = m < tokens ? x_lo + row : nullptr;
     }
-    if (kb_end > kb_begin) tile_dot<F, 1, MT>(ref, (kb_end - kb_begin) * kBlockK, hi, lo, l2_evict_first_policy(), acc);
+    if (kb_end > kb_begin)
+      tile_dot<F, 1, MT>(ref, (kb_end - kb_begin) * kBlockK, hi, lo, l2_evict_first_policy(), prefetch, acc);
   }
   if (slices > 1) {
 #pragma unroll
@@ -376,7 +399,7 @@ void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned exper
   launch_dependent(quant_expert_mma_kernel<F, true, MT>,
                    dim3(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots), kWarps * 32,
                    0, stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets, s.active,
-                   s.num_active, gate_w, up_w, s.act, static_cast<float*>(nullptr));
+                   s.num_active, gate_w, up_w, s.act, static_cast<float*>(nullptr), expert_prefetch_blocks());
   // Decode sizes: two row groups a warp share each activation fragment (NVFP4 slope at batch 1 / 16 /
   // 128 240 -> 233, 1479 -> 1406, 5088 -> 4851 µs a layer; FP8 the same within 1%, H200).
   auto down_kernel = quant_expert_mma_kernel<F, false, MT, 1>;
@@ -390,7 +413,7 @@ void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned exper
   launch_dependent(down_kernel, dim3(static_cast<unsigned>((hidden + down_rows - 1) / down_rows), expert_slots),
                    kWarps * 32, 0, stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets,
                    s.active, s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr),
-                   static_cast<__nv_bfloat16*>(nullptr), s.y);
+                   static_cast<__nv_bfloat16*>(nullptr), s.y, expert_prefetch_blocks());
 }
 
 // Tiles of 16 pairs an expert at decode; at prefill sizes (more than one tile an expert on average)
@@ -449,7 +472,7 @@ void launch_linear_tiles(const QuantMatrix& w, const __nv_bfloat16* x_hi, const 
   // Tiles fastest: the blocks of one weight row group run together and share its reads in L2.
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(blocks(slices)));
   launch_dependent(quant_linear_mma_kernel<F, MT>, grid, kWarps * 32, 0, stream, x_hi, x_lo, static_cast<int>(tokens),
-                   w, slices, y);
+                   w, slices, y, expert_prefetch_blocks());
 }
 
 // 8 tokens a tile. Two tiles share each decoded weight fragment where the second holds at most 4
