@@ -77,7 +77,7 @@ void bind_to_this_thread(Ops& ops) {
 
 namespace {
 
-std::vector<int> first_gpus(int size) {
+[[maybe_unused]] std::vector<int> first_gpus(int size) {
   std::vector<int> devices(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) devices[static_cast<size_t>(r)] = r;
   return devices;
