@@ -214,7 +214,6 @@ namespace {
 std::pair<std::unique_ptr<ops::CommGroup>, std::vector<std::string>> rank_group(
     int size, const std::string& device, RankDevices where, const std::optional<ops::CollectiveChoice>& collectives) {
   std::vector<std::string> devices(static_cast<size_t>(size), device);
-  if (where == RankDevices::kShareOneGpuPeers) return {ops::shared_gpu_peer_group(device, size), devices};
   if (where != RankDevices::kOnePerGpu) {
     TESSERA_CHECK(device == "cpu" || where == RankDevices::kShareOneGpu,
                   "--tensor-parallel-size {} on --device {}: ranks on a GPU run one a GPU (RankDevices::kOnePerGpu)",
@@ -271,10 +270,9 @@ LoadedRanks load_model_ranks(const ModelPlan& plan, int size, const std::string&
     if (e) std::rethrow_exception(e);
   if (where == RankDevices::kOnePerGpu) ops::bind_to_this_thread(m.ranks.front()->ops());
   spdlog::info("tensor parallel: {} ranks ({}), {} attention heads and about {} routed experts each", size,
-               where == RankDevices::kOnePerGpu          ? fmt::format("GPUs 0-{} over NCCL and peer memory", size - 1)
-               : where == RankDevices::kShareOneGpu      ? fmt::format("sharing {}", device)
-               : where == RankDevices::kShareOneGpuPeers ? fmt::format("sharing {}, one-shot collectives", device)
-                                                         : "CPU threads",
+               where == RankDevices::kOnePerGpu     ? fmt::format("GPUs 0-{} over NCCL and peer memory", size - 1)
+               : where == RankDevices::kShareOneGpu ? fmt::format("sharing {}", device)
+                                                    : "CPU threads",
                m.config.num_attention_heads / size, (m.config.n_routed_experts + size - 1) / size);
   return m;
 }

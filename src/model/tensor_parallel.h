@@ -80,15 +80,12 @@ struct LoadedRanks {
 
 // Where the ranks of load_model_ranks compute.
 enum class RankDevices {
-  kCpu,               // the CPU backend (the reference), joined by the in-process communicator
-  kShareOneGpu,       // every rank a backend on the one `device`, eager (no CUDA graphs: the in-process
-                      // communicator copies through the host); tests of the sharded CUDA kernels
-  kOnePerGpu,         // rank r on GPU r (cuda:r), joined by NCCL and the one-shot kernels over peer
-                      // memory (ops::gpu_rank_group): collectives on each rank's stream, decode steps as
-                      // CUDA graphs unless enforce_eager
-  kShareOneGpuPeers,  // every rank a backend on the one `device`, joined by the one-shot kernels
-                      // (ops::shared_gpu_peer_group), decode steps as CUDA graphs unless
-                      // enforce_eager: tests of the one-shot collectives inside recorded steps
+  kCpu,          // the CPU backend (the reference), joined by the in-process communicator
+  kShareOneGpu,  // every rank a backend on the one `device`, eager (no CUDA graphs: the in-process
+                 // communicator copies through the host); tests of the sharded CUDA kernels
+  kOnePerGpu,    // rank r on GPU r (cuda:r), joined by NCCL and the one-shot kernels over peer
+                 // memory (ops::gpu_rank_group): collectives on each rank's stream, decode steps as
+                 // CUDA graphs unless enforce_eager
 };
 // The placement serve and generate use for tensor-parallel ranks on `device`: the CPU's threads,
 // or a GPU each.

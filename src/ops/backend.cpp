@@ -183,22 +183,6 @@ std::unique_ptr<CommGroup> gpu_rank_group(int size, const CollectiveChoice& choi
   return std::make_unique<SizeRoutedGroup>(std::move(small), nccl.make(), choice);
 }
 
-std::unique_ptr<CommGroup> shared_gpu_peer_group(const std::string& device, int size) {
-  TESSERA_CHECK(names_cuda(device), "ranks sharing a GPU: --device '{}' is not cuda or cuda:N", device);
-  const int index = cuda_index(device);
-#ifdef TESSERA_HAVE_CUDA
-  CollectiveChoice choice;
-  choice.one_shot_max_bytes = cuda::PeerGroup::kDefaultCapacityBytes;
-  choice.source = fmt::format("ranks sharing cuda:{}: every message its buffers hold", index);
-  return std::make_unique<SizeRoutedGroup>(
-      std::make_unique<cuda::PeerGroup>(std::vector<int>(static_cast<size_t>(size), index)),
-      std::make_unique<InProcessGroup>(size), std::move(choice));
-#else
-  (void)size;
-  core::fail("--device cuda:{}: this build of tessera has no CUDA backend", index);
-#endif
-}
-
 RankGroupKind rank_group_kind(const std::string& device, int size, const std::string& name) {
   for (RankGroupKind& kind : rank_group_kinds(device, size))
     if (kind.name == name) return std::move(kind);

@@ -49,9 +49,5 @@ CollectiveChoice choose_collectives(int size);
 // The group serve's ranks on a GPU each use: NCCL, and the one-shot group beside it where `choice`
 // sends messages to it.
 std::unique_ptr<CommGroup> gpu_rank_group(int size, const CollectiveChoice& choice);
-// Ranks that share the GPU `device` ("cuda[:N]"), joined by the one-shot kernels for every message
-// their buffers hold and by the in-process group above that (tests: the one-shot collectives inside
-// recorded decode steps without several GPUs). Throws without a CUDA backend.
-std::unique_ptr<CommGroup> shared_gpu_peer_group(const std::string& device, int size);
 
 }  // namespace tessera::ops

@@ -1,11 +1,10 @@
 // The one-shot collectives over peer memory (ops/cuda/peer_group.h, kernels/comm/peer.h; issue 17)
-// with ranks that share GPU 0 (the same kernels and flags as ranks on GPUs of their own; only the
-// link differs): every rank's all-reduce equals the host's sum in rank order bit for bit, over
-// sizes that take the float4 and the element paths and calls that alternate the buffers' halves;
-// all-gather and reduce-scatter place uneven column splits; a recorded CUDA graph replays them; a
-// rank left waiting ends by abort or by timeout with an error naming why; a message over the buffers
-// is refused by size. With NCCL, the group serve builds (measured choice, one rank on one GPU).
-// Skips itself without a GPU.
+// with ranks that share GPU 0, each on a stream of its own (the same kernels and flags as ranks on
+// GPUs of their own; only the link differs): every rank's all-reduce equals the host's sum in rank order bit for bit,
+// over sizes that take the float4 and the element paths and calls that alternate the buffers' halves; all-gather and
+// reduce-scatter place uneven column splits; a recorded CUDA graph replays them; a rank left waiting ends by abort or
+// by timeout with an error naming why; a message over the buffers is refused by size. With NCCL, the group serve builds
+// (measured choice, one rank on one GPU). Skips itself without a GPU.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -36,20 +35,65 @@ std::vector<float> values(int rank, int call, int64_t n) {
   return v;
 }
 
-// Runs `body(rank, backend, communicator)` on a thread per rank of `group`, every rank on GPU 0;
-// returns each rank's failures (checked after the threads end, so that no rank stops calling
-// collectives the others wait in).
+// What a rank of these tests holds on GPU 0: its own stream (the ranks' kernels wait for each other
+// on the GPU, so they cannot share the backend's one stream: peer_group.h) and device buffers, all
+// made by the main thread before any rank starts, so that no allocation can wait for the device
+// while a rank's kernel waits for another.
+struct RankBuffers {
+  cudaStream_t stream = nullptr;
+  float* in = nullptr;
+  float* out = nullptr;
+  int64_t floats = 0;
+};
+
+class Ranks {
+ public:
+  Ranks(int n, int64_t floats) : ranks_(static_cast<size_t>(n)) {
+    for (auto& r : ranks_) {
+      EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
+      EXPECT_EQ(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking), cudaSuccess);
+      EXPECT_EQ(cudaMalloc(&r.in, static_cast<size_t>(floats) * 4), cudaSuccess);
+      EXPECT_EQ(cudaMalloc(&r.out, static_cast<size_t>(floats) * 4), cudaSuccess);
+      r.floats = floats;
+    }
+  }
+  ~Ranks() {
+    for (auto& r : ranks_) {
+      (void)cudaStreamSynchronize(r.stream);
+      (void)cudaFree(r.in);
+      (void)cudaFree(r.out);
+      (void)cudaStreamDestroy(r.stream);
+    }
+  }
+  RankBuffers& operator[](int r) { return ranks_[static_cast<size_t>(r)]; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+
+ private:
+  std::vector<RankBuffers> ranks_;
+};
+
+void upload(const RankBuffers& b, float* dst, const std::vector<float>& v) {
+  (void)cudaMemcpyAsync(dst, v.data(), v.size() * 4, cudaMemcpyHostToDevice, b.stream);
+}
+std::vector<float> download(const RankBuffers& b, const float* src, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  (void)cudaMemcpyAsync(v.data(), src, v.size() * 4, cudaMemcpyDeviceToHost, b.stream);
+  (void)cudaStreamSynchronize(b.stream);
+  return v;
+}
+
+// Runs `body(rank, buffers, failure)` on a thread per rank; returns each rank's failures (checked
+// after the threads end, so that no rank stops calling collectives the others wait in). A rank that
+// throws aborts the group.
 template <class Body>
-std::vector<std::string> on_ranks(ops::CommGroup& group, Body body) {
-  const int n = group.size();
-  std::vector<std::string> failures(static_cast<size_t>(n));
+std::vector<std::string> on_ranks(ops::cuda::PeerGroup& group, Ranks& ranks, Body body) {
+  std::vector<std::string> failures(static_cast<size_t>(ranks.size()));
   std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
+  for (int r = 0; r < ranks.size(); ++r)
     threads.emplace_back([&, r] {
+      (void)cudaSetDevice(0);
       try {
-        auto o = ops::make_backend("cuda:0", "", /*enforce_eager=*/true);
-        auto comm = group.communicator(r);
-        body(r, *o, *comm, failures[static_cast<size_t>(r)]);
+        body(r, ranks[r], failures[static_cast<size_t>(r)]);
       } catch (const std::exception& e) {
         failures[static_cast<size_t>(r)] = e.what();
         group.abort(e.what());
@@ -67,60 +111,55 @@ class PeerGroupRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(PeerGroupRanks, CollectivesMatchTheHostsSumsBitForBit) {
   if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
-  const int ranks = GetParam();
-  ops::cuda::PeerGroup group(std::vector<int>(static_cast<size_t>(ranks), 0));
+  const int n_ranks = GetParam();
+  ops::cuda::PeerGroup group(std::vector<int>(static_cast<size_t>(n_ranks), 0));
   const int64_t capacity_floats = static_cast<int64_t>(group.capacity_bytes() / 4);
+  Ranks ranks(n_ranks, capacity_floats);
   // 1 and 3: the element path (n % 4 != 0); 7168: a decode token's hidden state; 7168 x 16 + 3; and
-  // the buffers' whole capacity. Each size twice: calls alternate the buffers' halves.
+  // a slot's whole capacity. Each size twice: calls alternate the buffers' halves.
   const std::vector<int64_t> sizes = {1, 3, 7168, 7168 * 16 + 3, capacity_floats};
-  const auto failures = on_ranks(group, [&](int r, ops::Ops& o, ops::Communicator& comm, std::string& failure) {
+  const auto failures = on_ranks(group, ranks, [&](int r, RankBuffers& b, std::string& failure) {
     int call = 0;
     for (int64_t n : sizes)
       for (int twice = 0; twice < 2; ++twice, ++call) {
-        const std::vector<float> mine = values(r, call, n);
-        core::Tensor x = o.from_host_f32({n}, mine.data());
-        comm.all_reduce_sum(o, x);
-        const std::vector<float> got = o.to_host_f32(x);
+        upload(b, b.in, values(r, call, n));
+        group.all_reduce_sum(r, b.in, n, b.stream);
+        const std::vector<float> got = download(b, b.in, n);
         std::vector<float> want(static_cast<size_t>(n), 0.0f);
-        for (int q = 0; q < ranks; ++q) {
+        for (int q = 0; q < n_ranks; ++q) {
           const std::vector<float> theirs = values(q, call, n);
           for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] += theirs[static_cast<size_t>(i)];
         }
         if (got != want && failure.empty()) failure = "all-reduce of " + std::to_string(n) + " floats differs";
       }
-    // All-gather of 3 rows, 7 x ranks + 1 columns (rank 0 holds one more), then reduce-scatter of
-    // 2 rows, 5 x ranks + 3 columns.
-    const int64_t rows = 3, total = 7 * ranks + 1;
-    const auto [first, count] = ops::balanced_cols(total, ranks, r);
+    // All-gather of 3 rows, 7 x ranks + 1 columns (rank 0 holds one more).
+    const int64_t rows = 3, total = 7 * n_ranks + 1;
+    const auto [first, count] = ops::balanced_cols(total, n_ranks, r);
     (void)first;
-    const std::vector<float> part = values(r, 100, rows * count);
-    core::Tensor p = o.from_host_f32({rows, count}, part.data());
-    core::Tensor out = o.empty({rows, total});
-    comm.all_gather_cols(o, p, out);
+    upload(b, b.in, values(r, 100, rows * count));
+    group.all_gather_cols(r, b.in, rows, total, b.out, b.stream);
     std::vector<float> want(static_cast<size_t>(rows * total));
-    for (int q = 0; q < ranks; ++q) {
-      const auto [c0, cn] = ops::balanced_cols(total, ranks, q);
+    for (int q = 0; q < n_ranks; ++q) {
+      const auto [c0, cn] = ops::balanced_cols(total, n_ranks, q);
       const std::vector<float> theirs = values(q, 100, rows * cn);
       for (int64_t t = 0; t < rows; ++t)
         for (int64_t c = 0; c < cn; ++c)
           want[static_cast<size_t>(t * total + c0 + c)] = theirs[static_cast<size_t>(t * cn + c)];
     }
-    if (o.to_host_f32(out) != want && failure.empty()) failure = "all-gather differs";
-
-    const int64_t rows2 = 2, total2 = 5 * ranks + 3;
-    const auto [mine0, mine_count] = ops::balanced_cols(total2, ranks, r);
-    const std::vector<float> xs = values(r, 200, rows2 * total2);
-    core::Tensor x = o.from_host_f32({rows2, total2}, xs.data());
-    core::Tensor scattered = o.empty({rows2, mine_count});
-    comm.reduce_scatter_cols(o, x, scattered);
+    if (download(b, b.out, rows * total) != want && failure.empty()) failure = "all-gather differs";
+    // Reduce-scatter of 2 rows, 5 x ranks + 3 columns.
+    const int64_t rows2 = 2, total2 = 5 * n_ranks + 3;
+    const auto [mine0, mine_count] = ops::balanced_cols(total2, n_ranks, r);
+    upload(b, b.in, values(r, 200, rows2 * total2));
+    group.reduce_scatter_cols(r, b.in, rows2, total2, b.out, b.stream);
     std::vector<float> want2(static_cast<size_t>(rows2 * mine_count), 0.0f);
-    for (int q = 0; q < ranks; ++q) {
+    for (int q = 0; q < n_ranks; ++q) {
       const std::vector<float> theirs = values(q, 200, rows2 * total2);
       for (int64_t t = 0; t < rows2; ++t)
         for (int64_t c = 0; c < mine_count; ++c)
           want2[static_cast<size_t>(t * mine_count + c)] += theirs[static_cast<size_t>(t * total2 + mine0 + c)];
     }
-    if (o.to_host_f32(scattered) != want2 && failure.empty()) failure = "reduce-scatter differs";
+    if (download(b, b.out, rows2 * mine_count) != want2 && failure.empty()) failure = "reduce-scatter differs";
   });
   expect_no_failures(failures);
 }
@@ -133,28 +172,26 @@ INSTANTIATE_TEST_SUITE_P(SharingGpu0, PeerGroupRanks, ::testing::Values(1, 2, 3,
 TEST(PeerGroup, ReplaysFromARecordedGraph) {
   if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   constexpr int kRanks = 4;
+  constexpr int64_t kN = 7168;
   ops::cuda::PeerGroup group(std::vector<int>(kRanks, 0));
-  const auto failures = on_ranks(group, [&](int r, ops::Ops& o, ops::Communicator& comm, std::string& failure) {
-    const int64_t n = 7168;
-    std::vector<float> mine(static_cast<size_t>(n), static_cast<float>(r + 1));
-    core::Tensor x = o.from_host_f32({n}, mine.data());
-    (void)o.to_host_f32(x);
-    auto stream = static_cast<cudaStream_t>(ops::cuda::backend_stream(o));
+  Ranks ranks(kRanks, kN);
+  const auto failures = on_ranks(group, ranks, [&](int r, RankBuffers& b, std::string& failure) {
+    upload(b, b.in, std::vector<float>(kN, static_cast<float>(r + 1)));
+    (void)cudaStreamSynchronize(b.stream);
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    if (cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
       failure = "capture did not begin";
       return;
     }
-    comm.all_reduce_sum(o, x);
-    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    group.all_reduce_sum(r, b.in, kN, b.stream);
+    if (cudaStreamEndCapture(b.stream, &graph) != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
       failure = "capture failed";
       return;
     }
-    for (int k = 0; k < 3; ++k) (void)cudaGraphLaunch(exec, stream);
-    const std::vector<float> got = o.to_host_f32(x);
-    const float s = kRanks * (kRanks + 1) / 2.0f;
-    const float want = kRanks * kRanks * s;
+    for (int k = 0; k < 3; ++k) (void)cudaGraphLaunch(exec, b.stream);
+    const std::vector<float> got = download(b, b.in, kN);
+    const float s = kRanks * (kRanks + 1) / 2.0f, want = kRanks * kRanks * s;
     for (size_t i = 0; i < got.size() && failure.empty(); ++i)
       if (got[i] != want)
         failure = "replayed all-reduce gave " + std::to_string(got[i]) + ", want " + std::to_string(want);
@@ -169,19 +206,17 @@ TEST(PeerGroup, ReplaysFromARecordedGraph) {
 TEST(PeerGroup, AbortEndsARankWaitingForTheOthers) {
   if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   ops::cuda::PeerGroup group({0, 0});
-  auto o = ops::make_backend("cuda:0", "", /*enforce_eager=*/true);
-  auto comm = group.communicator(0);
-  std::vector<float> ones(64, 1.0f);
-  core::Tensor x = o->from_host_f32({64}, ones.data());
-  comm->all_reduce_sum(*o, x);  // queued; its kernel waits for rank 1
+  Ranks ranks(1, 64);
+  upload(ranks[0], ranks[0].in, std::vector<float>(64, 1.0f));
+  group.all_reduce_sum(0, ranks[0].in, 64, ranks[0].stream);  // queued; its kernel waits for rank 1
   std::thread aborter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     group.abort("rank 1 failed: out of memory");
   });
-  (void)o->to_host_f32(x);  // returns once the kernel stopped waiting
+  (void)cudaStreamSynchronize(ranks[0].stream);  // returns once the kernel stopped waiting
   aborter.join();
   try {
-    comm->all_reduce_sum(*o, x);
+    group.all_reduce_sum(0, ranks[0].in, 64, ranks[0].stream);
     FAIL() << "a collective of an aborted group ran";
   } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1 failed: out of memory"), std::string::npos) << e.what();
@@ -191,13 +226,11 @@ TEST(PeerGroup, AbortEndsARankWaitingForTheOthers) {
 TEST(PeerGroup, ARankLeftWaitingGivesUpAfterTheTimeout) {
   if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   ops::cuda::PeerGroup group({0, 0}, ops::cuda::PeerGroup::kDefaultCapacityBytes, std::chrono::milliseconds(300));
-  auto o = ops::make_backend("cuda:0", "", /*enforce_eager=*/true);
-  auto comm = group.communicator(0);
-  std::vector<float> ones(64, 1.0f);
-  core::Tensor x = o->from_host_f32({64}, ones.data());
+  Ranks ranks(1, 64);
+  upload(ranks[0], ranks[0].in, std::vector<float>(64, 1.0f));
   const auto t0 = std::chrono::steady_clock::now();
-  comm->all_reduce_sum(*o, x);
-  (void)o->to_host_f32(x);
+  group.all_reduce_sum(0, ranks[0].in, 64, ranks[0].stream);
+  (void)cudaStreamSynchronize(ranks[0].stream);
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_GE(waited, 0.3);
   EXPECT_LT(waited, 10.0);
@@ -215,7 +248,7 @@ TEST(PeerGroup, AMessageOverTheBuffersIsRefusedBySize) {
   auto o = ops::make_backend("cuda:0", "", /*enforce_eager=*/true);
   core::Tensor x = o->empty({1025});
   try {
-    group.communicator(0)->all_reduce_sum(*o, x);
+    group.communicator(0)->all_reduce_sum(*o, x);  // through the communicator, as serve's ranks call it
     FAIL() << "a message of 4100 bytes went through buffers of 4096";
   } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("a message of 4100 bytes on rank 0 exceeds the buffers of 4096 bytes"),

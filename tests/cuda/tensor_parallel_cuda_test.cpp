@@ -1,6 +1,6 @@
-// Tensor parallelism with CUDA ranks that share the one GPU through the in-process communicator or
-// the one-shot kernels over peer memory (with recorded decode steps), and with a GPU each over NCCL
-// as serve places them (those with as many ranks as the machine has GPUs) (issue 17): each fixture split over 2 and 4
+// Tensor parallelism with CUDA ranks that share the one GPU through the in-process communicator, and
+// with a GPU each over NCCL and peer memory as serve places them (those with as many ranks as the
+// machine has GPUs) (issue 17): each fixture split over 2 and 4
 // ranks (and 8 on the 8-head ones: 12 experts on 8 ranks) gives prompt logits within the bf16 noise floor of
 // transformers' fp32 reference, as one CUDA rank does, and close to that one rank; so do decode steps after the prompt.
 // This runs the sharded weights (split heads, experts held by one rank each, split MLP columns, vocabulary-split
@@ -105,7 +105,6 @@ struct Case {
   int size;
   bool kv_sharded = true;
   // kShareOneGpu: every rank on GPU 0 through the in-process communicator, eagerly.
-  // kShareOneGpuPeers: every rank on GPU 0 through the one-shot kernels, decode steps as CUDA graphs.
   // kOnePerGpu: rank r on GPU r over NCCL and peer memory, decode steps as CUDA graphs (serve's
   // placement); skipped where the machine has fewer GPUs.
   model::RankDevices where = model::RankDevices::kShareOneGpu;
@@ -115,8 +114,6 @@ const char* placement_name(model::RankDevices where) {
   switch (where) {
     case model::RankDevices::kOnePerGpu:
       return "gpu_each";
-    case model::RankDevices::kShareOneGpuPeers:
-      return "peers";
     default:
       return "";
   }
@@ -124,9 +121,7 @@ const char* placement_name(model::RankDevices where) {
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.fixture << " on " << c.size << " ranks"
-      << (c.where == model::RankDevices::kOnePerGpu          ? " (a GPU each, NCCL and peer memory)"
-          : c.where == model::RankDevices::kShareOneGpuPeers ? " sharing GPU 0, one-shot collectives"
-                                                             : " sharing GPU 0")
+      << (c.where == model::RankDevices::kOnePerGpu ? " (a GPU each, NCCL and peer memory)" : " sharing GPU 0")
       << ", KV cache " << (c.kv_sharded ? "sharded" : "whole");
 }
 
@@ -255,13 +250,6 @@ std::vector<Case> cases() {
   std::vector<Case> v = {{"dsv3-tiny", 2},           {"dsv3-tiny", 4},           {"dsv3-tiny-fp8", 4},
                          {"kimi-k2-tiny", 8},        {"kimi-k25-tiny-nvfp4", 2}, {"kimi-k25-tiny-nvfp4", 8},
                          {"kimi-k2-tiny", 8, false}, {"dsv3-tiny", 4, false}};
-  // Sharing GPU 0 through the one-shot kernels, recorded decode steps included.
-  constexpr auto peers = model::RankDevices::kShareOneGpuPeers;
-  for (const Case& c : std::vector<Case>{{"kimi-k25-tiny-nvfp4", 8, true, peers},
-                                         {"dsv3-tiny-fp8", 4, true, peers},
-                                         {"kimi-k2-tiny", 8, false, peers},
-                                         {"dsv3-tiny", 2, true, peers}})
-    v.push_back(c);
   // A GPU each: one rank (NCCL's lone rank: runs on one GPU), and as many as a machine may lend.
   constexpr auto each = model::RankDevices::kOnePerGpu;
   for (int size : {1, 2, 4, 8}) {

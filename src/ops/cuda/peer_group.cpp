@@ -42,15 +42,13 @@ class DeviceScope {
 
 class PeerCommunicator final : public Communicator {
  public:
-  PeerCommunicator(const PeerGroup& group, const PeerArgs& args) : group_(group), args_(args) {}
-  int rank() const override { return args_.rank; }
-  int size() const override { return args_.size; }
+  PeerCommunicator(const PeerGroup& group, int rank) : group_(group), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return group_.size(); }
 
   void all_reduce_sum(Ops& ops, core::Tensor& x) override {
     check_f32(x, "all_reduce_sum's tensor");
-    admit_message(x.nbytes(), "all-reduce");
-    if (x.numel() > 0)
-      launch_peer_all_reduce(args_, x.data<float>(), x.numel(), static_cast<cudaStream_t>(backend_stream(ops)));
+    group_.all_reduce_sum(rank_, x.data<float>(), x.numel(), backend_stream(ops));
   }
 
   void all_gather_cols(Ops& ops, const core::Tensor& part, core::Tensor& out) override {
@@ -59,16 +57,13 @@ class PeerCommunicator final : public Communicator {
     TESSERA_CHECK(part.rank() == 2 && out.rank() == 2 && part.dim(0) == out.dim(0),
                   "one-shot all-gather: part {} and out {} must be [rows, cols] of the same rows",
                   core::shape_str(part.shape()), core::shape_str(out.shape()));
-    const int64_t rows = out.dim(0), total = out.dim(1);
-    const auto [first, count] = balanced_cols(total, size(), rank());
+    const int64_t total = out.dim(1);
+    const auto [first, count] = balanced_cols(total, size(), rank_);
     (void)first;
     TESSERA_CHECK(part.dim(1) == count,
                   "one-shot all-gather: rank {} of {} holds {} of {} columns where the balanced split gives it {}",
-                  rank(), size(), part.dim(1), total, count);
-    admit_message(out.nbytes(), "all-gather");
-    if (rows > 0 && total > 0)
-      launch_peer_all_gather_cols(args_, part.data<float>(), rows, total, out.data<float>(),
-                                  static_cast<cudaStream_t>(backend_stream(ops)));
+                  rank_, size(), part.dim(1), total, count);
+    group_.all_gather_cols(rank_, part.data<float>(), out.dim(0), total, out.data<float>(), backend_stream(ops));
   }
 
   void reduce_scatter_cols(Ops& ops, const core::Tensor& x, core::Tensor& out) override {
@@ -76,28 +71,16 @@ class PeerCommunicator final : public Communicator {
     check_f32(out, "reduce_scatter_cols' output");
     TESSERA_CHECK(x.rank() == 2, "one-shot reduce-scatter: x {} must be [rows, total]", core::shape_str(x.shape()));
     const int64_t rows = x.dim(0), total = x.dim(1);
-    const auto [first, count] = balanced_cols(total, size(), rank());
+    const auto [first, count] = balanced_cols(total, size(), rank_);
     (void)first;
     TESSERA_CHECK(out.numel() == rows * count, "one-shot reduce-scatter: rank {} of {} gets {} of {} columns, not {}",
-                  rank(), size(), count, total, core::shape_str(out.shape()));
-    admit_message(x.nbytes(), "reduce-scatter");
-    if (rows > 0 && total > 0)
-      launch_peer_reduce_scatter_cols(args_, x.data<float>(), rows, total, out.data<float>(),
-                                      static_cast<cudaStream_t>(backend_stream(ops)));
+                  rank_, size(), count, total, core::shape_str(out.shape()));
+    group_.reduce_scatter_cols(rank_, x.data<float>(), rows, total, out.data<float>(), backend_stream(ops));
   }
 
  private:
-  // Every call, also while a recorded step is replayed (its host code runs again): a kernel that
-  // stopped waiting in an earlier step is reported here, at the latest one step later.
-  void admit_message(uint64_t bytes, const char* what) const {
-    group_.check_open();
-    TESSERA_CHECK(bytes <= group_.capacity_bytes(),
-                  "one-shot {}: a message of {} bytes on rank {} exceeds the buffers of {} bytes", what, bytes, rank(),
-                  group_.capacity_bytes());
-  }
-
   const PeerGroup& group_;
-  PeerArgs args_;
+  int rank_;
 };
 
 }  // namespace
@@ -147,6 +130,26 @@ PeerGroup::PeerGroup(std::vector<int> devices, uint64_t capacity_bytes, std::chr
     TESSERA_CUDA_CHECK(cudaSetDevice(devices_[r]));
     TESSERA_CUDA_CHECK(cudaDeviceSynchronize());  // the zeroed flags before any kernel reads them
   }
+  // Where any ranks share a GPU, few blocks (kernels/comm/peer.h), on every rank: the grid must be
+  // the group's.
+  bool shared = false;
+  for (size_t p = 0; p < devices_.size(); ++p)
+    for (size_t q = 0; q < p; ++q) shared = shared || devices_[p] == devices_[q];
+  for (int rank = 0; rank < size(); ++rank) {
+    PeerArgs a{};
+    for (size_t q = 0; q < ranks_.size(); ++q) {
+      a.buffers[q] = ranks_[q].buffers;
+      a.signals[q] = ranks_[q].signals;
+    }
+    a.half_floats = static_cast<int64_t>(capacity_bytes_ / sizeof(float));
+    a.abort_flag = host_words_;
+    a.status = host_words_ + 1;
+    a.timeout_ns = static_cast<uint64_t>(timeout_.count());
+    a.rank = rank;
+    a.size = size();
+    a.blocks = shared ? 4 : kPeerBlocks;
+    args_.push_back(a);
+  }
 }
 
 PeerGroup::~PeerGroup() {
@@ -163,24 +166,38 @@ PeerGroup::~PeerGroup() {
 
 std::unique_ptr<Communicator> PeerGroup::communicator(int rank) {
   TESSERA_CHECK(rank >= 0 && rank < size(), "one-shot collectives: no rank {} among {}", rank, size());
-  PeerArgs a{};
-  for (size_t q = 0; q < ranks_.size(); ++q) {
-    a.buffers[q] = ranks_[q].buffers;
-    a.signals[q] = ranks_[q].signals;
-  }
-  a.half_floats = static_cast<int64_t>(capacity_bytes_ / sizeof(float));
-  a.abort_flag = host_words_;
-  a.status = host_words_ + 1;
-  a.timeout_ns = static_cast<uint64_t>(timeout_.count());
-  a.rank = rank;
-  a.size = size();
-  // Where any ranks share a GPU, few blocks (kernels/comm/peer.h), on every rank: the grid must
-  // be the group's.
-  bool shared = false;
-  for (size_t p = 0; p < devices_.size(); ++p)
-    for (size_t q = 0; q < p; ++q) shared = shared || devices_[p] == devices_[q];
-  a.blocks = shared ? 4 : kPeerBlocks;
-  return std::make_unique<PeerCommunicator>(*this, a);
+  return std::make_unique<PeerCommunicator>(*this, rank);
+}
+
+// Every call, also while a recorded step is replayed (its host code runs again): a kernel that
+// stopped waiting in an earlier step is reported here, at the latest one step later.
+void PeerGroup::admit(int rank, uint64_t bytes, const char* what) const {
+  TESSERA_CHECK(rank >= 0 && rank < size(), "one-shot collectives: no rank {} among {}", rank, size());
+  check_open();
+  TESSERA_CHECK(bytes <= capacity_bytes_,
+                "one-shot {}: a message of {} bytes on rank {} exceeds the buffers of {} bytes", what, bytes, rank,
+                capacity_bytes_);
+}
+
+void PeerGroup::all_reduce_sum(int rank, float* x, int64_t n, void* stream) const {
+  admit(rank, static_cast<uint64_t>(n) * sizeof(float), "all-reduce");
+  if (n > 0) launch_peer_all_reduce(args_[static_cast<size_t>(rank)], x, n, static_cast<cudaStream_t>(stream));
+}
+
+void PeerGroup::all_gather_cols(int rank, const float* part, int64_t rows, int64_t total, float* out,
+                                void* stream) const {
+  admit(rank, static_cast<uint64_t>(rows * total) * sizeof(float), "all-gather");
+  if (rows > 0 && total > 0)
+    launch_peer_all_gather_cols(args_[static_cast<size_t>(rank)], part, rows, total, out,
+                                static_cast<cudaStream_t>(stream));
+}
+
+void PeerGroup::reduce_scatter_cols(int rank, const float* x, int64_t rows, int64_t total, float* out,
+                                    void* stream) const {
+  admit(rank, static_cast<uint64_t>(rows * total) * sizeof(float), "reduce-scatter");
+  if (rows > 0 && total > 0)
+    launch_peer_reduce_scatter_cols(args_[static_cast<size_t>(rank)], x, rows, total, out,
+                                    static_cast<cudaStream_t>(stream));
 }
 
 void PeerGroup::abort(const std::string& why) {

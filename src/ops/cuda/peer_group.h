@@ -5,6 +5,12 @@
 // GPU at 8 ranks), and its flags; a collective is one kernel on the rank's stream, with no host
 // step, so it can be recorded in a decode-step graph. Messages larger than the capacity are
 // refused: SizeRoutedGroup (comm/size_routed.h) sends them to NCCL. No CUDA headers here.
+//
+// Every rank needs a stream of its own: a rank's kernel waits, on the GPU, for the others' kernels.
+// The CUDA backend issues all of a device's work on one stream (context.cpp), so the backends of
+// ranks that share a GPU would queue their kernels behind each other's waits; their communicators
+// (which run on the backend's stream) are for ranks on a GPU each. Ranks sharing a GPU (the tests)
+// call the collectives below with streams of their own.
 #pragma once
 
 #include <chrono>
@@ -17,6 +23,8 @@
 #include "ops/comm/communicator.h"
 
 namespace tessera::ops::cuda {
+
+struct PeerArgs;  // kernels/comm/peer.h
 
 class PeerGroup final : public CommGroup {
  public:
@@ -46,17 +54,29 @@ class PeerGroup final : public CommGroup {
   // a rank that stopped calling the collectives).
   void check_open() const;
 
+  // The collectives of `rank` on `stream` (a cudaStream_t on devices[rank]), fp32 device pointers;
+  // what the communicators call with their backend's stream. Throw core::Error for a message over
+  // the capacity (naming its bytes) or a group that is no longer open.
+  // x [n] (in place) = the sum over the ranks, in rank order.
+  void all_reduce_sum(int rank, float* x, int64_t n, void* stream) const;
+  // out [rows, total] = the ranks' parts [rows, count_q] side by side (ops::balanced_cols).
+  void all_gather_cols(int rank, const float* part, int64_t rows, int64_t total, float* out, void* stream) const;
+  // out [rows, count_rank] = the sum over the ranks of their x [rows, total]'s columns of `rank`.
+  void reduce_scatter_cols(int rank, const float* x, int64_t rows, int64_t total, float* out, void* stream) const;
+
   // Empty when every pair of `devices` can reach each other's memory (the same device can), else
   // which pair cannot.
   static std::string unreachable(const std::vector<int>& devices);
 
  private:
   struct Rank;
+  void admit(int rank, uint64_t bytes, const char* what) const;
   std::vector<int> devices_;
   uint64_t capacity_bytes_;
   std::chrono::nanoseconds timeout_;
   std::vector<Rank> ranks_;
-  int* host_words_ = nullptr;  // mapped host memory: [0] abort flag, [1] kernels' status
+  int* host_words_ = nullptr;   // mapped host memory: [0] abort flag, [1] kernels' status
+  std::vector<PeerArgs> args_;  // each rank's kernel arguments
   mutable std::mutex mutex_;
   bool aborted_ = false;
   std::string why_;
