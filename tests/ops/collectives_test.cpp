@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -56,6 +57,56 @@ ops::RankBackend cpu_ranks() {
   return [](int) { return ops::make_backend("cpu"); };
 }
 
+// An in-process group whose communicators count the collectives they carry and run each all-reduce
+// through `all_reduce` (the rank's own communicator, its backend, x): the faulty and counting
+// groups of these tests.
+class TestGroup final : public ops::CommGroup {
+ public:
+  using AllReduce = std::function<void(ops::Communicator& inner, ops::Ops&, core::Tensor&)>;
+  explicit TestGroup(int size, AllReduce all_reduce = {}) : inner_(size), all_reduce_(std::move(all_reduce)) {}
+  int size() const override { return inner_.size(); }
+  std::unique_ptr<ops::Communicator> communicator(int rank) override {
+    return std::make_unique<Comm>(inner_.communicator(rank), *this);
+  }
+  void abort(const std::string& why) override { inner_.abort(why); }
+  int calls() const { return calls_; }
+
+ private:
+  struct Comm final : ops::Communicator {
+    Comm(std::unique_ptr<ops::Communicator> c, TestGroup& g) : inner(std::move(c)), group(g) {}
+    int rank() const override { return inner->rank(); }
+    int size() const override { return inner->size(); }
+    void all_reduce_sum(ops::Ops& o, core::Tensor& x) override {
+      ++group.calls_;
+      if (group.all_reduce_)
+        group.all_reduce_(*inner, o, x);
+      else
+        inner->all_reduce_sum(o, x);
+    }
+    void all_gather_cols(ops::Ops& o, const core::Tensor& p, core::Tensor& out) override {
+      ++group.calls_;
+      inner->all_gather_cols(o, p, out);
+    }
+    void reduce_scatter_cols(ops::Ops& o, const core::Tensor& x, core::Tensor& out) override {
+      ++group.calls_;
+      inner->reduce_scatter_cols(o, x, out);
+    }
+    std::unique_ptr<ops::Communicator> inner;
+    TestGroup& group;
+  };
+  ops::InProcessGroup inner_;
+  AllReduce all_reduce_;
+  std::atomic<int> calls_{0};
+};
+
+// Rank 1 gets a wrong sum: the timing loop must name it, not time it.
+std::unique_ptr<TestGroup> off_by_one_group(int size) {
+  return std::make_unique<TestGroup>(size, [](ops::Communicator& inner, ops::Ops& o, core::Tensor& x) {
+    inner.all_reduce_sum(o, x);
+    if (inner.rank() == 1) x.data<float>()[x.numel() - 1] += 1.0f;
+  });
+}
+
 TEST(CollectiveChoice, TimingChecksTheSumsAndTimesEverySize) {
   ops::InProcessGroup group(3);
   const auto seconds = ops::time_all_reduce(group, cpu_ranks(), {4096, 100, 65536}, 2);
@@ -63,40 +114,10 @@ TEST(CollectiveChoice, TimingChecksTheSumsAndTimesEverySize) {
   for (double s : seconds) EXPECT_GT(s, 0.0);
 }
 
-// A group whose rank 1 gets a wrong sum: the timing loop must name it, not time it.
-class OffByOneGroup final : public ops::CommGroup {
- public:
-  explicit OffByOneGroup(int size) : inner_(size) {}
-  int size() const override { return inner_.size(); }
-  std::unique_ptr<ops::Communicator> communicator(int rank) override {
-    return std::make_unique<Comm>(inner_.communicator(rank));
-  }
-  void abort(const std::string& why) override { inner_.abort(why); }
-
- private:
-  struct Comm final : ops::Communicator {
-    explicit Comm(std::unique_ptr<ops::Communicator> c) : inner(std::move(c)) {}
-    int rank() const override { return inner->rank(); }
-    int size() const override { return inner->size(); }
-    void all_reduce_sum(ops::Ops& o, core::Tensor& x) override {
-      inner->all_reduce_sum(o, x);
-      if (rank() == 1) x.data<float>()[x.numel() - 1] += 1.0f;
-    }
-    void all_gather_cols(ops::Ops& o, const core::Tensor& p, core::Tensor& out) override {
-      inner->all_gather_cols(o, p, out);
-    }
-    void reduce_scatter_cols(ops::Ops& o, const core::Tensor& x, core::Tensor& out) override {
-      inner->reduce_scatter_cols(o, x, out);
-    }
-    std::unique_ptr<ops::Communicator> inner;
-  };
-  ops::InProcessGroup inner_;
-};
-
 TEST(CollectiveChoice, TimingRefusesAWrongSum) {
-  OffByOneGroup group(2);
+  auto group = off_by_one_group(2);
   try {
-    (void)ops::time_all_reduce(group, cpu_ranks(), {64}, 1);
+    (void)ops::time_all_reduce(*group, cpu_ranks(), {64}, 1);
     FAIL() << "a wrong sum was timed";
   } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1 got 4 at [15], want 3"), std::string::npos) << e.what();
@@ -115,38 +136,12 @@ TEST(CollectiveChoice, MeasurementCoversFourKibToTheBuffers) {
   EXPECT_EQ(c.source, "measured at start-up");
 }
 
-// A group whose rank 1 never joins the all-reduces: rank 0 waits until the deadline aborts the
-// group with the caller's reason, which the run then throws.
-class AbsentRankGroup final : public ops::CommGroup {
- public:
-  explicit AbsentRankGroup(int size) : inner_(size) {}
-  int size() const override { return inner_.size(); }
-  std::unique_ptr<ops::Communicator> communicator(int rank) override {
-    return std::make_unique<Comm>(inner_.communicator(rank));
-  }
-  void abort(const std::string& why) override { inner_.abort(why); }
-
- private:
-  struct Comm final : ops::Communicator {
-    explicit Comm(std::unique_ptr<ops::Communicator> c) : inner(std::move(c)) {}
-    int rank() const override { return inner->rank(); }
-    int size() const override { return inner->size(); }
-    void all_reduce_sum(ops::Ops& o, core::Tensor& x) override {
-      if (rank() != 1) inner->all_reduce_sum(o, x);
-    }
-    void all_gather_cols(ops::Ops& o, const core::Tensor& p, core::Tensor& out) override {
-      inner->all_gather_cols(o, p, out);
-    }
-    void reduce_scatter_cols(ops::Ops& o, const core::Tensor& x, core::Tensor& out) override {
-      inner->reduce_scatter_cols(o, x, out);
-    }
-    std::unique_ptr<ops::Communicator> inner;
-  };
-  ops::InProcessGroup inner_;
-};
-
+// Rank 1 never joins the all-reduces: rank 0 waits until the deadline aborts the group with the
+// caller's reason, which the run then throws.
 TEST(CollectiveChoice, ARunPastItsDeadlineEndsWithTheCallersReason) {
-  AbsentRankGroup group(2);
+  TestGroup group(2, [](ops::Communicator& inner, ops::Ops& o, core::Tensor& x) {
+    if (inner.rank() != 1) inner.all_reduce_sum(o, x);
+  });
   const auto t0 = std::chrono::steady_clock::now();
   try {
     (void)ops::time_all_reduce(group, cpu_ranks(), {64}, 1, std::chrono::milliseconds(200), "the link is down");
@@ -160,9 +155,9 @@ TEST(CollectiveChoice, ARunPastItsDeadlineEndsWithTheCallersReason) {
 
 // A one-shot group that fails its check is no error: the choice falls back to NCCL and says why.
 TEST(CollectiveChoice, AOneShotGroupThatFailsFallsBackToNccl) {
-  OffByOneGroup broken(2);
+  auto broken = off_by_one_group(2);
   ops::InProcessGroup ring(2);
-  const ops::CollectiveChoice c = ops::measure_choice(broken, 16384, ring, cpu_ranks());
+  const ops::CollectiveChoice c = ops::measure_choice(*broken, 16384, ring, cpu_ranks());
   EXPECT_EQ(c.one_shot_max_bytes, 0u);
   EXPECT_NE(c.source.find("the one-shot collectives failed at start-up: all-reduce of 4096 bytes: rank 1 got"),
             std::string::npos)
@@ -171,41 +166,6 @@ TEST(CollectiveChoice, AOneShotGroupThatFailsFallsBackToNccl) {
   EXPECT_LT(c.measured[0].one_shot, 0.0);
   EXPECT_GT(c.measured[0].nccl, 0.0);
 }
-
-// Counts the calls each rank's communicator of a group carries.
-class CountingGroup final : public ops::CommGroup {
- public:
-  explicit CountingGroup(int size) : inner_(size) {}
-  int size() const override { return inner_.size(); }
-  std::unique_ptr<ops::Communicator> communicator(int rank) override {
-    return std::make_unique<Comm>(inner_.communicator(rank), calls_);
-  }
-  void abort(const std::string& why) override { inner_.abort(why); }
-  int calls() const { return calls_; }
-
- private:
-  struct Comm final : ops::Communicator {
-    Comm(std::unique_ptr<ops::Communicator> c, std::atomic<int>& n) : inner(std::move(c)), calls(n) {}
-    int rank() const override { return inner->rank(); }
-    int size() const override { return inner->size(); }
-    void all_reduce_sum(ops::Ops& o, core::Tensor& x) override {
-      ++calls;
-      inner->all_reduce_sum(o, x);
-    }
-    void all_gather_cols(ops::Ops& o, const core::Tensor& p, core::Tensor& out) override {
-      ++calls;
-      inner->all_gather_cols(o, p, out);
-    }
-    void reduce_scatter_cols(ops::Ops& o, const core::Tensor& x, core::Tensor& out) override {
-      ++calls;
-      inner->reduce_scatter_cols(o, x, out);
-    }
-    std::unique_ptr<ops::Communicator> inner;
-    std::atomic<int>& calls;
-  };
-  ops::InProcessGroup inner_;
-  std::atomic<int> calls_{0};
-};
 
 // Two ranks run an all-reduce of `n` floats, an all-gather into [1, n] and a reduce-scatter of
 // [1, n] through `group`; returns rank 0's all-reduce result.
@@ -234,8 +194,8 @@ std::vector<float> run_collectives(ops::CommGroup& group, int64_t n) {
 }
 
 TEST(SizeRoutedGroup, MessagesUpToTheLimitTakeTheSmallGroup) {
-  auto small = std::make_unique<CountingGroup>(2), large = std::make_unique<CountingGroup>(2);
-  CountingGroup *s = small.get(), *l = large.get();
+  auto small = std::make_unique<TestGroup>(2), large = std::make_unique<TestGroup>(2);
+  TestGroup *s = small.get(), *l = large.get();
   ops::CollectiveChoice choice;
   choice.one_shot_max_bytes = 64;  // 16 floats
   ops::SizeRoutedGroup group(std::move(small), std::move(large), choice);
@@ -250,8 +210,8 @@ TEST(SizeRoutedGroup, MessagesUpToTheLimitTakeTheSmallGroup) {
 }
 
 TEST(SizeRoutedGroup, NoLimitSendsEverythingToTheLargeGroupAndAbortEndsBoth) {
-  auto small = std::make_unique<CountingGroup>(2), large = std::make_unique<CountingGroup>(2);
-  CountingGroup *s = small.get(), *l = large.get();
+  auto small = std::make_unique<TestGroup>(2), large = std::make_unique<TestGroup>(2);
+  TestGroup *s = small.get(), *l = large.get();
   ops::SizeRoutedGroup group(std::move(small), std::move(large), ops::CollectiveChoice{});
   (void)run_collectives(group, 4);
   EXPECT_EQ(s->calls(), 0);
