@@ -41,12 +41,13 @@ struct MemoryPlan {
 
 // What a device's memory holds besides the KV pool, in the order it is taken.
 struct DeviceMemoryUse {
-  uint64_t total = 0;      // the device's memory
-  uint64_t in_use = 0;     // in use when planning (total - free): this process's CUDA context and libraries,
-                           // and whatever other processes hold
-  uint64_t weights = 0;    // the backend's count of its weights
-  uint64_t workspace = 0;  // a full step's activations (activation_workspace_bytes)
-  uint64_t runtime = 0;    // what the runtime adds after planning outside the backend's allocations
+  uint64_t total = 0;        // the device's memory
+  uint64_t in_use = 0;       // in use when planning (total - free): this process's CUDA context and libraries,
+                             // and whatever other processes hold
+  uint64_t weights = 0;      // the backend's count of its weights
+  uint64_t workspace = 0;    // a full step's activations (activation_workspace_bytes)
+  uint64_t runtime = 0;      // what the runtime adds after planning outside the backend's allocations
+  uint64_t collectives = 0;  // the ranks' collectives (NCCL's buffers, the one-shot slots), with several ranks
 };
 
 // Bytes a device can give the KV cache under --gpu-memory-utilization u: u x total - everything

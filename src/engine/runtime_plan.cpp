@@ -134,8 +134,14 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
     // Ranks on GPUs of their own: each GPU holds its rank's share (rank 0's, the largest), measured
     // against this GPU's memory (the ranks' GPUs are taken to be alike).
     const uint64_t weights = s.tensor_parallel_size > 1 ? p.rank_weight_bytes : p.backend.weight_bytes;
-    p.device_use = DeviceMemoryUse{p.backend.total_bytes, p.backend.total_bytes - *p.backend.free_bytes, weights,
-                                   p.workspace_bytes, kRuntimeReserveBytes};
+    // The ranks' collectives: what the start-up measurement found (or its estimate).
+    const uint64_t collectives = p.model.collectives ? p.model.collectives->device_bytes : 0;
+    p.device_use = DeviceMemoryUse{p.backend.total_bytes,
+                                   p.backend.total_bytes - *p.backend.free_bytes,
+                                   weights,
+                                   p.workspace_bytes,
+                                   kRuntimeReserveBytes,
+                                   collectives};
     if (weights >= *p.backend.free_bytes) {
       p.problems.push_back(fmt::format("the weights ({}{}) do not fit in the free device memory ({})", gib(weights),
                                        s.tensor_parallel_size > 1 ? " of rank 0's share" : "",
@@ -158,13 +164,14 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
   }
   if (p.backend.free_bytes && p.memory.kv_bytes > 0) {
     const DeviceMemoryUse& u = p.device_use;
-    p.predicted_device_bytes = u.in_use + u.weights + u.workspace + u.runtime + p.memory.kv_bytes;
+    p.predicted_device_bytes = u.in_use + u.weights + u.workspace + u.runtime + u.collectives + p.memory.kv_bytes;
     p.memory_budget = fmt::format(
         "{} predicted on the device after load and a full step (in use now {} + weights {} + workspace {} + "
-        "runtime {} + KV pool {}); --gpu-memory-utilization {:.2f} allows {} of {}",
+        "runtime {}{} + KV pool {}); --gpu-memory-utilization {:.2f} allows {} of {}",
         gib(p.predicted_device_bytes), gib(u.in_use), gib(u.weights), gib(u.workspace), gib(u.runtime),
-        gib(p.memory.kv_bytes), s.gpu_memory_utilization,
-        gib(static_cast<uint64_t>(s.gpu_memory_utilization * static_cast<double>(u.total))), gib(u.total));
+        u.collectives > 0 ? " + collectives " + gib(u.collectives) : "", gib(p.memory.kv_bytes),
+        s.gpu_memory_utilization, gib(static_cast<uint64_t>(s.gpu_memory_utilization * static_cast<double>(u.total))),
+        gib(u.total));
     if (in.kv_cache_bytes && p.predicted_device_bytes > u.total)
       p.problems.push_back(fmt::format("--kv-cache-bytes {}: the device would need {} but has {}",
                                        gib(p.memory.kv_bytes), gib(p.predicted_device_bytes), gib(u.total)));

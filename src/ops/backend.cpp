@@ -16,6 +16,7 @@
 #include "ops/cpu/cpu_ops.h"
 #ifdef TESSERA_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/peer_group.h"
 #endif
 #ifdef TESSERA_HAVE_NCCL
@@ -135,6 +136,17 @@ std::vector<RankGroupKind> rank_group_kinds(const std::string& device, int size)
   return kinds;
 }
 
+namespace {
+
+// The choice's device memory a GPU when it was not measured (collectives_device_bytes).
+CollectiveChoice with_estimate(CollectiveChoice c, int size) {
+  c.device_bytes = collectives_device_bytes(c, size);
+  c.device_bytes_source = "estimated: NCCL's buffers, not measured, and the one-shot slots";
+  return c;
+}
+
+}  // namespace
+
 CollectiveChoice choose_collectives(int size) {
   CollectiveChoice c;
   const std::string mode = core::env_value("TESSERA_ALL_REDUCE").value_or("auto");
@@ -142,29 +154,41 @@ CollectiveChoice choose_collectives(int size) {
                 "TESSERA_ALL_REDUCE={}: expected auto, nccl or one-shot", mode);
   if (mode == "nccl") {
     c.source = "TESSERA_ALL_REDUCE=nccl";
-    return c;
+    return with_estimate(c, size);
   }
   const RankGroupKind one_shot = rank_group_kind("cuda:0", size, "one-shot");
   if (!one_shot.problem.empty()) {
     TESSERA_CHECK(mode != "one-shot", "TESSERA_ALL_REDUCE=one-shot: {}", one_shot.problem);
     c.source = one_shot.problem;
-    return c;
+    return with_estimate(c, size);
   }
 #ifdef TESSERA_HAVE_CUDA
   if (mode == "one-shot") {
     c.one_shot_max_bytes = cuda::PeerGroup::kDefaultCapacityBytes;
     c.source = "TESSERA_ALL_REDUCE=one-shot";
-    return c;
+    return with_estimate(c, size);
   }
   const RankGroupKind nccl = rank_group_kind("cuda:0", size, "nccl");
   TESSERA_CHECK(nccl.problem.empty(), "--tensor-parallel-size {}: {}", size, nccl.problem);
+  // What the groups take is GPU 0's free memory before they are made less after they have run
+  // (NCCL connects its channels at the first collective); the timing backends are gone by then.
+  // The plan's CUDA context on GPU 0 was made before, so it is not counted twice.
+  const uint64_t free_before = cuda::query_device_caps(0).free_bytes;
   // A short wait: a one-shot kernel that cannot reach its peers (peer-to-peer broken below CUDA)
   // gives up in seconds and the choice falls back to NCCL.
   auto peers = std::make_unique<cuda::PeerGroup>(first_gpus(size), cuda::PeerGroup::kDefaultCapacityBytes,
                                                  std::chrono::seconds(10));
   auto ring = nccl.make();
-  return measure_choice(*peers, cuda::PeerGroup::kDefaultCapacityBytes, *ring,
-                        [](int r) { return make_backend(fmt::format("cuda:{}", r), "", /*enforce_eager=*/true); });
+  c = measure_choice(*peers, cuda::PeerGroup::kDefaultCapacityBytes, *ring,
+                     [](int r) { return make_backend(fmt::format("cuda:{}", r), "", /*enforce_eager=*/true); });
+  const uint64_t free_after = cuda::query_device_caps(0).free_bytes;
+  uint64_t taken = free_before > free_after ? free_before - free_after : 0;
+  // The ranks make the one-shot group only where the choice sends messages to it.
+  const uint64_t slots = 2 * static_cast<uint64_t>(size) * kOneShotSlotBytes;
+  if (c.one_shot_max_bytes == 0) taken = taken > slots ? taken - slots : 0;
+  c.device_bytes = taken;
+  c.device_bytes_source = "measured on GPU 0 at start-up, both groups made and run";
+  return c;
 #else
   core::fail("--tensor-parallel-size {} on GPUs: this build has no CUDA backend", size);
 #endif

@@ -272,6 +272,11 @@ TEST(GpuRankGroup, OneGpuMeasuresBothAlgorithmsAndRuns) {
   EXPECT_EQ(choice.measured.front().bytes, 4096u);
   EXPECT_EQ(choice.measured.back().bytes, 4u << 20);
   for (const auto& t : choice.measured) EXPECT_TRUE(t.one_shot > 0 && t.nccl > 0) << t.bytes;
+  // The groups' memory, measured: at least the one-shot slots (2 x 4 MiB) when they are chosen.
+  EXPECT_NE(choice.device_bytes_source.find("measured"), std::string::npos) << choice.device_bytes_source;
+  if (choice.one_shot_max_bytes > 0) {
+    EXPECT_GE(choice.device_bytes, 8u << 20);
+  }
   auto group = ops::gpu_rank_group(1, choice);
   auto o = ops::make_backend("cuda:0", "", /*enforce_eager=*/true);
   for (int64_t n : {int64_t{7168}, int64_t{2} << 20}) {  // 28 KiB and 8 MiB: each algorithm's side

@@ -101,6 +101,22 @@ TEST(MemoryPlan, DeviceBudgetIsTheUsableShareMinusEverythingElse) {
   EXPECT_THROW((void)device_kv_budget({GiB, 0, 0, 0, 0}, 1.5), core::Error);
 }
 
+// Several ranks: the collectives' buffers (NCCL's, the one-shot slots) come out of the KV budget too,
+// and the error names them when nothing is left.
+TEST(MemoryPlan, DeviceBudgetCountsTheCollectives) {
+  const uint64_t GiB = 1ull << 30, MiB = 1ull << 20;
+  // 126 usable - (1 + 100 + 2 + 1) - 1088 MiB of collectives.
+  EXPECT_EQ(device_kv_budget({140 * GiB, GiB, 100 * GiB, 2 * GiB, GiB, 1088 * MiB}, 0.9),
+            static_cast<uint64_t>(0.9 * 140 * GiB) - 104 * GiB - 1088 * MiB);
+  try {
+    (void)device_kv_budget({140 * GiB, GiB, 100 * GiB, 2 * GiB, GiB, 23 * GiB}, 0.9);
+    FAIL() << "expected an error";
+  } catch (const core::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the collectives 23.00 GiB"), std::string::npos) << m;
+  }
+}
+
 // A pool sized from the device holds no more than max_num_seqs sequences of the longest length;
 // an explicit --kv-cache-bytes is taken as given.
 TEST(MemoryPlan, DevicePoolIsCappedAtWhatTheSequencesCanUse) {

@@ -51,6 +51,24 @@ TEST(CollectiveChoice, PlanLinesSayTheRuleAndTheTimes) {
   ops::CollectiveChoice nccl;
   nccl.source = "TESSERA_ALL_REDUCE=nccl";
   EXPECT_EQ(ops::describe(nccl), std::vector<std::string>{"NCCL for every message (TESSERA_ALL_REDUCE=nccl)"});
+
+  // The groups' device memory, when known, is the last line, with where the number came from.
+  c.device_bytes = 600ull << 20;
+  c.device_bytes_source = "measured on GPU 0 at start-up, both groups made and run";
+  const auto with_memory = ops::describe(c);
+  ASSERT_EQ(with_memory.size(), 5u);
+  EXPECT_EQ(with_memory[4], "device memory 600.00 MiB a GPU (measured on GPU 0 at start-up, both groups made and run)");
+}
+
+// Unmeasured, a GPU's collectives are NCCL's estimate, plus two sets of a 4 MiB slot a rank when any
+// message goes one-shot (64 MiB at 8 ranks).
+TEST(CollectiveChoice, UnmeasuredDeviceMemoryIsNcclsEstimatePlusTheSlots) {
+  ops::CollectiveChoice nccl_only;
+  EXPECT_EQ(ops::collectives_device_bytes(nccl_only, 8), ops::kNcclDeviceBytesEstimate);
+  ops::CollectiveChoice one_shot;
+  one_shot.one_shot_max_bytes = 1u << 20;
+  EXPECT_EQ(ops::collectives_device_bytes(one_shot, 8), ops::kNcclDeviceBytesEstimate + (64ull << 20));
+  EXPECT_EQ(ops::collectives_device_bytes(one_shot, 2), ops::kNcclDeviceBytesEstimate + (16ull << 20));
 }
 
 ops::RankBackend cpu_ranks() {
@@ -252,6 +270,9 @@ TEST_F(AllReduceEnv, NcclNeedsNoMeasurementAndABadValueIsNamed) {
   EXPECT_EQ(c.one_shot_max_bytes, 0u);
   EXPECT_EQ(c.source, "TESSERA_ALL_REDUCE=nccl");
   EXPECT_TRUE(c.measured.empty());
+  // Nothing measured: the plan counts NCCL's estimated memory.
+  EXPECT_EQ(c.device_bytes, ops::kNcclDeviceBytesEstimate);
+  EXPECT_NE(c.device_bytes_source.find("estimated"), std::string::npos) << c.device_bytes_source;
   ::setenv("TESSERA_ALL_REDUCE", "sometimes", 1);
   try {
     (void)ops::choose_collectives(2);

@@ -40,7 +40,15 @@ std::vector<std::string> describe(const CollectiveChoice& c) {
   for (const AllReduceTimes& t : c.measured)
     lines.push_back(fmt::format("all-reduce {:>8}: one-shot {:>9}, NCCL {:>9}", core::size_name(t.bytes),
                                 micros(t.one_shot), micros(t.nccl)));
+  if (c.device_bytes > 0)
+    lines.push_back(
+        fmt::format("device memory {} a GPU ({})", core::human_bytes(c.device_bytes), c.device_bytes_source));
   return lines;
+}
+
+uint64_t collectives_device_bytes(const CollectiveChoice& choice, int ranks) {
+  const uint64_t one_shot = choice.one_shot_max_bytes > 0 ? 2 * static_cast<uint64_t>(ranks) * kOneShotSlotBytes : 0;
+  return kNcclDeviceBytesEstimate + one_shot;
 }
 
 std::vector<double> time_all_reduce(CommGroup& group, const RankBackend& backend, const std::vector<uint64_t>& sizes,

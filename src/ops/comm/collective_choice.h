@@ -35,7 +35,27 @@ struct CollectiveChoice {
   // "the one-shot collectives failed at start-up: ...".
   std::string source;
   std::vector<AllReduceTimes> measured;
+  // Device memory the ranks' collectives take on each GPU (NCCL's channel buffers, the one-shot
+  // slots), which the memory plan counts beside the weights: measured when the start-up measurement
+  // ran (GPU 0's free memory before the groups were made and after they ran), else estimated
+  // (collectives_device_bytes); and where the number came from.
+  uint64_t device_bytes = 0;
+  std::string device_bytes_source;
 };
+
+// NCCL's own device memory a GPU, when it was not measured: its buffers grow with the channels it
+// opens (4 MiB a channel and peer for the simple protocol, plus LL and LL128), and its maintainers'
+// and users' reports put one communicator at 0.5-1.6 GiB a GPU within one host (NVIDIA/nccl #864,
+// #986, #2366). 1 GiB, a middle figure; a measured number replaces it whenever the plan measures.
+inline constexpr uint64_t kNcclDeviceBytesEstimate = 1ull << 30;
+
+// A rank's slot in the one-shot buffers (cuda::PeerGroup's default capacity): the largest message
+// the one-shot collectives carry. Each GPU holds two sets of a slot for every rank.
+inline constexpr uint64_t kOneShotSlotBytes = 4ull << 20;
+
+// The estimate for `ranks` ranks when nothing was measured: NCCL's, plus the one-shot slots when
+// the choice sends any message one-shot.
+uint64_t collectives_device_bytes(const CollectiveChoice& choice, int ranks);
 
 // The largest measured size at and below which the one-shot took less time than NCCL at every
 // measured size (sorted by bytes); 0 when it lost at the smallest. A single loss ends the range, so

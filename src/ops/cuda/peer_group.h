@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/comm/collective_choice.h"
 #include "ops/comm/communicator.h"
 
 namespace tessera::ops::cuda {
@@ -29,7 +30,7 @@ struct PeerArgs;  // kernels/comm/peer.h
 class PeerGroup final : public CommGroup {
  public:
   static constexpr int kMaxRanks = 8;  // kPeerMaxRanks (kernels/comm/peer.h)
-  static constexpr uint64_t kDefaultCapacityBytes = 4ull << 20;
+  static constexpr uint64_t kDefaultCapacityBytes = kOneShotSlotBytes;
   static constexpr std::chrono::seconds kDefaultTimeout{60};
 
   // Rank r on CUDA device devices[r] (at most kMaxRanks); throws core::Error naming two devices
