@@ -31,7 +31,6 @@
 #include <map>
 #include <mutex>
 #include <utility>
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include <cfloat>
 #include <cstdint>
@@ -41,6 +40,7 @@
 #include "ops/cuda/ptx/tma_primitives.cuh"
 #include "ops/cuda/ptx/wgmma_primitives.cuh"
 #include "ops/cuda/runtime/launch.cuh"
+#include "ops/cuda/runtime/tensor_map.h"
 
 namespace tessera::ops::cuda {
 
@@ -459,34 +459,11 @@ int64_t mla_wgmma_smem_bytes() { return kSmemBytes; }
 namespace {
 
 // A 2-D tensor map over the cache as rows of kEntry bf16 (one row a position of a page), boxes of
-// 64 rows x 64 columns with the 128-byte swizzle of wgmma_primitives.cuh. The encoder is the
-// driver's, reached through the runtime (no link against libcuda). False if it cannot be made.
+// 64 rows x 64 columns with the 128-byte swizzle of wgmma_primitives.cuh. False if it cannot be made.
 bool encode_cache_map(CUtensorMap* map, const __nv_bfloat16* cache, int64_t rows) {
-  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
-  static const Encode encode = []() -> Encode {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-#if CUDART_VERSION >= 12050
-    const cudaError_t err =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
-#else
-    const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
-#endif
-    if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == nullptr) {
-      cudaGetLastError();  // not sticky, but leave no error behind for the next check
-      return nullptr;
-    }
-    return reinterpret_cast<Encode>(fn);
-  }();
-  // Row coordinates are int32 in the kernel and the instruction.
-  if (encode == nullptr || rows <= 0 || rows >= (int64_t{1} << 31)) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kEntry), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kEntry) * 2};  // bytes between rows
-  const cuuint32_t box[2] = {kBlockCols, kTp};
-  const cuuint32_t element_strides[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(cache), dims, strides, box,
-                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  if (rows <= 0) return false;
+  return encode_tensor_map_2d(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, cache, kEntry, static_cast<uint64_t>(rows),
+                              static_cast<uint64_t>(kEntry) * 2, kBlockCols, kTp, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 }  // namespace

@@ -1,0 +1,241 @@
+// The pieces of the quantized tensor-core kernels (W4A16 / W8A16 on mma.sync m16n8k16, bf16 in,
+// fp32 accumulate) that every variant shares: the tile shapes, the in-register decode of NVFP4 and
+// FP8 codes into bf16 B fragments, the activations' A fragments, and one K block's MMAs
+// (k_block_dot). grouped_mma.cu streams the codes from global memory into registers; grouped_ring.cu
+// from a shared-memory ring a producer warp fills by TMA. See grouped_mma.cu for the scheme.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/kernels/quant/quant_matrix.cuh"
+
+namespace tessera::ops::cuda::quant_mma {
+
+constexpr int kWarps = 8;
+constexpr int kRowsPerWarp = 8;  // MMA N
+constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
+constexpr int kTile = 16;            // pairs a tile: the MMA's M
+constexpr int kDenseTileTokens = 8;  // a dense tile: each token's hi and lo rows
+constexpr int kBlockK = 128;         // values of a row the warp's 4 lanes of a row cover per K block
+
+// What a format's K block costs a lane: 16-byte loads, and how many K blocks of loads are in
+// flight (NVFP4 4: 8 took 168 registers, one block an SM, and was slower; FP8 2, the same bytes).
+template <QuantFormat F>
+struct MmaLayout;
+template <>
+struct MmaLayout<QuantFormat::kNvfp4> {
+  static constexpr int kLoads = 1;
+  static constexpr int kAhead = 4;
+  static constexpr float kSumUnbias = 0x1p9f;  // see kScaleBias
+};
+template <>
+struct MmaLayout<QuantFormat::kFp8Block> {
+  static constexpr int kLoads = 2;
+  static constexpr int kAhead = 2;
+  static constexpr float kSumUnbias = 1.0f;  // decode_fp8's values are exact
+};
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+// NVFP4: the codes' bits under a bf16 exponent are the values times 2^-126; the exponent bias is
+// folded into the group scale: scale · 2^117 (at most 448 · 2^117 < 2^126, the largest bf16
+// exponent; exact, an e4m3 scale has 4 significant bits), so one multiply gives value · scale · 2^-9
+// (exact: at most 6 significant bits, and at least 2^-19, a normal number) and the fp32 sums are
+// scaled back by 2^9 (kSumUnbias) with the global scale.
+constexpr float kScaleBias = 0x1p117f;
+
+// The bf16x2 of a group's e4m3 scale byte times kScaleBias.
+__device__ __forceinline__ __nv_bfloat162 biased_scale(uint32_t e4m3) {
+  const float v = quant::e4m3_to_f32(e4m3) * kScaleBias;
+  return __floats2bfloat162_rn(v, v);
+}
+
+// The 8 codes of `q` as bf16 pairs (3, 7), (2, 6), (1, 5), (0, 4), times `scale` (biased_scale of the
+// group's scale) and 2^-126.
+__device__ __forceinline__ void decode_nvfp4(uint32_t q, __nv_bfloat162 scale, uint32_t (&b)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t bits = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
+    b[i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), scale));
+    q <<= 4;
+  }
+}
+
+// FP8: the 8 e4m3 values of x (0-3) and y (4-7) as exact bf16 pairs (3, 7), (2, 6), (1, 5), (0, 4).
+// A byte as the high byte of a half, shifted right by 4 under the sign, is a bf16 with the e4m3
+// exponent in the low bits of its own: the value times 2^-120 (subnormals included), which one
+// multiply by 2^120 makes exact.
+__device__ __forceinline__ void decode_fp8(uint32_t x, uint32_t y, uint32_t (&b)[4]) {
+  const __nv_bfloat162 unbias = __floats2bfloat162_rn(0x1p120f, 0x1p120f);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int j = 3 - i;  // pair (j, j + 4): byte j of x and of y into bytes 1 and 3
+    const uint32_t p = __byte_perm(x, y, static_cast<uint32_t>(j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)));
+    const uint32_t bits = (p & 0x80008000u) | ((p >> 4) & 0x07f007f0u);
+    b[i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), unbias));
+  }
+}
+
+// Activations of 8 consecutive K positions (bf16, 16 bytes) as the pairs (3, 7), (2, 6), (1, 5),
+// (0, 4) that the decoders produce for the weights.
+__device__ __forceinline__ void permute_act(const uint4& r, uint32_t (&a)[4]) {
+  a[0] = __byte_perm(r.y, r.w, 0x7632);
+  a[1] = __byte_perm(r.y, r.w, 0x5410);
+  a[2] = __byte_perm(r.x, r.z, 0x7632);
+  a[3] = __byte_perm(r.x, r.z, 0x5410);
+}
+
+__device__ __forceinline__ uint4 load_or_zero(const __nv_bfloat16* p) {
+  return p ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& r, int i) {
+  return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
+}
+
+// One K block: acc[s][t] += A_t · W_s over the lane's values [k, k + 32) (k = 128 kb + 32 c) from
+// its raw codes and scales of each stream s (quant::load_scales); lo[t] / hi[t] the lane's two
+// pairs' activation rows of tile t (null past the expert's end). Each weight fragment is decoded
+// once and multiplied into every tile.
+template <QuantFormat F, int S, int MT>
+__device__ __forceinline__ void k_block_dot(const uint4 (&raw)[S][MmaLayout<F>::kLoads], const uint32_t (&sc)[S], int k,
+                                            const __nv_bfloat16* const (&lo)[MT], const __nv_bfloat16* const (&hi)[MT],
+                                            float (&acc)[S][MT][4]) {
+  constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
+  // NVFP4: the lane's two groups of 16 values (words 0-1 and 2-3); FP8: the MMAs of the block go to
+  // part, which the block's scale multiplies into acc.
+  __nv_bfloat162 scale[S][2];
+  float part[S][MT][4];
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    if constexpr (kNvfp4) {
+      scale[s][0] = biased_scale(sc[s] & 0xffu);
+      scale[s][1] = biased_scale((sc[s] >> 8) & 0xffu);
+    } else {
+#pragma unroll
+      for (int t = 0; t < MT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[s][t][i] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {  // 8 values each: [k + 8w, + 8)
+    uint32_t b[S][4];
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      if constexpr (kNvfp4) {
+        decode_nvfp4(word(raw[s][0], w), scale[s][w / 2], b[s]);
+      } else {
+        const uint4& r = raw[s][w / 2];
+        decode_fp8(word(r, 2 * (w % 2)), word(r, 2 * (w % 2) + 1), b[s]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      uint32_t alo[4], ahi[4];
+      permute_act(load_or_zero(lo[t] ? lo[t] + k + 8 * w : nullptr), alo);
+      permute_act(load_or_zero(hi[t] ? hi[t] + k + 8 * w : nullptr), ahi);
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        if constexpr (kNvfp4) {
+          mma_bf16(acc[s][t], alo[0], ahi[0], alo[1], ahi[1], b[s][0], b[s][1]);
+          mma_bf16(acc[s][t], alo[2], ahi[2], alo[3], ahi[3], b[s][2], b[s][3]);
+        } else {
+          mma_bf16(part[s][t], alo[0], ahi[0], alo[1], ahi[1], b[s][0], b[s][1]);
+          mma_bf16(part[s][t], alo[2], ahi[2], alo[3], ahi[3], b[s][2], b[s][3]);
+        }
+      }
+    }
+  }
+  if constexpr (!kNvfp4) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      const float f = __uint_as_float(sc[s]);
+#pragma unroll
+      for (int t = 0; t < MT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[s][t][i] = fmaf(part[s][t][i], f, acc[s][t][i]);
+    }
+  }
+}
+
+// The routed experts' kernels walk an expert's pairs in groups of MT tiles of 16 (the MMA's M):
+// lo[t] / hi[t] are the activation rows of the lane's two pairs of tile t from pair m0 on (pairs
+// m0 + 16t + g and + 8; null past `end`): gate/up read the pair's token's row of x, down the pair's
+// own row of act.
+template <bool kGateUp, int MT>
+__device__ __forceinline__ void tile_rows(const __nv_bfloat16* a, int k_dim, int top_k, const int32_t* sorted, int m0,
+                                          int end, int g, const __nv_bfloat16* (&lo)[MT],
+                                          const __nv_bfloat16* (&hi)[MT]) {
+  auto a_row = [&](int m) { return kGateUp ? sorted[m] / top_k : m; };
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+    const int m_lo = m0 + kTile * t + g, m_hi = m_lo + 8;
+    lo[t] = m_lo < end ? a + static_cast<int64_t>(a_row(m_lo)) * k_dim : nullptr;
+    hi[t] = m_hi < end ? a + static_cast<int64_t>(a_row(m_hi)) * k_dim : nullptr;
+  }
+}
+
+template <int S, int MT>
+__device__ __forceinline__ void zero(float (&acc)[S][MT][4]) {
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[s][t][i] = 0.0f;
+}
+
+// The tiles' results. C fragment: pairs m_lo (acc 0, 1) and m_hi (acc 2, 3), weight rows n0 + 8s +
+// 2c and + 1 of stream s. gate/up: act[m, n] = silu(gate · g0) · (up · g1) in bf16 (streams 0 and 1
+// the two matrices); down: y[sorted[m], n] = acc · g0 (streams: row groups of 8). g0 / g1: the
+// matrices' global scales and the codes' unbias (the group scales were applied in the MMAs). Row
+// groups at or past n_dim are not written.
+template <bool kGateUp, int S, int MT>
+__device__ __forceinline__ void store_tiles(const float (&acc)[S][MT][4], int m0, int end, int g, int c, int n0,
+                                            int n_dim, float g0, float g1, const int32_t* sorted,
+                                            __nv_bfloat16* act_out, float* y_out) {
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+    const int m_lo = m0 + kTile * t + g, m_hi = m_lo + 8;
+    if constexpr (kGateUp) {
+      if (n0 >= n_dim) return;
+      auto act = [&](float gate, float up) {
+        gate *= g0;
+        up *= g1;
+        return gate / (1.0f + __expf(-gate)) * up;
+      };
+      if (m_lo < end)
+        *reinterpret_cast<__nv_bfloat162*>(act_out + static_cast<int64_t>(m_lo) * n_dim + n0 + 2 * c) =
+            __floats2bfloat162_rn(act(acc[0][t][0], acc[1][t][0]), act(acc[0][t][1], acc[1][t][1]));
+      if (m_hi < end)
+        *reinterpret_cast<__nv_bfloat162*>(act_out + static_cast<int64_t>(m_hi) * n_dim + n0 + 2 * c) =
+            __floats2bfloat162_rn(act(acc[0][t][2], acc[1][t][2]), act(acc[0][t][3], acc[1][t][3]));
+    } else {
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        if (n0 + kRowsPerWarp * s >= n_dim) continue;
+        const int n = n0 + kRowsPerWarp * s + 2 * c;
+        if (m_lo < end)
+          *reinterpret_cast<float2*>(y_out + static_cast<int64_t>(sorted[m_lo]) * n_dim + n) =
+              make_float2(acc[s][t][0] * g0, acc[s][t][1] * g0);
+        if (m_hi < end)
+          *reinterpret_cast<float2*>(y_out + static_cast<int64_t>(sorted[m_hi]) * n_dim + n) =
+              make_float2(acc[s][t][2] * g0, acc[s][t][3] * g0);
+      }
+    }
+  }
+}
+
+}  // namespace tessera::ops::cuda::quant_mma
