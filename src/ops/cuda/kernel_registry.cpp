@@ -77,9 +77,6 @@ int64_t mla_kv_major_shared_bytes(int64_t heads, int64_t latent, int64_t rope, b
   return mla_kv_major_smem_bytes(heads, latent, rope, fp8);
 }
 
-namespace {
-// True when the build carries sm_90a machine code ("90a-real"): only that target has wgmma, and a
-// plain sm_90 build compiles the wgmma kernel as a trap.
 bool has_sm90a_code() {
   std::stringstream ss(compiled_architectures());
   std::string item;
@@ -87,7 +84,6 @@ bool has_sm90a_code() {
     if (item.rfind("90a", 0) == 0 && item.find("virtual") == std::string::npos) return true;
   return false;
 }
-}  // namespace
 
 std::string mla_wgmma_problem(int sm, int64_t smem_per_block_optin, int64_t heads, int64_t latent, int64_t rope) {
   if (!mla_attend_wgmma_supported(latent, rope, heads))

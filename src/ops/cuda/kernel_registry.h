@@ -32,6 +32,9 @@ DeviceCaps query_device_caps(int index = 0);
 std::string compiled_architectures();
 // Empty when this binary can run on `sm`; otherwise the reason and the rebuild flag to use.
 std::string architecture_problem(int sm);
+// True when the build carries sm_90a machine code ("90a-real"): only that target has wgmma and TMA
+// (ptx/), which a plain sm_90 build compiles as traps or no-ops.
+bool has_sm90a_code();
 
 // The name --kernels uses: wgmma, kv-major, mma, cuda-core; grouped, per-expert.
 std::string_view kernel_flag_name(MlaKernel k);

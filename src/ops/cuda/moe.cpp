@@ -1,12 +1,16 @@
 #include "ops/cuda/moe.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "core/error.h"
 #include "ops/cuda/elementwise.h"
+#include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/linear.h"
 #include "ops/cuda/runtime/cuda_check.h"
+#include "ops/cuda/runtime/tensor_map.h"
 #include "ops/cuda/weights.h"
 
 namespace tessera::ops::cuda {
@@ -226,6 +230,39 @@ bool quantized_experts(const std::vector<ExpertWeights>& experts) {
   return first_held(experts)->gate.format != LinearWeight::Format::kDense;
 }
 
+static_assert(sizeof(CUtensorMap) == kRingTensorMapBytes, "the ring kernels step through the maps by this size");
+
+// The ring kernels' tensor maps for the table `host` (QuantMatrix [gate, up, down][experts]): per
+// matrix and expert its codes and its scales as rows of bytes, in ring_box's boxes; another rank's
+// experts get zero maps (never read). Undefined when a map cannot be made (the driver has no
+// encoder, or a base or stride is not 16-byte aligned): the experts then run on grouped_mma.cu.
+core::Tensor ring_maps(CudaContext& ctx, const std::vector<QuantMatrix>& host, size_t experts) {
+  std::vector<uint8_t> maps(6 * experts * kRingTensorMapBytes, 0);
+  for (int matrix = 0; matrix < 3; ++matrix) {
+    const RingBox box = ring_box(matrix < 2);
+    for (size_t e = 0; e < experts; ++e) {
+      const QuantMatrix& m = host[matrix * experts + e];
+      if (m.data == nullptr) continue;
+      auto* codes = reinterpret_cast<CUtensorMap*>(maps.data() + ((2 * matrix) * experts + e) * kRingTensorMapBytes);
+      auto* scales =
+          reinterpret_cast<CUtensorMap*>(maps.data() + ((2 * matrix + 1) * experts + e) * kRingTensorMapBytes);
+      const uint64_t k = static_cast<uint64_t>(m.k), n = static_cast<uint64_t>(m.n);
+      if (!encode_tensor_map_2d(codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, m.data, k / 2, n, k / 2, box.code_bytes, box.rows,
+                                CU_TENSOR_MAP_SWIZZLE_NONE) ||
+          !encode_tensor_map_2d(scales, CU_TENSOR_MAP_DATA_TYPE_UINT8, m.scale, k / 16, n,
+                                static_cast<uint64_t>(m.scale_cols), box.scale_bytes, box.rows,
+                                CU_TENSOR_MAP_SWIZZLE_NONE)) {
+        spdlog::warn(
+            "TESSERA_EXPERT_RING: no tensor map for expert {}'s matrix {} ([{}, {}]); these experts run on "
+            "the register-streaming kernels",
+            e, matrix, m.n, m.k);
+        return {};
+      }
+    }
+  }
+  return ctx.upload_bytes(DType::kU8, {static_cast<int64_t>(maps.size())}, maps.data());
+}
+
 // The routed experts held quantized, as one table of the kernels' descriptors (every expert in the
 // first one's format and shape, else an error naming the expert).
 const MoeState::QuantTable& quant_table(CudaContext& ctx, MoeState& state, const std::vector<ExpertWeights>& experts) {
@@ -259,6 +296,10 @@ const MoeState::QuantTable& quant_table(CudaContext& ctx, MoeState& state, const
   if (it != state.quant_tables.end() && same(it->second.host)) return it->second;
   MoeState::QuantTable t;
   t.storage = ctx.upload_bytes(DType::kU8, {static_cast<int64_t>(host.size() * sizeof(QuantMatrix))}, host.data());
+  const size_t ref = static_cast<size_t>(first_held(experts) - experts.data());
+  if (expert_ring_enabled() && ctx.caps().sm == 90 && has_sm90a_code() &&
+      moe_quant_ring_supported(host[ref], host[2 * E + ref]))
+    t.ring_maps = ring_maps(ctx, host, E);
   t.host = std::move(host);
   return state.quant_tables[experts.data()] = std::move(t);
 }
@@ -290,7 +331,10 @@ GroupedExperts quantized_grouped_experts(CudaContext& ctx, MoeState& state, cons
                                   mma ? ptr<__nv_bfloat16>(r.act) : nullptr,
                                   ptr<float>(r.y_rows),
                                   nullptr};
-  if (mma)
+  if (mma && table.ring_maps.raw() != nullptr)
+    launch_moe_quant_ring_experts(ptr<float>(x), T, H, slots, E, q, q + E, q + 2 * E,
+                                  static_cast<const uint8_t*>(table.ring_maps.raw()), inter, scratch, ctx.stream());
+  else if (mma)
     launch_moe_quant_mma_experts(ptr<float>(x), T, H, slots, E, table.host[ref].format, q, q + E, q + 2 * E, inter,
                                  scratch, ctx.stream());
   else

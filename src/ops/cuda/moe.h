@@ -38,6 +38,9 @@ struct MoeState {
   struct QuantTable {
     std::vector<QuantMatrix> host;
     core::Tensor storage;
+    // TESSERA_EXPERT_RING=1 on an sm_90 GPU: the ring kernels' tensor maps
+    // (launch_moe_quant_ring_experts); undefined where they are not used or could not be made.
+    core::Tensor ring_maps;
   };
   std::map<const ExpertWeights*, QuantTable> quant_tables;
   // Per expert list of a tensor-parallel rank's share: which experts it holds, and those flags on

@@ -32,22 +32,36 @@ __device__ inline void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 #endif
 }
+// Whether the phase of parity `parity` has completed (one try; mbarrier_wait loops on it).
+__device__ inline bool mbarrier_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 1;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+#else
+  (void)bar, (void)parity;
+#endif
+  return done != 0;
+}
 // Waits until the phase of parity `parity` has completed (all arrivals and all announced bytes);
 // the copies it counted are then visible to this thread and to its wgmma reads.
 __device__ inline void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  while (!mbarrier_try_wait(bar, parity)) {
+  }
+}
+// One arrival (release: this thread's earlier shared-memory reads are done before it counts).
+__device__ inline void mbarrier_arrive(uint32_t bar) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#else
+  (void)bar;
 #endif
 }
 // An L2 policy for data read once (the KV cache of a decode step): evict it first.

@@ -35,6 +35,15 @@ int expert_prefetch_blocks() {
   return blocks;
 }
 
+bool expert_ring_enabled() {
+  static const bool on = [] {
+    const std::string v = core::env_value("TESSERA_EXPERT_RING").value_or("0");
+    TESSERA_CHECK(v == "0" || v == "1", "TESSERA_EXPERT_RING={}: expected 0 or 1", v);
+    return v == "1";
+  }();
+  return on;
+}
+
 // Declared in launch.cuh (a CUDA header: its launch template needs nvcc).
 bool pdl_enabled() {
   static const bool enabled = [] {

@@ -1,0 +1,240 @@
+// Routed NVFP4 experts on tensor cores with the weights streamed through a shared-memory ring
+// (issue 15; an experiment, TESSERA_EXPERT_RING=1, sm_90a). grouped_mma.cu's kernels sit at ~50% of
+// their bytes floor: each warp's chain load (DRAM) -> decode -> MMA is long and 14-26 warps an SM
+// do not hide it, and more loads in registers cost occupancy (docs/PERFORMANCE.md). Here one
+// producer warp keeps kStages stages of every weight row the block covers in flight by TMA
+// (cp.async.bulk.tensor into shared memory, completion counted in bytes on a "full" mbarrier per
+// stage), and the 8 consumer warps run grouped_mma.cu's decode and MMAs (quant_mma::k_block_dot) on
+// codes read from shared memory, so the bytes in flight no longer depend on warps x registers and a
+// consumer's chain is a shared-memory read long. Each consumer warp arrives on the stage's "empty"
+// mbarrier when it has read it, and the producer refills it.
+//
+// Layout: a block covers kBoxRows weight rows (gate/up: 64 rows of both matrices; down: 128 rows,
+// two row groups of 8 a warp sharing each activation fragment). A stage is kStageBlocks K blocks of
+// 128 values: per box (matrix) a [rows x 64 B] code box per K block (one K block of a row's e2m1
+// codes; lane (g, c) reads row g at byte 16c, 8 rows x 64 B = 512 B a warp: no bank conflicts) and
+// one [rows x 16 B] scale box (the 16 e4m3 scales of the stage's 256 values). The tensor maps are
+// built when the layer's expert table is (cuda/moe.cpp): per expert its gate, up and down codes and
+// scales, [matrix][codes, scales][expert].
+//
+// Every wait is bounded: a protocol error traps after kWaitLimitNs instead of hanging the device.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/kernels/quant/mma_tiles.cuh"
+#include "ops/cuda/ptx/tma_primitives.cuh"
+#include "ops/cuda/runtime/launch.cuh"
+
+namespace tessera::ops::cuda {
+
+namespace {
+
+using namespace quant_mma;
+
+constexpr int kThreads = (kWarps + 1) * 32;  // 8 consumer warps and the producer
+constexpr int kStages = 4;
+constexpr int kStageBlocks = 2;                              // K blocks a stage
+constexpr int kCodeRowBytes = kBlockK / 2;                   // a row's codes of one K block
+constexpr int kScaleRowBytes = kStageBlocks * kBlockK / 16;  // a row's scales of one stage
+constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;         // 10 s: far beyond any stage's wait
+
+// Byte offsets within a stage of `boxes` boxes of `rows` rows (all multiples of 1024: TMA writes to
+// 128-byte aligned shared memory).
+struct RingLayout {
+  int boxes, rows;
+  __host__ __device__ constexpr int code_box(int box, int block) const {
+    return (box * kStageBlocks + block) * rows * kCodeRowBytes;
+  }
+  __host__ __device__ constexpr int scale_box(int box) const {
+    return boxes * kStageBlocks * rows * kCodeRowBytes + box * rows * kScaleRowBytes;
+  }
+  __host__ __device__ constexpr int stage_bytes() const { return scale_box(boxes); }
+  __host__ __device__ constexpr int smem_bytes() const { return kStages * stage_bytes() + 2 * kStages * 8; }
+};
+
+template <bool kGateUp>
+__host__ __device__ constexpr RingLayout ring_layout() {
+  return kGateUp ? RingLayout{2, kRowsPerBlock} : RingLayout{1, 2 * kRowsPerBlock};
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Waits for the phase of parity `parity` of mbarrier `bar`; traps after kWaitLimitNs.
+__device__ __forceinline__ void ring_wait(uint32_t bar, uint32_t parity) {
+  if (tma::mbarrier_try_wait(bar, parity)) return;
+  const uint64_t start = global_ns();
+  while (!tma::mbarrier_try_wait(bar, parity))
+    if (global_ns() - start > kWaitLimitNs) __trap();
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The tensor map of `matrix` (0 gate, 1 up, 2 down), `kind` (0 codes, 1 scales), expert e.
+__device__ __forceinline__ const void* ring_map(const uint8_t* maps, int experts, int matrix, int kind, int e) {
+  return maps + static_cast<int64_t>((matrix * 2 + kind) * experts + e) * kRingTensorMapBytes;
+}
+
+// One block per (box of weight rows, active expert), over the expert's pairs in groups of MT tiles
+// of 16; grouped_mma.cu's quant_expert_mma_kernel with the weights from the ring.
+template <bool kGateUp, int MT>
+__global__ void __launch_bounds__(kThreads)
+    quant_expert_ring_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
+                             const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
+                             const int32_t* __restrict__ num_active, const QuantMatrix* __restrict__ w0,
+                             const QuantMatrix* __restrict__ w1, const uint8_t* __restrict__ maps, int experts,
+                             __nv_bfloat16* __restrict__ act_out, float* __restrict__ y_out) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  constexpr RingLayout L = ring_layout<kGateUp>();
+  constexpr int S = 2;  // gate/up: the two matrices; down: two row groups of 8 a warp
+  pdl_wait();           // first: launched with launch_dependent
+  if (static_cast<int>(blockIdx.y) >= *num_active) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int e = active[blockIdx.y];
+  const QuantMatrix& m0 = w0[e];
+  const int n_dim = m0.n, k_dim = m0.k;
+  const int row0 = static_cast<int>(blockIdx.x) * L.rows;
+  const int begin = offsets[e], end = offsets[e + 1];
+  const int k_stages = k_dim / (kStageBlocks * kBlockK);
+  const int groups = (end - begin + kTile * MT - 1) / (kTile * MT);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kStages * L.stage_bytes());
+  const uint32_t base = smem_addr(smem);
+  auto full = [&](int s) { return smem_addr(bars + s); };
+  auto empty = [&](int s) { return smem_addr(bars + kStages + s); };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      tma::mbarrier_init(full(s), 1);
+      tma::mbarrier_init(empty(s), kWarps);
+    }
+    tma::fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (warp == kWarps) {  // the producer: one thread issues every copy
+    if (lane != 0) return;
+    const void* codes[2];
+    const void* scales[2];
+    for (int b = 0; b < L.boxes; ++b) {
+      const int matrix = kGateUp ? b : 2;
+      codes[b] = ring_map(maps, experts, matrix, 0, e);
+      scales[b] = ring_map(maps, experts, matrix, 1, e);
+      tma::prefetch_map(codes[b]);
+      tma::prefetch_map(scales[b]);
+    }
+    const uint64_t policy = tma::evict_first_policy();
+    const int total = groups * k_stages;
+    for (int it = 0; it < total; ++it) {
+      const int st = it % kStages;
+      // A fresh barrier's phase 1 counts as complete: the first pass over the ring does not wait.
+      ring_wait(empty(st), ((it / kStages) & 1) ^ 1);
+      tma::mbarrier_arrive_expect_tx(full(st), L.stage_bytes());
+      const int ks = it % k_stages;
+      const uint32_t dst = base + st * L.stage_bytes();
+      for (int b = 0; b < L.boxes; ++b) {
+        for (int u = 0; u < kStageBlocks; ++u)
+          tma::load_2d(dst + L.code_box(b, u), codes[b], full(st), (ks * kStageBlocks + u) * kCodeRowBytes, row0,
+                       policy);
+        tma::load_2d(dst + L.scale_box(b), scales[b], full(st), ks * kScaleRowBytes, row0, policy);
+      }
+    }
+    return;
+  }
+
+  // The consumers. Lane (g, c): stream s's row in the box, and the first weight row of the warp.
+  const int g = lane >> 2, c = lane & 3;
+  auto box_of = [](int s) { return kGateUp ? s : 0; };
+  auto box_row = [&](int s) {
+    return kGateUp ? warp * kRowsPerWarp + g : warp * 2 * kRowsPerWarp + kRowsPerWarp * s + g;
+  };
+  const int n0 = row0 + (kGateUp ? warp * kRowsPerWarp : warp * 2 * kRowsPerWarp);
+  const float g0 = m0.global_scale * MmaLayout<QuantFormat::kNvfp4>::kSumUnbias;
+  const float g1 = kGateUp ? w1[e].global_scale * MmaLayout<QuantFormat::kNvfp4>::kSumUnbias : 0.0f;
+  int it = 0;
+  for (int m0i = begin; m0i < end; m0i += kTile * MT) {
+    const __nv_bfloat16* lo[MT];
+    const __nv_bfloat16* hi[MT];
+    tile_rows<kGateUp, MT>(a, k_dim, top_k, sorted, m0i, end, g, lo, hi);
+    float acc[S][MT][4];
+    zero(acc);
+    for (int ks = 0; ks < k_stages; ++ks, ++it) {
+      const int st = it % kStages;
+      ring_wait(full(st), (it / kStages) & 1);
+      const uint8_t* stage = smem + st * L.stage_bytes();
+#pragma unroll
+      for (int u = 0; u < kStageBlocks; ++u) {
+        uint4 raw[S][1];
+        uint32_t sc[S];
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+          const int r = box_row(s);
+          raw[s][0] = *reinterpret_cast<const uint4*>(stage + L.code_box(box_of(s), u) + r * kCodeRowBytes + 16 * c);
+          sc[s] = *reinterpret_cast<const uint16_t*>(stage + L.scale_box(box_of(s)) + r * kScaleRowBytes +
+                                                     u * (kBlockK / 16) + 2 * c);
+        }
+        k_block_dot<QuantFormat::kNvfp4, S, MT>(raw, sc, (ks * kStageBlocks + u) * kBlockK + 32 * c, lo, hi, acc);
+      }
+      __syncwarp();
+      if (lane == 0) tma::mbarrier_arrive(empty(st));
+    }
+    // Rows past the matrix (zero-filled boxes) are not written.
+    store_tiles<kGateUp, S, MT>(acc, m0i, end, g, c, n0, n_dim, g0, g1, sorted, act_out, y_out);
+  }
+}
+
+template <int MT>
+void launch_ring_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
+                         const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
+                         const uint8_t* maps, int experts, cudaStream_t stream) {
+  constexpr RingLayout gate_up = ring_layout<true>(), down = ring_layout<false>();
+  allow_dynamic_smem(quant_expert_ring_kernel<true, MT>, gate_up.smem_bytes());
+  allow_dynamic_smem(quant_expert_ring_kernel<false, MT>, down.smem_bytes());
+  launch_dependent(quant_expert_ring_kernel<true, MT>,
+                   dim3(static_cast<unsigned>((inter + gate_up.rows - 1) / gate_up.rows), expert_slots), kThreads,
+                   gate_up.smem_bytes(), stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets,
+                   s.active, s.num_active, gate_w, up_w, maps, experts, s.act, static_cast<float*>(nullptr));
+  launch_dependent(quant_expert_ring_kernel<false, MT>,
+                   dim3(static_cast<unsigned>((hidden + down.rows - 1) / down.rows), expert_slots), kThreads,
+                   down.smem_bytes(), stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets,
+                   s.active, s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr), maps, experts,
+                   static_cast<__nv_bfloat16*>(nullptr), s.y);
+}
+
+}  // namespace
+
+bool moe_quant_ring_supported(const QuantMatrix& gate, const QuantMatrix& down) {
+  auto ok = [](const QuantMatrix& m) {
+    return m.format == QuantFormat::kNvfp4 && m.k % (kStageBlocks * kBlockK) == 0 && m.n % kRowsPerWarp == 0;
+  };
+  return ok(gate) && ok(down);
+}
+
+RingBox ring_box(bool gate_up) {
+  const RingLayout l = gate_up ? ring_layout<true>() : ring_layout<false>();
+  return {kCodeRowBytes, kScaleRowBytes, l.rows};
+}
+
+void launch_moe_quant_ring_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
+                                   int64_t experts, const QuantMatrix* gate_w, const QuantMatrix* up_w,
+                                   const QuantMatrix* down_w, const uint8_t* maps, int64_t inter,
+                                   const MoeGroupedScratch& s, cudaStream_t stream) {
+  const int64_t pairs = tokens * slots.per_token();
+  if (pairs == 0) return;
+  launch_moe_prepare(x, tokens, hidden, slots, experts, s, stream);
+  const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
+  const int top_k = static_cast<int>(slots.per_token()), e = static_cast<int>(experts);
+  // At prefill sizes (more than a tile an expert on average) 4 tiles share each decoded fragment.
+  if (pairs > kTile * static_cast<int64_t>(expert_slots))
+    launch_ring_kernels<4>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, maps, e, stream);
+  else
+    launch_ring_kernels<1>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, maps, e, stream);
+}
+
+}  // namespace tessera::ops::cuda
