@@ -72,6 +72,17 @@ __device__ inline uint64_t evict_first_policy() {
 #endif
   return policy;
 }
+// Makes a tensor map that the host wrote into global memory (cudaMemcpy, not a kernel parameter)
+// visible to this thread's tensor copies (the CUDA programming guide's pattern for maps in global
+// memory: an acquire proxy fence at system scope, the writer being the host).
+__device__ inline void fence_tensormap_acquire(const void* map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(map))
+               : "memory");
+#else
+  (void)map;
+#endif
+}
 // Brings the tensor map (a kernel parameter) into the TMA unit's cache before the first copy.
 __device__ inline void prefetch_map(const void* map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

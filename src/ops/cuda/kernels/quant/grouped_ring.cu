@@ -126,6 +126,9 @@ __global__ void __launch_bounds__(kThreads)
       const int matrix = kGateUp ? b : 2;
       codes[b] = ring_map(maps, experts, matrix, 0, e);
       scales[b] = ring_map(maps, experts, matrix, 1, e);
+      // The host wrote the maps into global memory: fence them before their first use.
+      tma::fence_tensormap_acquire(codes[b]);
+      tma::fence_tensormap_acquire(scales[b]);
       tma::prefetch_map(codes[b]);
       tma::prefetch_map(scales[b]);
     }
