@@ -22,8 +22,8 @@ constexpr std::array<EnvSwitch, 18> kSwitches{{
      "K blocks ahead the quantized MMA kernels (experts, dense NVFP4/FP8) ask L2 for their weights; 0: none "
      "(an experiment, A/B)"},
     {"TESSERA_EXPERT_RING", "0",
-     "1: NVFP4 routed experts stream their weights through a shared-memory ring a producer warp fills by TMA "
-     "(sm_90a; an experiment, A/B)"},
+     "1: quantized (NVFP4, FP8) routed experts stream their weights through a shared-memory ring a producer warp "
+     "fills by TMA (sm_90a; an experiment, A/B)"},
     {"TESSERA_MLA_PREFILL_PRECISION", "split",
      "MLA prefill attention operands: split (bf16 hi + lo, near fp32) or bf16 (faster, less exact)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",

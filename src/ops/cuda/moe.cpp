@@ -239,19 +239,23 @@ static_assert(sizeof(CUtensorMap) == kRingTensorMapBytes, "the ring kernels step
 core::Tensor ring_maps(CudaContext& ctx, const std::vector<QuantMatrix>& host, size_t experts) {
   std::vector<uint8_t> maps(6 * experts * kRingTensorMapBytes, 0);
   for (int matrix = 0; matrix < 3; ++matrix) {
-    const RingBox box = ring_box(matrix < 2);
     for (size_t e = 0; e < experts; ++e) {
       const QuantMatrix& m = host[matrix * experts + e];
       if (m.data == nullptr) continue;
+      const RingBox box = ring_box(m.format, matrix < 2);
       auto* codes = reinterpret_cast<CUtensorMap*>(maps.data() + ((2 * matrix) * experts + e) * kRingTensorMapBytes);
       auto* scales =
           reinterpret_cast<CUtensorMap*>(maps.data() + ((2 * matrix + 1) * experts + e) * kRingTensorMapBytes);
-      const uint64_t k = static_cast<uint64_t>(m.k), n = static_cast<uint64_t>(m.n);
-      if (!encode_tensor_map_2d(codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, m.data, k / 2, n, k / 2, box.code_bytes, box.rows,
-                                CU_TENSOR_MAP_SWIZZLE_NONE) ||
-          !encode_tensor_map_2d(scales, CU_TENSOR_MAP_DATA_TYPE_UINT8, m.scale, k / 16, n,
+      // Rows of code bytes: NVFP4 two codes a byte; FP8 one.
+      const uint64_t row_bytes = m.format == QuantFormat::kNvfp4 ? m.k / 2 : m.k, n = static_cast<uint64_t>(m.n);
+      const bool made =
+          encode_tensor_map_2d(codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, m.data, row_bytes, n, row_bytes, box.code_bytes,
+                               box.rows, box.swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE) &&
+          (box.scale_bytes == 0 ||
+           encode_tensor_map_2d(scales, CU_TENSOR_MAP_DATA_TYPE_UINT8, m.scale, static_cast<uint64_t>(m.k / 16), n,
                                 static_cast<uint64_t>(m.scale_cols), box.scale_bytes, box.rows,
-                                CU_TENSOR_MAP_SWIZZLE_NONE)) {
+                                CU_TENSOR_MAP_SWIZZLE_NONE));
+      if (!made) {
         spdlog::warn(
             "TESSERA_EXPERT_RING: no tensor map for expert {}'s matrix {} ([{}, {}]); these experts run on "
             "the register-streaming kernels",
@@ -332,7 +336,7 @@ GroupedExperts quantized_grouped_experts(CudaContext& ctx, MoeState& state, cons
                                   ptr<float>(r.y_rows),
                                   nullptr};
   if (mma && table.ring_maps.raw() != nullptr)
-    launch_moe_quant_ring_experts(ptr<float>(x), T, H, slots, E, q, q + E, q + 2 * E,
+    launch_moe_quant_ring_experts(ptr<float>(x), T, H, slots, E, table.host[ref].format, q, q + E, q + 2 * E,
                                   static_cast<const uint8_t*>(table.ring_maps.raw()), inter, scratch, ctx.stream());
   else if (mma)
     launch_moe_quant_mma_experts(ptr<float>(x), T, H, slots, E, table.host[ref].format, q, q + E, q + 2 * E, inter,

@@ -190,8 +190,8 @@ bool ab_switch_on(const char* name);
 // none; an experiment, quant/grouped_mma.cu). Read once; throws core::Error naming the variable for
 // a value that is not a number from 0 to 64.
 int expert_prefetch_blocks();
-// TESSERA_EXPERT_RING=1: NVFP4 routed experts on the ring kernels (quant/grouped_ring.cu) where the
-// GPU and shapes allow; off by default (an experiment for A/B). Read once.
+// TESSERA_EXPERT_RING=1: quantized routed experts on the ring kernels (quant/grouped_ring.cu) where
+// the GPU and shapes allow; off by default (an experiment for A/B). Read once.
 bool expert_ring_enabled();
 
 // --- moe/router.cu ---
@@ -406,21 +406,23 @@ void launch_moe_quant_mma_experts(const float* x, int64_t tokens, int64_t hidden
                                   const QuantMatrix* up_w, const QuantMatrix* down_w, int64_t inter,
                                   const MoeGroupedScratch& scratch, cudaStream_t s);
 // The same with the weights streamed through a shared-memory ring a producer warp fills by TMA
-// (quant/grouped_ring.cu; NVFP4, sm_90a; an experiment, TESSERA_EXPERT_RING=1): `maps` holds
-// kRingTensorMapBytes-byte tensor maps [matrix (gate, up, down)][codes, scales][expert], made with
-// ring_box's boxes (cuda/moe.cpp). Shapes: k a multiple of 256 and n of 8 for every matrix.
+// (quant/grouped_ring.cu; NVFP4 and FP8 block, sm_90a; an experiment, TESSERA_EXPERT_RING=1): `maps`
+// holds kRingTensorMapBytes-byte tensor maps [matrix (gate, up, down)][codes, scales][expert], made
+// with ring_box's boxes (cuda/moe.cpp; FP8 has no scale maps: its block scales are read from global
+// memory). Shapes as moe_quant_ring_supported says.
 constexpr int kRingTensorMapBytes = 128;  // sizeof(CUtensorMap)
 struct RingBox {
-  int code_bytes = 0;   // a box's bytes of a row's codes (one K block)
-  int scale_bytes = 0;  // a box's bytes of a row's scales
-  int rows = 0;         // rows a box
+  int code_bytes = 0;    // a box's bytes of a row's codes (one K block)
+  int scale_bytes = 0;   // a box's bytes of a row's scales (0: no scale map)
+  int rows = 0;          // rows a box
+  bool swizzle = false;  // codes with the 128-byte swizzle
 };
-RingBox ring_box(bool gate_up);
+RingBox ring_box(QuantFormat format, bool gate_up);
 bool moe_quant_ring_supported(const QuantMatrix& gate, const QuantMatrix& down);
 void launch_moe_quant_ring_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
-                                   int64_t experts, const QuantMatrix* gate_w, const QuantMatrix* up_w,
-                                   const QuantMatrix* down_w, const uint8_t* maps, int64_t inter,
-                                   const MoeGroupedScratch& scratch, cudaStream_t s);
+                                   int64_t experts, QuantFormat format, const QuantMatrix* gate_w,
+                                   const QuantMatrix* up_w, const QuantMatrix* down_w, const uint8_t* maps,
+                                   int64_t inter, const MoeGroupedScratch& scratch, cudaStream_t s);
 // grouped.cu's first kernel: the pairs sorted by expert (scratch.offsets, active, num_active,
 // sorted) and x rounded to bf16 (scratch.xb).
 void launch_moe_prepare(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,

@@ -36,28 +36,43 @@ using namespace quant_mma;
 
 constexpr int kThreads = (kWarps + 1) * 32;  // 8 consumer warps and the producer
 constexpr int kStages = 4;
-constexpr int kStageBlocks = 2;                              // K blocks a stage
-constexpr int kCodeRowBytes = kBlockK / 2;                   // a row's codes of one K block
-constexpr int kScaleRowBytes = kStageBlocks * kBlockK / 16;  // a row's scales of one stage
-constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;         // 10 s: far beyond any stage's wait
+constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;  // 10 s: far beyond any stage's wait
 
-// Byte offsets within a stage of `boxes` boxes of `rows` rows (all multiples of 1024: TMA writes to
-// 128-byte aligned shared memory).
+// A stage of `boxes` boxes (matrices) of `rows` rows: `blocks` K blocks of each row's codes
+// (`code_row` bytes a row and K block), then each box's scales for the stage (`scale_row` bytes a
+// row; FP8's block scales are read from global memory instead). Offsets are multiples of 1024 (TMA
+// writes to 128-byte aligned shared memory; the 128-byte swizzle repeats every 1024).
+//   NVFP4: 2 K blocks of 64-byte rows (lane (g, c) reads row g at byte 16c: 8 rows x 64 B = 512 B a
+//          warp, no bank conflicts), 16 bytes of e4m3 scales a row;
+//   FP8:   1 K block of 128-byte rows with the 128-byte swizzle (16-byte chunk j of row r stored at
+//          chunk j ^ (r % 8), so that the 8 rows a warp reads at the same column fall in different banks).
 struct RingLayout {
-  int boxes, rows;
+  int boxes, rows, blocks, code_row, scale_row;
+  bool swizzle;
   __host__ __device__ constexpr int code_box(int box, int block) const {
-    return (box * kStageBlocks + block) * rows * kCodeRowBytes;
+    return (box * blocks + block) * rows * code_row;
   }
   __host__ __device__ constexpr int scale_box(int box) const {
-    return boxes * kStageBlocks * rows * kCodeRowBytes + box * rows * kScaleRowBytes;
+    return boxes * blocks * rows * code_row + box * rows * scale_row;
   }
   __host__ __device__ constexpr int stage_bytes() const { return scale_box(boxes); }
   __host__ __device__ constexpr int smem_bytes() const { return kStages * stage_bytes() + 2 * kStages * 8; }
+  // Where 16-byte chunk j of a box's row r lies in the box.
+  __host__ __device__ constexpr int chunk(int r, int j) const {
+    return r * code_row + 16 * (swizzle ? j ^ (r & 7) : j);
+  }
 };
 
-template <bool kGateUp>
+// gate/up: 64 rows of both matrices; down: 128 rows of one (two row groups of 8 a warp).
+template <QuantFormat F, bool kGateUp>
 __host__ __device__ constexpr RingLayout ring_layout() {
-  return kGateUp ? RingLayout{2, kRowsPerBlock} : RingLayout{1, 2 * kRowsPerBlock};
+  constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
+  return {kGateUp ? 2 : 1,
+          kGateUp ? kRowsPerBlock : 2 * kRowsPerBlock,
+          kNvfp4 ? 2 : 1,
+          kNvfp4 ? kBlockK / 2 : kBlockK,
+          kNvfp4 ? 2 * kBlockK / 16 : 0,
+          !kNvfp4};
 }
 
 __device__ __forceinline__ uint64_t global_ns() {
@@ -85,7 +100,7 @@ __device__ __forceinline__ const void* ring_map(const uint8_t* maps, int experts
 
 // One block per (box of weight rows, active expert), over the expert's pairs in groups of MT tiles
 // of 16; grouped_mma.cu's quant_expert_mma_kernel with the weights from the ring.
-template <bool kGateUp, int MT>
+template <QuantFormat F, bool kGateUp, int MT>
 __global__ void __launch_bounds__(kThreads)
     quant_expert_ring_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
                              const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
@@ -93,9 +108,11 @@ __global__ void __launch_bounds__(kThreads)
                              const QuantMatrix* __restrict__ w1, const uint8_t* __restrict__ maps, int experts,
                              __nv_bfloat16* __restrict__ act_out, float* __restrict__ y_out) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  constexpr RingLayout L = ring_layout<kGateUp>();
-  constexpr int S = 2;  // gate/up: the two matrices; down: two row groups of 8 a warp
-  pdl_wait();           // first: launched with launch_dependent
+  constexpr RingLayout L = ring_layout<F, kGateUp>();
+  constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
+  constexpr int kLoads = MmaLayout<F>::kLoads;  // 16-byte chunks of a lane's codes in a K block
+  constexpr int S = 2;                          // gate/up: the two matrices; down: two row groups of 8 a warp
+  pdl_wait();                                   // first: launched with launch_dependent
   if (static_cast<int>(blockIdx.y) >= *num_active) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int e = active[blockIdx.y];
@@ -103,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
   const int n_dim = m0.n, k_dim = m0.k;
   const int row0 = static_cast<int>(blockIdx.x) * L.rows;
   const int begin = offsets[e], end = offsets[e + 1];
-  const int k_stages = k_dim / (kStageBlocks * kBlockK);
+  const int k_stages = k_dim / (L.blocks * kBlockK);
   const int groups = (end - begin + kTile * MT - 1) / (kTile * MT);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kStages * L.stage_bytes());
   const uint32_t base = smem_addr(smem);
@@ -128,9 +145,11 @@ __global__ void __launch_bounds__(kThreads)
       scales[b] = ring_map(maps, experts, matrix, 1, e);
       // The host wrote the maps into global memory: fence them before their first use.
       tma::fence_tensormap_acquire(codes[b]);
-      tma::fence_tensormap_acquire(scales[b]);
       tma::prefetch_map(codes[b]);
-      tma::prefetch_map(scales[b]);
+      if constexpr (kNvfp4) {
+        tma::fence_tensormap_acquire(scales[b]);
+        tma::prefetch_map(scales[b]);
+      }
     }
     const uint64_t policy = tma::evict_first_policy();
     const int total = groups * k_stages;
@@ -142,10 +161,9 @@ __global__ void __launch_bounds__(kThreads)
       const int ks = it % k_stages;
       const uint32_t dst = base + st * L.stage_bytes();
       for (int b = 0; b < L.boxes; ++b) {
-        for (int u = 0; u < kStageBlocks; ++u)
-          tma::load_2d(dst + L.code_box(b, u), codes[b], full(st), (ks * kStageBlocks + u) * kCodeRowBytes, row0,
-                       policy);
-        tma::load_2d(dst + L.scale_box(b), scales[b], full(st), ks * kScaleRowBytes, row0, policy);
+        for (int u = 0; u < L.blocks; ++u)
+          tma::load_2d(dst + L.code_box(b, u), codes[b], full(st), (ks * L.blocks + u) * L.code_row, row0, policy);
+        if constexpr (kNvfp4) tma::load_2d(dst + L.scale_box(b), scales[b], full(st), ks * L.scale_row, row0, policy);
       }
     }
     return;
@@ -158,8 +176,14 @@ __global__ void __launch_bounds__(kThreads)
     return kGateUp ? warp * kRowsPerWarp + g : warp * 2 * kRowsPerWarp + kRowsPerWarp * s + g;
   };
   const int n0 = row0 + (kGateUp ? warp * kRowsPerWarp : warp * 2 * kRowsPerWarp);
-  const float g0 = m0.global_scale * MmaLayout<QuantFormat::kNvfp4>::kSumUnbias;
-  const float g1 = kGateUp ? w1[e].global_scale * MmaLayout<QuantFormat::kNvfp4>::kSumUnbias : 0.0f;
+  const float g0 = m0.global_scale * MmaLayout<F>::kSumUnbias;
+  const float g1 = kGateUp ? w1[e].global_scale * MmaLayout<F>::kSumUnbias : 0.0f;
+  // FP8: each stream's row of block scales (one fp32 per K block for the warp's 8 rows), from global
+  // memory: a few bytes a K block, served by L1.
+  quant::RowRef ref[S];
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+    ref[s] = quant::row_ref<F>(kGateUp && s == 1 ? w1[e] : m0, min(row0 + box_row(s), n_dim - 1));
   int it = 0;
   for (int m0i = begin; m0i < end; m0i += kTile * MT) {
     const __nv_bfloat16* lo[MT];
@@ -172,17 +196,24 @@ __global__ void __launch_bounds__(kThreads)
       ring_wait(full(st), (it / kStages) & 1);
       const uint8_t* stage = smem + st * L.stage_bytes();
 #pragma unroll
-      for (int u = 0; u < kStageBlocks; ++u) {
-        uint4 raw[S][1];
+      for (int u = 0; u < L.blocks; ++u) {
+        const int k = (ks * L.blocks + u) * kBlockK + 32 * c;
+        uint4 raw[S][kLoads];
         uint32_t sc[S];
 #pragma unroll
         for (int s = 0; s < S; ++s) {
           const int r = box_row(s);
-          raw[s][0] = *reinterpret_cast<const uint4*>(stage + L.code_box(box_of(s), u) + r * kCodeRowBytes + 16 * c);
-          sc[s] = *reinterpret_cast<const uint16_t*>(stage + L.scale_box(box_of(s)) + r * kScaleRowBytes +
-                                                     u * (kBlockK / 16) + 2 * c);
+          const uint8_t* box = stage + L.code_box(box_of(s), u);
+#pragma unroll
+          for (int l = 0; l < kLoads; ++l)
+            raw[s][l] = *reinterpret_cast<const uint4*>(box + L.chunk(r, kLoads * c + l));
+          if constexpr (kNvfp4)  // the two e4m3 scales of the lane's 32 values
+            sc[s] = *reinterpret_cast<const uint16_t*>(stage + L.scale_box(box_of(s)) + r * L.scale_row +
+                                                       u * (kBlockK / 16) + 2 * c);
+          else
+            sc[s] = quant::load_scales<F>(ref[s], k, kBlockK);
         }
-        k_block_dot<QuantFormat::kNvfp4, S, MT>(raw, sc, (ks * kStageBlocks + u) * kBlockK + 32 * c, lo, hi, acc);
+        k_block_dot<F, S, MT>(raw, sc, k, lo, hi, acc);
       }
       __syncwarp();
       if (lane == 0) tma::mbarrier_arrive(empty(st));
@@ -192,18 +223,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int MT>
+template <QuantFormat F, int MT>
 void launch_ring_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
                          const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
                          const uint8_t* maps, int experts, cudaStream_t stream) {
-  constexpr RingLayout gate_up = ring_layout<true>(), down = ring_layout<false>();
-  allow_dynamic_smem(quant_expert_ring_kernel<true, MT>, gate_up.smem_bytes());
-  allow_dynamic_smem(quant_expert_ring_kernel<false, MT>, down.smem_bytes());
-  launch_dependent(quant_expert_ring_kernel<true, MT>,
+  constexpr RingLayout gate_up = ring_layout<F, true>(), down = ring_layout<F, false>();
+  allow_dynamic_smem(quant_expert_ring_kernel<F, true, MT>, gate_up.smem_bytes());
+  allow_dynamic_smem(quant_expert_ring_kernel<F, false, MT>, down.smem_bytes());
+  launch_dependent(quant_expert_ring_kernel<F, true, MT>,
                    dim3(static_cast<unsigned>((inter + gate_up.rows - 1) / gate_up.rows), expert_slots), kThreads,
                    gate_up.smem_bytes(), stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets,
                    s.active, s.num_active, gate_w, up_w, maps, experts, s.act, static_cast<float*>(nullptr));
-  launch_dependent(quant_expert_ring_kernel<false, MT>,
+  launch_dependent(quant_expert_ring_kernel<F, false, MT>,
                    dim3(static_cast<unsigned>((hidden + down.rows - 1) / down.rows), expert_slots), kThreads,
                    down.smem_bytes(), stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets,
                    s.active, s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr), maps, experts,
@@ -213,31 +244,44 @@ void launch_ring_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_
 }  // namespace
 
 bool moe_quant_ring_supported(const QuantMatrix& gate, const QuantMatrix& down) {
-  auto ok = [](const QuantMatrix& m) {
-    return m.format == QuantFormat::kNvfp4 && m.k % (kStageBlocks * kBlockK) == 0 && m.n % kRowsPerWarp == 0;
+  auto ok = [&](const QuantMatrix& m) {
+    const RingLayout l = m.format == QuantFormat::kNvfp4 ? ring_layout<QuantFormat::kNvfp4, true>()
+                                                         : ring_layout<QuantFormat::kFp8Block, true>();
+    // FP8: a K block is one scale column, a warp's 8 rows one scale row (as grouped_mma.cu).
+    const bool fp8_blocks =
+        m.format == QuantFormat::kNvfp4 || (m.block_cols == kBlockK && m.block_rows % kRowsPerWarp == 0);
+    return m.format == gate.format && m.k % (l.blocks * kBlockK) == 0 && m.n % kRowsPerWarp == 0 && fp8_blocks;
   };
   return ok(gate) && ok(down);
 }
 
-RingBox ring_box(bool gate_up) {
-  const RingLayout l = gate_up ? ring_layout<true>() : ring_layout<false>();
-  return {kCodeRowBytes, kScaleRowBytes, l.rows};
+RingBox ring_box(QuantFormat format, bool gate_up) {
+  const RingLayout l =
+      format == QuantFormat::kNvfp4
+          ? (gate_up ? ring_layout<QuantFormat::kNvfp4, true>() : ring_layout<QuantFormat::kNvfp4, false>())
+          : (gate_up ? ring_layout<QuantFormat::kFp8Block, true>() : ring_layout<QuantFormat::kFp8Block, false>());
+  return {l.code_row, l.scale_row, l.rows, l.swizzle};
 }
 
 void launch_moe_quant_ring_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
-                                   int64_t experts, const QuantMatrix* gate_w, const QuantMatrix* up_w,
-                                   const QuantMatrix* down_w, const uint8_t* maps, int64_t inter,
-                                   const MoeGroupedScratch& s, cudaStream_t stream) {
+                                   int64_t experts, QuantFormat format, const QuantMatrix* gate_w,
+                                   const QuantMatrix* up_w, const QuantMatrix* down_w, const uint8_t* maps,
+                                   int64_t inter, const MoeGroupedScratch& s, cudaStream_t stream) {
   const int64_t pairs = tokens * slots.per_token();
   if (pairs == 0) return;
   launch_moe_prepare(x, tokens, hidden, slots, experts, s, stream);
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
   const int top_k = static_cast<int>(slots.per_token()), e = static_cast<int>(experts);
   // At prefill sizes (more than a tile an expert on average) 4 tiles share each decoded fragment.
-  if (pairs > kTile * static_cast<int64_t>(expert_slots))
-    launch_ring_kernels<4>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, maps, e, stream);
+  const bool prefill = pairs > kTile * static_cast<int64_t>(expert_slots);
+  auto launch = [&](auto kernels) {
+    kernels(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, maps, e, stream);
+  };
+  if (format == QuantFormat::kNvfp4)
+    prefill ? launch(launch_ring_kernels<QuantFormat::kNvfp4, 4>) : launch(launch_ring_kernels<QuantFormat::kNvfp4, 1>);
   else
-    launch_ring_kernels<1>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, maps, e, stream);
+    prefill ? launch(launch_ring_kernels<QuantFormat::kFp8Block, 4>)
+            : launch(launch_ring_kernels<QuantFormat::kFp8Block, 1>);
 }
 
 }  // namespace tessera::ops::cuda
