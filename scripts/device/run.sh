@@ -8,7 +8,7 @@
 #   bash device_carry/run.sh comm                   the collectives' GPU tests and bench comm on this machine's GPUs
 #   bash device_carry/run.sh itl                    ITL with Poisson arrivals, the step pacer on and off (issue 19)
 #   bash device_carry/run.sh prefetch               bench decode nvfp4 | fp8 with TESSERA_EXPERT_PREFETCH 0 / 4 / 8 / 16
-#   bash device_carry/run.sh ring                   the NVFP4 ring kernels (TESSERA_EXPERT_RING=1): MoE cases, bench A/B
+#   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING=1): MoE cases, bench A/B nvfp4 | fp8
 source "$(dirname "$0")/env.sh"
 what="${1:-tests}"; shift || true
 case "$what" in
@@ -48,16 +48,19 @@ case "$what" in
       done
     done ;;
   ring)
-    # The NVFP4 ring kernels (TESSERA_EXPERT_RING=1) against the register-streaming ones: correctness
+    # The ring kernels (TESSERA_EXPERT_RING=1) against the register-streaming ones: correctness
     # on the MoE cases, then bench decode alternated twice.
     TESSERA_EXPERT_RING=1 "$KIT/bin/backend_ops_tests" --gtest_filter='*moe*' --gtest_brief=1 > "$OUT/ring_cases.log" 2>&1
     tail -4 "$OUT/ring_cases.log"
-    for r in 0 1 0 1; do
-      echo "== nvfp4, TESSERA_EXPERT_RING=$r"
-      TESSERA_EXPERT_RING=$r tessera bench decode --device cuda --synthetic kimi-k2.5 --weights nvfp4 --layers 3 \
-        --batch 1,16,128 --steps 20 2>&1 | tail -5
+    for w in nvfp4 fp8; do
+      for r in 0 1 0 1; do
+        echo "== $w, TESSERA_EXPERT_RING=$r"
+        TESSERA_EXPERT_RING=$r tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 \
+          --batch 1,16,128 --steps 20 2>&1 | tail -5
+      done
     done
-    TESSERA_EXPERT_RING=1 tessera bench kernels --iterations 20 --cases kimi-k2.5 --filter moe_experts 2>&1 | tail -20 ;;
+    TESSERA_EXPERT_RING=1 tessera bench kernels --iterations 20 --cases kimi-k2.5,deepseek-v3 --filter moe_experts 2>&1 \
+      | tail -24 ;;
   kernels)
     tessera bench kernels "$@" 2>&1 | tail -60 ;;
   cases)
