@@ -35,44 +35,12 @@ namespace {
 using namespace quant_mma;
 
 constexpr int kThreads = (kWarps + 1) * 32;  // 8 consumer warps and the producer
-constexpr int kStages = 4;
+constexpr int kStages = kRingStages;
 constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;  // 10 s: far beyond any stage's wait
 
-// A stage of `boxes` boxes (matrices) of `rows` rows: `blocks` K blocks of each row's codes
-// (`code_row` bytes a row and K block), then each box's scales for the stage (`scale_row` bytes a
-// row; FP8's block scales are read from global memory instead). Offsets are multiples of 1024 (TMA
-// writes to 128-byte aligned shared memory; the 128-byte swizzle repeats every 1024).
-//   NVFP4: 2 K blocks of 64-byte rows (lane (g, c) reads row g at byte 16c: 8 rows x 64 B = 512 B a
-//          warp, no bank conflicts), 16 bytes of e4m3 scales a row;
-//   FP8:   1 K block of 128-byte rows with the 128-byte swizzle (16-byte chunk j of row r stored at
-//          chunk j ^ (r % 8), so that the 8 rows a warp reads at the same column fall in different banks).
-struct RingLayout {
-  int boxes, rows, blocks, code_row, scale_row;
-  bool swizzle;
-  __host__ __device__ constexpr int code_box(int box, int block) const {
-    return (box * blocks + block) * rows * code_row;
-  }
-  __host__ __device__ constexpr int scale_box(int box) const {
-    return boxes * blocks * rows * code_row + box * rows * scale_row;
-  }
-  __host__ __device__ constexpr int stage_bytes() const { return scale_box(boxes); }
-  __host__ __device__ constexpr int smem_bytes() const { return kStages * stage_bytes() + 2 * kStages * 8; }
-  // Where 16-byte chunk j of a box's row r lies in the box.
-  __host__ __device__ constexpr int chunk(int r, int j) const {
-    return r * code_row + 16 * (swizzle ? j ^ (r & 7) : j);
-  }
-};
-
-// gate/up: 64 rows of both matrices; down: 128 rows of one (two row groups of 8 a warp).
 template <QuantFormat F, bool kGateUp>
-__host__ __device__ constexpr RingLayout ring_layout() {
-  constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
-  return {kGateUp ? 2 : 1,
-          kGateUp ? kRowsPerBlock : 2 * kRowsPerBlock,
-          kNvfp4 ? 2 : 1,
-          kNvfp4 ? kBlockK / 2 : kBlockK,
-          kNvfp4 ? 2 * kBlockK / 16 : 0,
-          !kNvfp4};
+__host__ __device__ constexpr RingLayout ring_layout_of() {
+  return ring_layout(F == QuantFormat::kNvfp4, kGateUp);
 }
 
 __device__ __forceinline__ uint64_t global_ns() {
@@ -108,11 +76,12 @@ __global__ void __launch_bounds__(kThreads)
                              const QuantMatrix* __restrict__ w1, const uint8_t* __restrict__ maps, int experts,
                              __nv_bfloat16* __restrict__ act_out, float* __restrict__ y_out) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  constexpr RingLayout L = ring_layout<F, kGateUp>();
+  constexpr RingLayout L = ring_layout_of<F, kGateUp>();
   constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
   constexpr int kLoads = MmaLayout<F>::kLoads;  // 16-byte chunks of a lane's codes in a K block
-  constexpr int S = 2;                          // gate/up: the two matrices; down: two row groups of 8 a warp
-  pdl_wait();                                   // first: launched with launch_dependent
+  static_assert(L.loads() == kLoads, "a lane reads kLoads chunks of a code row");
+  constexpr int S = 2;  // gate/up: the two matrices; down: two row groups of 8 a warp
+  pdl_wait();           // first: launched with launch_dependent
   if (static_cast<int>(blockIdx.y) >= *num_active) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int e = active[blockIdx.y];
@@ -172,9 +141,7 @@ __global__ void __launch_bounds__(kThreads)
   // The consumers. Lane (g, c): stream s's row in the box, and the first weight row of the warp.
   const int g = lane >> 2, c = lane & 3;
   auto box_of = [](int s) { return kGateUp ? s : 0; };
-  auto box_row = [&](int s) {
-    return kGateUp ? warp * kRowsPerWarp + g : warp * 2 * kRowsPerWarp + kRowsPerWarp * s + g;
-  };
+  auto box_row = [&](int s) { return ring_box_row(kGateUp, warp, s, g); };
   const int n0 = row0 + (kGateUp ? warp * kRowsPerWarp : warp * 2 * kRowsPerWarp);
   const float g0 = m0.global_scale * MmaLayout<F>::kSumUnbias;
   const float g1 = kGateUp ? w1[e].global_scale * MmaLayout<F>::kSumUnbias : 0.0f;
@@ -227,7 +194,7 @@ template <QuantFormat F, int MT>
 void launch_ring_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
                          const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
                          const uint8_t* maps, int experts, cudaStream_t stream) {
-  constexpr RingLayout gate_up = ring_layout<F, true>(), down = ring_layout<F, false>();
+  constexpr RingLayout gate_up = ring_layout_of<F, true>(), down = ring_layout_of<F, false>();
   allow_dynamic_smem(quant_expert_ring_kernel<F, true, MT>, gate_up.smem_bytes());
   allow_dynamic_smem(quant_expert_ring_kernel<F, false, MT>, down.smem_bytes());
   launch_dependent(quant_expert_ring_kernel<F, true, MT>,
@@ -245,8 +212,7 @@ void launch_ring_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_
 
 bool moe_quant_ring_supported(const QuantMatrix& gate, const QuantMatrix& down) {
   auto ok = [&](const QuantMatrix& m) {
-    const RingLayout l = m.format == QuantFormat::kNvfp4 ? ring_layout<QuantFormat::kNvfp4, true>()
-                                                         : ring_layout<QuantFormat::kFp8Block, true>();
+    const RingLayout l = ring_layout(m.format == QuantFormat::kNvfp4, true);
     // FP8: a K block is one scale column, a warp's 8 rows one scale row (as grouped_mma.cu).
     const bool fp8_blocks =
         m.format == QuantFormat::kNvfp4 || (m.block_cols == kBlockK && m.block_rows % kRowsPerWarp == 0);
@@ -256,10 +222,7 @@ bool moe_quant_ring_supported(const QuantMatrix& gate, const QuantMatrix& down) 
 }
 
 RingBox ring_box(QuantFormat format, bool gate_up) {
-  const RingLayout l =
-      format == QuantFormat::kNvfp4
-          ? (gate_up ? ring_layout<QuantFormat::kNvfp4, true>() : ring_layout<QuantFormat::kNvfp4, false>())
-          : (gate_up ? ring_layout<QuantFormat::kFp8Block, true>() : ring_layout<QuantFormat::kFp8Block, false>());
+  const RingLayout l = ring_layout(format == QuantFormat::kNvfp4, gate_up);
   return {l.code_row, l.scale_row, l.rows, l.swizzle};
 }
 

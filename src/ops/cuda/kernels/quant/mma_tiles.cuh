@@ -11,15 +11,9 @@
 
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/kernels/quant/quant_matrix.cuh"
+#include "ops/cuda/kernels/quant/ring_layout.h"  // the tile shapes
 
 namespace tessera::ops::cuda::quant_mma {
-
-constexpr int kWarps = 8;
-constexpr int kRowsPerWarp = 8;  // MMA N
-constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
-constexpr int kTile = 16;            // pairs a tile: the MMA's M
-constexpr int kDenseTileTokens = 8;  // a dense tile: each token's hi and lo rows
-constexpr int kBlockK = 128;         // values of a row the warp's 4 lanes of a row cover per K block
 
 // What a format's K block costs a lane: 16-byte loads, and how many K blocks of loads are in
 // flight (NVFP4 4: 8 took 168 registers, one block an SM, and was slower; FP8 2, the same bytes).
