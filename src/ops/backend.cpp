@@ -16,7 +16,6 @@
 #include "ops/cpu/cpu_ops.h"
 #ifdef TESSERA_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
-#include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/peer_group.h"
 #endif
 #ifdef TESSERA_HAVE_NCCL
@@ -171,9 +170,10 @@ CollectiveChoice choose_collectives(int size) {
   const RankGroupKind nccl = rank_group_kind("cuda:0", size, "nccl");
   TESSERA_CHECK(nccl.problem.empty(), "--tensor-parallel-size {}: {}", size, nccl.problem);
   // What the groups take is GPU 0's free memory before they are made less after they have run
-  // (NCCL connects its channels at the first collective); the timing backends are gone by then.
-  // The plan's CUDA context on GPU 0 was made before, so it is not counted twice.
-  const uint64_t free_before = cuda::query_device_caps(0).free_bytes;
+  // (NCCL connects its channels at the first collective); the timing backends are gone by then and
+  // the pool's cache is given back before each reading. The plan's CUDA context on GPU 0 was made
+  // before, so it is not counted twice.
+  const uint64_t free_before = cuda::free_device_bytes_uncached(0);
   // A short wait: a one-shot kernel that cannot reach its peers (peer-to-peer broken below CUDA)
   // gives up in seconds and the choice falls back to NCCL.
   auto peers = std::make_unique<cuda::PeerGroup>(first_gpus(size), cuda::PeerGroup::kDefaultCapacityBytes,
@@ -181,7 +181,7 @@ CollectiveChoice choose_collectives(int size) {
   auto ring = nccl.make();
   c = measure_choice(*peers, cuda::PeerGroup::kDefaultCapacityBytes, *ring,
                      [](int r) { return make_backend(fmt::format("cuda:{}", r), "", /*enforce_eager=*/true); });
-  const uint64_t free_after = cuda::query_device_caps(0).free_bytes;
+  const uint64_t free_after = cuda::free_device_bytes_uncached(0);
   uint64_t taken = free_before > free_after ? free_before - free_after : 0;
   // The ranks make the one-shot group only where the choice sends messages to it.
   const uint64_t slots = 2 * static_cast<uint64_t>(size) * kOneShotSlotBytes;

@@ -54,7 +54,9 @@ TEST(RingLayout, BoxesAreAlignedAndTileTheStage) {
     // TMA boxes: at most 256 rows, inner extent a multiple of 16 bytes and, swizzled, 128 bytes.
     EXPECT_LE(l.rows, 256);
     EXPECT_EQ(l.code_row % 16, 0);
-    if (l.swizzle) EXPECT_EQ(l.code_row, 128);
+    if (l.swizzle) {
+      EXPECT_EQ(l.code_row, 128);
+    }
     // Three blocks an SM on an H200 (228 KB a multiprocessor, 1 KB of it the runtime's a block).
     EXPECT_LE(3 * (l.smem_bytes() + 1024), 228 * 1024) << v.name;
   }

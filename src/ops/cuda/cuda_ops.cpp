@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "ops/cuda/elementwise.h"
+#include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/linear.h"
 #include "ops/cuda/mla.h"
@@ -35,6 +36,11 @@ int cuda_device_count() {
 }
 
 bool cuda_available() { return cuda_device_count() > 0; }
+
+uint64_t free_device_bytes_uncached(int index) {
+  device_pool(index).trim();
+  return query_device_caps(index).free_bytes;
+}
 
 std::string device_description(int index) {
   cudaDeviceProp p{};

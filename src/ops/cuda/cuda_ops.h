@@ -19,6 +19,10 @@ bool cuda_available();
 int cuda_device_count();
 // Name and compute capability of device `index`, e.g. "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)".
 std::string device_description(int index = 0);
+// Device `index`'s free memory once this process's pool has given its cached blocks back, so that
+// two readings differ by what was allocated and is still held between them (the collectives'
+// measurement, ops::choose_collectives), not by what the pool happened to keep.
+uint64_t free_device_bytes_uncached(int index);
 
 // Creates the backend on CUDA device `device`; throws core::Error when there is no such usable GPU.
 // `kernels`: forced kernels, "op=kernel[,op=kernel...]" (see kernel_registry.h); "" = the
