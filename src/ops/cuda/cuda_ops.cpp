@@ -52,7 +52,9 @@ std::string device_description(int index) {
 namespace {
 
 // One line of the plan per group of linears: what the device holds and which kernels compute on it.
-KernelChoice weight_group_row(const WeightGroup& g) {
+// `ring`: the routed experts run on the ring kernels where their shapes allow (TESSERA_EXPERT_RING=1
+// on an sm_90 GPU with sm_90a code; cuda/moe.cpp decides the same way).
+KernelChoice weight_group_row(const WeightGroup& g, bool ring) {
   const std::string size = fmt::format("{} linears, {:.3f} B parameters, {} stored", g.linears, g.params / 1e9,
                                        core::human_bytes(g.stored_bytes));
   const bool nvfp4 = g.format == LinearWeight::Format::kNvfp4;
@@ -67,10 +69,15 @@ KernelChoice weight_group_row(const WeightGroup& g) {
   const std::string kernel =
       g.name == "routed experts"
           ? fmt::format(
-                "{} stored; {} over expert-sorted pairs: quant_expert_mma_kernel (mma.sync, tiles of 16 pairs, "
+                "{} stored; {} over expert-sorted pairs: {}quant_expert_mma_kernel (mma.sync, tiles of 16 pairs, "
                 "4 tiles a decoded weight fragment at prefill; widths multiples of 128) at every step size, or "
                 "else quant_expert_kernel (steps <= {} tokens) and dequantized + cuBLASLt per expert beyond",
-                g.format_name, mv, kGroupedMoeMaxTokens)
+                g.format_name, mv,
+                ring ? "quant_expert_ring_kernel (TESSERA_EXPERT_RING=1: the weights through a shared-memory ring "
+                       "by TMA, a tensor map of 128 B a matrix and expert; widths multiples of 256 NVFP4, 128 "
+                       "FP8), else "
+                     : "",
+                kGroupedMoeMaxTokens)
           : fmt::format(
                 "{} stored; {} quant_linear_mma_kernel (2-{} tokens, activations as two bf16 halves; widths "
                 "multiples of 128), quant_gemv_kernel (1 token, or up to {} where the MMA kernel does not fit), "
@@ -116,7 +123,7 @@ class CudaOps final : public Ops {
                               c.v_head_dim, kv_dtype == core::KvCacheDtype::kFp8E4M3},
                              {c.n_routed_experts, c.hidden_size, c.moe_intermediate_size}, ctx_.overrides())
                     .rows;
-    for (const WeightGroup& g : linears) p.kernels.push_back(weight_group_row(g));
+    for (const WeightGroup& g : linears) p.kernels.push_back(weight_group_row(g, expert_ring_on(caps)));
     p.decode_steps = ctx_.step_graphs() && ctx_.overrides().moe == MoeKernel::kPerExpert
                          ? "kernels launched one by one (--kernels moe=per-expert reads the routing back to the host, "
                            "which a CUDA graph cannot hold)"

@@ -224,6 +224,8 @@ void moe_route(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearW
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
+bool expert_ring_on(const DeviceCaps& caps) { return expert_ring_enabled() && caps.sm == 90 && has_sm90a_code(); }
+
 namespace {
 
 bool quantized_experts(const std::vector<ExpertWeights>& experts) {
@@ -301,8 +303,7 @@ const MoeState::QuantTable& quant_table(CudaContext& ctx, MoeState& state, const
   MoeState::QuantTable t;
   t.storage = ctx.upload_bytes(DType::kU8, {static_cast<int64_t>(host.size() * sizeof(QuantMatrix))}, host.data());
   const size_t ref = static_cast<size_t>(first_held(experts) - experts.data());
-  if (expert_ring_enabled() && ctx.caps().sm == 90 && has_sm90a_code() &&
-      moe_quant_ring_supported(host[ref], host[2 * E + ref]))
+  if (expert_ring_on(ctx.caps()) && moe_quant_ring_supported(host[ref], host[2 * E + ref]))
     t.ring_maps = ring_maps(ctx, host, E);
   t.host = std::move(host);
   return state.quant_tables[experts.data()] = std::move(t);

@@ -49,6 +49,10 @@ struct MoeState {
   core::Tensor router_done_blocks;  // launch_router_fused's counter (0 between calls)
 };
 
+// Whether quantized routed experts run on the ring kernels (quant/grouped_ring.cu) on this device
+// where their shapes allow: TESSERA_EXPERT_RING=1 on an sm_90 GPU, with sm_90a code in the build.
+bool expert_ring_on(const DeviceCaps& caps);
+
 void moe_route(CudaContext& ctx, MoeState& state, const core::Tensor& x, const LinearWeight& gate,
                const core::Tensor& bias, const RouterConfig& cfg, core::Tensor& ids, core::Tensor& weights);
 // Ops::moe_experts. `ops` is the backend: a shared expert that does not ride along in the grouped
