@@ -184,7 +184,7 @@ CollectiveChoice choose_collectives(int size) {
   const uint64_t free_after = cuda::free_device_bytes_uncached(0);
   uint64_t taken = free_before > free_after ? free_before - free_after : 0;
   // The ranks make the one-shot group only where the choice sends messages to it.
-  const uint64_t slots = 2 * static_cast<uint64_t>(size) * kOneShotSlotBytes;
+  const uint64_t slots = one_shot_slots_bytes(size);
   if (c.one_shot_max_bytes == 0) taken = taken > slots ? taken - slots : 0;
   c.device_bytes = taken;
   c.device_bytes_source = "measured on GPU 0 at start-up, both groups made and run";

@@ -47,7 +47,7 @@ std::vector<std::string> describe(const CollectiveChoice& c) {
 }
 
 uint64_t collectives_device_bytes(const CollectiveChoice& choice, int ranks) {
-  const uint64_t one_shot = choice.one_shot_max_bytes > 0 ? 2 * static_cast<uint64_t>(ranks) * kOneShotSlotBytes : 0;
+  const uint64_t one_shot = choice.one_shot_max_bytes > 0 ? one_shot_slots_bytes(ranks) : 0;
   return kNcclDeviceBytesEstimate + one_shot;
 }
 

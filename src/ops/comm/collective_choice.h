@@ -53,6 +53,9 @@ inline constexpr uint64_t kNcclDeviceBytesEstimate = 1ull << 30;
 // the one-shot collectives carry. Each GPU holds two sets of a slot for every rank.
 inline constexpr uint64_t kOneShotSlotBytes = 4ull << 20;
 
+// The one-shot buffers' device memory on each GPU of a `ranks`-rank group.
+constexpr uint64_t one_shot_slots_bytes(int ranks) { return 2 * static_cast<uint64_t>(ranks) * kOneShotSlotBytes; }
+
 // The estimate for `ranks` ranks when nothing was measured: NCCL's, plus the one-shot slots when
 // the choice sends any message one-shot.
 uint64_t collectives_device_bytes(const CollectiveChoice& choice, int ranks);
