@@ -17,26 +17,20 @@
 
 #include "ops/cuda/kernels/common/stream_load.cuh"
 #include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/ptx/mma_primitives.cuh"
 #include "ops/cuda/runtime/launch.cuh"
 
 namespace tessera::ops::cuda {
 
 namespace {
 
+using mma::mma_bf16;
+
 constexpr int kMaxExperts = 1024;
 constexpr int kWarpsPerBlock = 8;
 constexpr int kRowsPerWarp = 8;  // MMA N
 constexpr int kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
 constexpr int kUnroll = 8;  // 32-wide K chunks loaded ahead (memory-level parallelism)
-
-__device__ inline void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                uint32_t b1) {
-  // Not volatile: the compiler may hoist the next chunks' loads above these MMAs.
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ inline uint4 load_or_zero(const __nv_bfloat16* p) {
   return p ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);

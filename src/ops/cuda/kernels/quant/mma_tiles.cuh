@@ -12,8 +12,11 @@
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/kernels/quant/quant_matrix.cuh"
 #include "ops/cuda/kernels/quant/ring_layout.h"  // the tile shapes
+#include "ops/cuda/ptx/mma_primitives.cuh"
 
 namespace tessera::ops::cuda::quant_mma {
+
+using mma::mma_bf16;
 
 // What a format's K block costs a lane: 16-byte loads, and how many K blocks of loads are in
 // flight (NVFP4 4: 8 took 168 registers, one block an SM, and was slower; FP8 2, the same bytes).
@@ -31,14 +34,6 @@ struct MmaLayout<QuantFormat::kFp8Block> {
   static constexpr int kAhead = 2;
   static constexpr float kSumUnbias = 1.0f;  // decode_fp8's values are exact
 };
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
