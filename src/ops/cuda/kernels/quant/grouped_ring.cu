@@ -17,11 +17,19 @@
 // built when the layer's expert table is (cuda/moe.cpp): per expert its gate, up and down codes and
 // scales, [matrix][codes, scales][expert].
 //
+// At decode sizes (at most a tile of 16 pairs an expert on average) the weights are the MMA's A
+// operand (quant_mma::k_block_dot_wa): the warp's two streams' rows g fill A's 16 rows, so one MMA
+// serves gate and up (or down's two row groups), and the pairs are B's 8 columns, each lane loading
+// one pair's activations: half the MMAs and activation loads of the activations-as-A tiles, which
+// waste 15 of 16 rows at batch 1. An expert of up to 8 pairs takes one pass of one tile, else passes
+// of two.
+//
 // Every wait is bounded: a protocol error traps after kWaitLimitNs instead of hanging the device.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/kernels/quant/mma_tiles.cuh"
@@ -66,9 +74,16 @@ __device__ __forceinline__ const void* ring_map(const uint8_t* maps, int experts
   return maps + static_cast<int64_t>((matrix * 2 + kind) * experts + e) * kRingTensorMapBytes;
 }
 
+// The pairs one pass over an expert's weights serves, of the `count` routed to it: MT tiles of 16;
+// weights as A (decode sizes), one tile of 8 for up to 8 pairs, else two.
+template <bool kWeightsA, int MT>
+__device__ __forceinline__ int ring_pass_pairs(int count) {
+  return kWeightsA ? (count <= kRowsPerWarp ? kRowsPerWarp : 2 * kRowsPerWarp) : kTile * MT;
+}
+
 // One block per (box of weight rows, active expert), over the expert's pairs in groups of MT tiles
 // of 16; grouped_mma.cu's quant_expert_mma_kernel with the weights from the ring.
-template <QuantFormat F, bool kGateUp, int MT>
+template <QuantFormat F, bool kGateUp, bool kWeightsA, int MT>
 __global__ void __launch_bounds__(kThreads)
     quant_expert_ring_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
                              const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
@@ -90,7 +105,8 @@ __global__ void __launch_bounds__(kThreads)
   const int row0 = static_cast<int>(blockIdx.x) * L.rows;
   const int begin = offsets[e], end = offsets[e + 1];
   const int k_stages = k_dim / (L.blocks * kBlockK);
-  const int groups = (end - begin + kTile * MT - 1) / (kTile * MT);
+  const int pass_pairs = ring_pass_pairs<kWeightsA, MT>(end - begin);
+  const int groups = (end - begin + pass_pairs - 1) / pass_pairs;
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kStages * L.stage_bytes());
   const uint32_t base = smem_addr(smem);
   auto full = [&](int s) { return smem_addr(bars + s); };
@@ -152,12 +168,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int s = 0; s < S; ++s)
     ref[s] = quant::row_ref<F>(kGateUp && s == 1 ? w1[e] : m0, min(row0 + box_row(s), n_dim - 1));
   int it = 0;
-  for (int m0i = begin; m0i < end; m0i += kTile * MT) {
-    const __nv_bfloat16* lo[MT];
-    const __nv_bfloat16* hi[MT];
-    tile_rows<kGateUp, MT>(a, k_dim, top_k, sorted, m0i, end, g, lo, hi);
-    float acc[S][MT][4];
-    zero(acc);
+  // One pass of the K stages through the ring: each K block's raw codes and scales of both streams
+  // go to dot(raw, sc, k).
+  auto stream_k = [&](auto&& dot) {
     for (int ks = 0; ks < k_stages; ++ks, ++it) {
       const int st = it % kStages;
       ring_wait(full(st), (it / kStages) & 1);
@@ -180,28 +193,58 @@ __global__ void __launch_bounds__(kThreads)
           else
             sc[s] = quant::load_scales<F>(ref[s], k, kBlockK);
         }
-        k_block_dot<F, S, MT>(raw, sc, k, lo, hi, acc);
+        dot(raw, sc, k);
       }
       __syncwarp();
       if (lane == 0) tma::mbarrier_arrive(empty(st));
     }
-    // Rows past the matrix (zero-filled boxes) are not written.
-    store_tiles<kGateUp, S, MT>(acc, m0i, end, g, c, n0, n_dim, g0, g1, sorted, act_out, y_out);
+  };
+  // Weights as A: NT tiles of 8 pairs a pass.
+  auto pass_wa = [&](int m0i, auto nt) {
+    constexpr int NT = decltype(nt)::value;
+    const __nv_bfloat16* tok[NT];
+    tile_rows_wa<kGateUp, NT>(a, k_dim, top_k, sorted, m0i, end, g, tok);
+    float acc[1][NT][4];
+    zero(acc);
+    stream_k([&](const uint4(&raw)[S][kLoads], const uint32_t(&sc)[S], int k) {
+      k_block_dot_wa<F, NT>(raw, sc, k, tok, acc[0]);
+    });
+    store_tiles_wa<kGateUp, NT>(acc[0], m0i, end, g, c, n0, n_dim, g0, g1, sorted, act_out, y_out);
+  };
+  const int pass = ring_pass_pairs<kWeightsA, MT>(end - begin);
+  for (int m0i = begin; m0i < end; m0i += pass) {
+    if constexpr (kWeightsA) {
+      if (pass == kRowsPerWarp)
+        pass_wa(m0i, std::integral_constant<int, 1>{});
+      else
+        pass_wa(m0i, std::integral_constant<int, 2>{});
+    } else {
+      const __nv_bfloat16* lo[MT];
+      const __nv_bfloat16* hi[MT];
+      tile_rows<kGateUp, MT>(a, k_dim, top_k, sorted, m0i, end, g, lo, hi);
+      float acc[S][MT][4];
+      zero(acc);
+      stream_k([&](const uint4(&raw)[S][kLoads], const uint32_t(&sc)[S], int k) {
+        k_block_dot<F, S, MT>(raw, sc, k, lo, hi, acc);
+      });
+      // Rows past the matrix (zero-filled boxes) are not written.
+      store_tiles<kGateUp, S, MT>(acc, m0i, end, g, c, n0, n_dim, g0, g1, sorted, act_out, y_out);
+    }
   }
 }
 
-template <QuantFormat F, int MT>
+template <QuantFormat F, bool kWeightsA, int MT>
 void launch_ring_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
                          const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
                          const uint8_t* maps, int experts, cudaStream_t stream) {
   constexpr RingLayout gate_up = ring_layout_of<F, true>(), down = ring_layout_of<F, false>();
-  allow_dynamic_smem(quant_expert_ring_kernel<F, true, MT>, gate_up.smem_bytes());
-  allow_dynamic_smem(quant_expert_ring_kernel<F, false, MT>, down.smem_bytes());
-  launch_dependent(quant_expert_ring_kernel<F, true, MT>,
+  allow_dynamic_smem(quant_expert_ring_kernel<F, true, kWeightsA, MT>, gate_up.smem_bytes());
+  allow_dynamic_smem(quant_expert_ring_kernel<F, false, kWeightsA, MT>, down.smem_bytes());
+  launch_dependent(quant_expert_ring_kernel<F, true, kWeightsA, MT>,
                    dim3(static_cast<unsigned>((inter + gate_up.rows - 1) / gate_up.rows), expert_slots), kThreads,
                    gate_up.smem_bytes(), stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets,
                    s.active, s.num_active, gate_w, up_w, maps, experts, s.act, static_cast<float*>(nullptr));
-  launch_dependent(quant_expert_ring_kernel<F, false, MT>,
+  launch_dependent(quant_expert_ring_kernel<F, false, kWeightsA, MT>,
                    dim3(static_cast<unsigned>((hidden + down.rows - 1) / down.rows), expert_slots), kThreads,
                    down.smem_bytes(), stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets,
                    s.active, s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr), maps, experts,
@@ -235,16 +278,22 @@ void launch_moe_quant_ring_experts(const float* x, int64_t tokens, int64_t hidde
   launch_moe_prepare(x, tokens, hidden, slots, experts, s, stream);
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
   const int top_k = static_cast<int>(slots.per_token()), e = static_cast<int>(experts);
-  // At prefill sizes (more than a tile an expert on average) 4 tiles share each decoded fragment.
+  // At prefill sizes (more than a tile an expert on average) 4 tiles share each decoded fragment;
+  // below, the weights are the MMA's A operand (TESSERA_RING_WEIGHTS_A=0 turns that off, for A/B).
+  static const bool weights_a = ab_switch_on("TESSERA_RING_WEIGHTS_A");
   const bool prefill = pairs > kTile * static_cast<int64_t>(expert_slots);
   auto launch = [&](auto kernels) {
     kernels(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, maps, e, stream);
   };
-  if (format == QuantFormat::kNvfp4)
-    prefill ? launch(launch_ring_kernels<QuantFormat::kNvfp4, 4>) : launch(launch_ring_kernels<QuantFormat::kNvfp4, 1>);
+  constexpr QuantFormat kFp4 = QuantFormat::kNvfp4, kFp8 = QuantFormat::kFp8Block;
+  if (format == kFp4)
+    prefill     ? launch(launch_ring_kernels<kFp4, false, 4>)
+    : weights_a ? launch(launch_ring_kernels<kFp4, true, 1>)
+                : launch(launch_ring_kernels<kFp4, false, 1>);
   else
-    prefill ? launch(launch_ring_kernels<QuantFormat::kFp8Block, 4>)
-            : launch(launch_ring_kernels<QuantFormat::kFp8Block, 1>);
+    prefill     ? launch(launch_ring_kernels<kFp8, false, 4>)
+    : weights_a ? launch(launch_ring_kernels<kFp8, true, 1>)
+                : launch(launch_ring_kernels<kFp8, false, 1>);
 }
 
 }  // namespace tessera::ops::cuda

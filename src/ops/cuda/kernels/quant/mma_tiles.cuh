@@ -93,6 +93,16 @@ __device__ __forceinline__ uint32_t word(const uint4& r, int i) {
   return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
 }
 
+template <int S, int MT>
+__device__ __forceinline__ void zero(float (&acc)[S][MT][4]) {
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[s][t][i] = 0.0f;
+}
+
 // One K block: acc[s][t] += A_t · W_s over the lane's values [k, k + 32) (k = 128 kb + 32 c) from
 // its raw codes and scales of each stream s (quant::load_scales); lo[t] / hi[t] the lane's two
 // pairs' activation rows of tile t (null past the expert's end). Each weight fragment is decoded
@@ -159,6 +169,68 @@ __device__ __forceinline__ void k_block_dot(const uint4 (&raw)[S][MmaLayout<F>::
   }
 }
 
+// Decode sizes, weights as the MMA's A operand: the lane's two streams' rows g are A's rows g and
+// g + 8 (one MMA serves both: half the MMAs of k_block_dot for a tile), and the activations of
+// token tile t (8 pairs: the MMA's N) its B operand, each lane loading only its own pair g's row
+// (tok[t], null past the expert's end). acc[t]: C of tile t, rows (stream 0 row g, stream 1 row g)
+// x pairs (2c, 2c + 1).
+template <QuantFormat F, int NT>
+__device__ __forceinline__ void k_block_dot_wa(const uint4 (&raw)[2][MmaLayout<F>::kLoads], const uint32_t (&sc)[2],
+                                               int k, const __nv_bfloat16* const (&tok)[NT], float (&acc)[NT][4]) {
+  constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
+  __nv_bfloat162 scale[2][2];
+  // FP8: the block's sums before its scales (stream 0's in registers 0-1 of a tile, stream 1's in 2-3).
+  float part[NT][4];
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    if constexpr (kNvfp4) {
+      scale[s][0] = biased_scale(sc[s] & 0xffu);
+      scale[s][1] = biased_scale((sc[s] >> 8) & 0xffu);
+    }
+  }
+  if constexpr (!kNvfp4) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) part[t][i] = 0.0f;
+  }
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {  // 8 values each: [k + 8w, + 8)
+    uint32_t b[2][4];
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      if constexpr (kNvfp4) {
+        decode_nvfp4(word(raw[s][0], w), scale[s][w / 2], b[s]);
+      } else {
+        const uint4& r = raw[s][w / 2];
+        decode_fp8(word(r, 2 * (w % 2)), word(r, 2 * (w % 2) + 1), b[s]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      uint32_t x[4];
+      permute_act(load_or_zero(tok[t] ? tok[t] + k + 8 * w : nullptr), x);
+      if constexpr (kNvfp4) {
+        mma_bf16(acc[t], b[0][0], b[1][0], b[0][1], b[1][1], x[0], x[1]);
+        mma_bf16(acc[t], b[0][2], b[1][2], b[0][3], b[1][3], x[2], x[3]);
+      } else {
+        mma_bf16(part[t], b[0][0], b[1][0], b[0][1], b[1][1], x[0], x[1]);
+        mma_bf16(part[t], b[0][2], b[1][2], b[0][3], b[1][3], x[2], x[3]);
+      }
+    }
+  }
+  if constexpr (!kNvfp4) {
+    const float f0 = __uint_as_float(sc[0]), f1 = __uint_as_float(sc[1]);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      acc[t][0] = fmaf(part[t][0], f0, acc[t][0]);
+      acc[t][1] = fmaf(part[t][1], f0, acc[t][1]);
+      acc[t][2] = fmaf(part[t][2], f1, acc[t][2]);
+      acc[t][3] = fmaf(part[t][3], f1, acc[t][3]);
+    }
+  }
+}
+
 // The routed experts' kernels walk an expert's pairs in groups of MT tiles of 16 (the MMA's M):
 // lo[t] / hi[t] are the activation rows of the lane's two pairs of tile t from pair m0 on (pairs
 // m0 + 16t + g and + 8; null past `end`): gate/up read the pair's token's row of x, down the pair's
@@ -174,16 +246,6 @@ __device__ __forceinline__ void tile_rows(const __nv_bfloat16* a, int k_dim, int
     lo[t] = m_lo < end ? a + static_cast<int64_t>(a_row(m_lo)) * k_dim : nullptr;
     hi[t] = m_hi < end ? a + static_cast<int64_t>(a_row(m_hi)) * k_dim : nullptr;
   }
-}
-
-template <int S, int MT>
-__device__ __forceinline__ void zero(float (&acc)[S][MT][4]) {
-#pragma unroll
-  for (int s = 0; s < S; ++s)
-#pragma unroll
-    for (int t = 0; t < MT; ++t)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[s][t][i] = 0.0f;
 }
 
 // The tiles' results. C fragment: pairs m_lo (acc 0, 1) and m_hi (acc 2, 3), weight rows n0 + 8s +
@@ -222,6 +284,43 @@ __device__ __forceinline__ void store_tiles(const float (&acc)[S][MT][4], int m0
         if (m_hi < end)
           *reinterpret_cast<float2*>(y_out + static_cast<int64_t>(sorted[m_hi]) * n_dim + n) =
               make_float2(acc[s][t][2] * g0, acc[s][t][3] * g0);
+      }
+    }
+  }
+}
+
+// Weights as A (k_block_dot_wa): tok[t] is the row of the lane's pair m0 + 8t + g (null past `end`).
+template <bool kGateUp, int NT>
+__device__ __forceinline__ void tile_rows_wa(const __nv_bfloat16* a, int k_dim, int top_k, const int32_t* sorted,
+                                             int m0, int end, int g, const __nv_bfloat16* (&tok)[NT]) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int m = m0 + kRowsPerWarp * t + g;
+    tok[t] = m < end ? a + static_cast<int64_t>(kGateUp ? sorted[m] / top_k : m) * k_dim : nullptr;
+  }
+}
+
+// k_block_dot_wa's results: C of tile t holds, for pairs m0 + 8t + 2c and + 1 (registers 0, 1 and
+// 2, 3), stream 0's row g and stream 1's row g. gate/up: act[m, n0 + g]; down: y[sorted[m], n0 + 8s
+// + g]. As store_tiles otherwise.
+template <bool kGateUp, int NT>
+__device__ __forceinline__ void store_tiles_wa(const float (&acc)[NT][4], int m0, int end, int g, int c, int n0,
+                                               int n_dim, float g0, float g1, const int32_t* sorted,
+                                               __nv_bfloat16* act_out, float* y_out) {
+  if (n0 >= n_dim) return;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int m = m0 + kRowsPerWarp * t + 2 * c + j;
+      if (m >= end) continue;
+      if constexpr (kGateUp) {
+        const float gate = acc[t][j] * g0, up = acc[t][2 + j] * g1;
+        act_out[static_cast<int64_t>(m) * n_dim + n0 + g] = __float2bfloat16(gate / (1.0f + __expf(-gate)) * up);
+      } else {
+        float* y = y_out + static_cast<int64_t>(sorted[m]) * n_dim + n0 + g;
+        y[0] = acc[t][j] * g0;
+        if (n0 + kRowsPerWarp < n_dim) y[kRowsPerWarp] = acc[t][2 + j] * g0;
       }
     }
   }
