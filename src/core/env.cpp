@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 18> kSwitches{{
+constexpr std::array<EnvSwitch, 19> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -24,6 +24,9 @@ constexpr std::array<EnvSwitch, 18> kSwitches{{
     {"TESSERA_EXPERT_RING", "0",
      "1: quantized (NVFP4, FP8) routed experts stream their weights through a shared-memory ring a producer warp "
      "fills by TMA (sm_90a; an experiment, A/B)"},
+    {"TESSERA_RING_WEIGHTS_A", "1",
+     "0: with the ring on, decode-sized expert batches use the activations as the MMA's A operand (16-pair tiles) "
+     "instead of the weights (A/B)"},
     {"TESSERA_MLA_PREFILL_PRECISION", "split",
      "MLA prefill attention operands: split (bf16 hi + lo, near fp32) or bf16 (faster, less exact)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
