@@ -8,7 +8,7 @@
 #   bash device_carry/run.sh comm                   the collectives' GPU tests and bench comm on this machine's GPUs
 #   bash device_carry/run.sh itl                    ITL with Poisson arrivals, the step pacer on and off (issue 19)
 #   bash device_carry/run.sh prefetch               bench decode nvfp4 | fp8 with TESSERA_EXPERT_PREFETCH 0 / 4 / 8 / 16
-#   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING=1): MoE cases, bench A/B nvfp4 | fp8
+#   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING, TESSERA_RING_WEIGHTS_A): MoE cases, bench A/B nvfp4 | fp8
 source "$(dirname "$0")/env.sh"
 what="${1:-tests}"; shift || true
 case "$what" in
@@ -26,9 +26,10 @@ case "$what" in
       "$KIT/bin/$t" $extra --gtest_brief=1 > "$OUT/$t.log" 2>&1 || rc=1
       tail -4 "$OUT/$t.log"
     done
-    # The ring kernels (an experiment, off by default) against the CPU on every MoE case.
-    echo "== backend_ops_tests *moe* with TESSERA_EXPERT_RING=1"
-    TESSERA_EXPERT_RING=1 "$KIT/bin/backend_ops_tests" --gtest_filter='*moe*' --gtest_brief=1 > "$OUT/ring_cases.log" 2>&1 || rc=1
+    # The register-streaming expert kernels (the ring kernels are the default on sm_90a) against the
+    # CPU on every MoE case.
+    echo "== backend_ops_tests *moe* with TESSERA_EXPERT_RING=0"
+    TESSERA_EXPERT_RING=0 "$KIT/bin/backend_ops_tests" --gtest_filter='*moe*' --gtest_brief=1 > "$OUT/ring_cases.log" 2>&1 || rc=1
     tail -4 "$OUT/ring_cases.log"
     exit $rc ;;
   bench)
@@ -55,7 +56,7 @@ case "$what" in
     for w in nvfp4 fp8; do
       for r in 0 1 0 1; do
         echo "== $w, TESSERA_EXPERT_RING=$r"
-        TESSERA_EXPERT_RING=$r tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 \
+        TESSERA_EXPERT_RING=$r TESSERA_RING_WEIGHTS_A=1 tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 \
           --batch 1,16,128 --steps 20 2>&1 | tail -5
       done
     done
@@ -67,7 +68,7 @@ case "$what" in
     tessera bench kernels --iterations 20 --cases "$@" 2>&1 | tee "$OUT/cases.log" | tail -40 ;;
   comm)
     rc=0
-    "$KIT/bin/cuda_tests" --gtest_filter='*PeerGroup*:GpuRankGroup*:Nccl*:*CudaTensorParallel*' --gtest_brief=1 \
+    "$KIT/bin/cuda_tests" --gtest_filter='*PeerGroup*:GpuRankGroup*:Nccl*' --gtest_brief=1 \
       > "$OUT/comm_tests.log" 2>&1 || rc=1
     tail -6 "$OUT/comm_tests.log"
     grep -E "measured|one-shot|NCCL " "$OUT/comm_tests.log" | head -12 || true

@@ -21,9 +21,9 @@ constexpr std::array<EnvSwitch, 19> kSwitches{{
     {"TESSERA_EXPERT_PREFETCH", "0",
      "K blocks ahead the quantized MMA kernels (experts, dense NVFP4/FP8) ask L2 for their weights; 0: none "
      "(an experiment, A/B)"},
-    {"TESSERA_EXPERT_RING", "0",
-     "1: quantized (NVFP4, FP8) routed experts stream their weights through a shared-memory ring a producer warp "
-     "fills by TMA (sm_90a; an experiment, A/B)"},
+    {"TESSERA_EXPERT_RING", "1",
+     "0: quantized (NVFP4, FP8) routed experts on sm_90a stream their weights into registers (quant_expert_mma_kernel) "
+     "instead of through the shared-memory ring a producer warp fills by TMA (A/B)"},
     {"TESSERA_RING_WEIGHTS_A", "1",
      "0: with the ring on, decode-sized expert batches use the activations as the MMA's A operand (16-pair tiles) "
      "instead of the weights (A/B)"},

@@ -52,8 +52,8 @@ std::string device_description(int index) {
 namespace {
 
 // One line of the plan per group of linears: what the device holds and which kernels compute on it.
-// `ring`: the routed experts run on the ring kernels where their shapes allow (TESSERA_EXPERT_RING=1
-// on an sm_90 GPU with sm_90a code; cuda/moe.cpp decides the same way).
+// `ring`: the routed experts run on the ring kernels where their shapes allow (expert_ring_on, as
+// cuda/moe.cpp decides; its one-token exception for NVFP4 is ring_for_step).
 KernelChoice weight_group_row(const WeightGroup& g, bool ring) {
   const std::string size = fmt::format("{} linears, {:.3f} B parameters, {} stored", g.linears, g.params / 1e9,
                                        core::human_bytes(g.stored_bytes));
@@ -73,9 +73,9 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring) {
                 "4 tiles a decoded weight fragment at prefill; widths multiples of 128) at every step size, or "
                 "else quant_expert_kernel (steps <= {} tokens) and dequantized + cuBLASLt per expert beyond",
                 g.format_name, mv,
-                ring ? "quant_expert_ring_kernel (TESSERA_EXPERT_RING=1: the weights through a shared-memory ring "
-                       "by TMA, a tensor map of 128 B a matrix and expert; widths multiples of 256 NVFP4, 128 "
-                       "FP8), else "
+                ring ? "quant_expert_ring_kernel (the weights through a shared-memory ring by TMA, a tensor map "
+                       "of 128 B a matrix and expert; widths multiples of 256 NVFP4, 128 FP8; NVFP4 one-token "
+                       "steps excepted; TESSERA_EXPERT_RING=0 turns it off), else "
                      : "",
                 kGroupedMoeMaxTokens)
           : fmt::format(

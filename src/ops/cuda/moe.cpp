@@ -226,6 +226,8 @@ void moe_route(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearW
 
 bool expert_ring_on(const DeviceCaps& caps) { return expert_ring_enabled() && caps.sm == 90 && has_sm90a_code(); }
 
+bool ring_for_step(QuantFormat format, int64_t tokens) { return !(format == QuantFormat::kNvfp4 && tokens == 1); }
+
 namespace {
 
 bool quantized_experts(const std::vector<ExpertWeights>& experts) {
@@ -336,7 +338,7 @@ GroupedExperts quantized_grouped_experts(CudaContext& ctx, MoeState& state, cons
                                   mma ? ptr<__nv_bfloat16>(r.act) : nullptr,
                                   ptr<float>(r.y_rows),
                                   nullptr};
-  if (mma && table.ring_maps.raw() != nullptr)
+  if (mma && table.ring_maps.raw() != nullptr && ring_for_step(table.host[ref].format, T))
     launch_moe_quant_ring_experts(ptr<float>(x), T, H, slots, E, table.host[ref].format, q, q + E, q + 2 * E,
                                   static_cast<const uint8_t*>(table.ring_maps.raw()), inter, scratch, ctx.stream());
   else if (mma)

@@ -38,7 +38,7 @@ struct MoeState {
   struct QuantTable {
     std::vector<QuantMatrix> host;
     core::Tensor storage;
-    // TESSERA_EXPERT_RING=1 on an sm_90 GPU: the ring kernels' tensor maps
+    // On an sm_90 GPU (expert_ring_on): the ring kernels' tensor maps
     // (launch_moe_quant_ring_experts); undefined where they are not used or could not be made.
     core::Tensor ring_maps;
   };
@@ -50,8 +50,12 @@ struct MoeState {
 };
 
 // Whether quantized routed experts run on the ring kernels (quant/grouped_ring.cu) on this device
-// where their shapes allow: TESSERA_EXPERT_RING=1 on an sm_90 GPU, with sm_90a code in the build.
+// where their shapes allow: an sm_90 GPU with sm_90a code in the build, unless TESSERA_EXPERT_RING=0.
 bool expert_ring_on(const DeviceCaps& caps);
+// Whether a step of `tokens` tokens runs its experts on the ring kernels when they are on: every
+// step but NVFP4's one-token ones, where the register-streaming kernel measured faster on the H200
+// (slope 231.8 against 239.9 µs a Kimi-K2.5 layer; docs/PERFORMANCE.md).
+bool ring_for_step(QuantFormat format, int64_t tokens);
 
 void moe_route(CudaContext& ctx, MoeState& state, const core::Tensor& x, const LinearWeight& gate,
                const core::Tensor& bias, const RouterConfig& cfg, core::Tensor& ids, core::Tensor& weights);

@@ -190,8 +190,8 @@ bool ab_switch_on(const char* name);
 // none; an experiment, quant/grouped_mma.cu). Read once; throws core::Error naming the variable for
 // a value that is not a number from 0 to 64.
 int expert_prefetch_blocks();
-// TESSERA_EXPERT_RING=1: quantized routed experts on the ring kernels (quant/grouped_ring.cu) where
-// the GPU and shapes allow; off by default (an experiment for A/B). Read once.
+// TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
+// (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.
 bool expert_ring_enabled();
 
 // --- moe/router.cu ---
@@ -406,7 +406,7 @@ void launch_moe_quant_mma_experts(const float* x, int64_t tokens, int64_t hidden
                                   const QuantMatrix* up_w, const QuantMatrix* down_w, int64_t inter,
                                   const MoeGroupedScratch& scratch, cudaStream_t s);
 // The same with the weights streamed through a shared-memory ring a producer warp fills by TMA
-// (quant/grouped_ring.cu; NVFP4 and FP8 block, sm_90a; an experiment, TESSERA_EXPERT_RING=1): `maps`
+// (quant/grouped_ring.cu; NVFP4 and FP8 block, sm_90a; cuda/moe.cpp chooses it): `maps`
 // holds kRingTensorMapBytes-byte tensor maps [matrix (gate, up, down)][codes, scales][expert], made
 // with ring_box's boxes (cuda/moe.cpp; FP8 has no scale maps: its block scales are read from global
 // memory). Shapes as moe_quant_ring_supported says.

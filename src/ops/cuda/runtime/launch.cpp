@@ -37,7 +37,7 @@ int expert_prefetch_blocks() {
 
 bool expert_ring_enabled() {
   static const bool on = [] {
-    const std::string v = core::env_value("TESSERA_EXPERT_RING").value_or("0");
+    const std::string v = core::env_value("TESSERA_EXPERT_RING").value_or("1");
     TESSERA_CHECK(v == "0" || v == "1", "TESSERA_EXPERT_RING={}: expected 0 or 1", v);
     return v == "1";
   }();

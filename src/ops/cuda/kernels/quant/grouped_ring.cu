@@ -1,5 +1,5 @@
 // Routed NVFP4 experts on tensor cores with the weights streamed through a shared-memory ring
-// (issue 15; an experiment, TESSERA_EXPERT_RING=1, sm_90a). grouped_mma.cu's kernels sit at ~50% of
+// (issue 15; sm_90a, the default there; TESSERA_EXPERT_RING=0 turns it off). grouped_mma.cu's kernels sit at ~50% of
 // their bytes floor: each warp's chain load (DRAM) -> decode -> MMA is long and 14-26 warps an SM
 // do not hide it, and more loads in registers cost occupancy (docs/PERFORMANCE.md). Here one
 // producer warp keeps kStages stages of every weight row the block covers in flight by TMA
