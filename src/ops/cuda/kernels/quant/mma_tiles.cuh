@@ -93,6 +93,33 @@ __device__ __forceinline__ uint32_t word(const uint4& r, int i) {
   return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
 }
 
+// NVFP4: the lane's two group scales of a K block (two e4m3 bytes of sc) as biased bf16 pairs.
+__device__ __forceinline__ void group_scales_of(uint32_t sc, __nv_bfloat162 (&scale)[2]) {
+  scale[0] = biased_scale(sc & 0xffu);
+  scale[1] = biased_scale((sc >> 8) & 0xffu);
+}
+template <int S>
+__device__ __forceinline__ void group_scales(const uint32_t (&sc)[S], __nv_bfloat162 (&scale)[S][2]) {
+#pragma unroll
+  for (int s = 0; s < S; ++s) group_scales_of(sc[s], scale[s]);
+}
+
+// Word w of each stream's K block (its 8 values [k + 8w, + 8)) decoded into b[s]: the pairs (3, 7),
+// (2, 6), (1, 5), (0, 4), NVFP4 times the group's scale (scale from group_scales; unused for FP8).
+template <QuantFormat F, int S>
+__device__ __forceinline__ void decode_word(const uint4 (&raw)[S][MmaLayout<F>::kLoads],
+                                            const __nv_bfloat162 (&scale)[S][2], int w, uint32_t (&b)[S][4]) {
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    if constexpr (F == QuantFormat::kNvfp4) {
+      decode_nvfp4(word(raw[s][0], w), scale[s][w / 2], b[s]);
+    } else {
+      const uint4& r = raw[s][w / 2];
+      decode_fp8(word(r, 2 * (w % 2)), word(r, 2 * (w % 2) + 1), b[s]);
+    }
+  }
+}
+
 template <int S, int MT>
 __device__ __forceinline__ void zero(float (&acc)[S][MT][4]) {
 #pragma unroll
@@ -119,8 +146,7 @@ __device__ __forceinline__ void k_block_dot(const uint4 (&raw)[S][MmaLayout<F>::
 #pragma unroll
   for (int s = 0; s < S; ++s) {
     if constexpr (kNvfp4) {
-      scale[s][0] = biased_scale(sc[s] & 0xffu);
-      scale[s][1] = biased_scale((sc[s] >> 8) & 0xffu);
+      group_scales_of(sc[s], scale[s]);
     } else {
 #pragma unroll
       for (int t = 0; t < MT; ++t)
@@ -131,15 +157,7 @@ __device__ __forceinline__ void k_block_dot(const uint4 (&raw)[S][MmaLayout<F>::
 #pragma unroll
   for (int w = 0; w < 4; ++w) {  // 8 values each: [k + 8w, + 8)
     uint32_t b[S][4];
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      if constexpr (kNvfp4) {
-        decode_nvfp4(word(raw[s][0], w), scale[s][w / 2], b[s]);
-      } else {
-        const uint4& r = raw[s][w / 2];
-        decode_fp8(word(r, 2 * (w % 2)), word(r, 2 * (w % 2) + 1), b[s]);
-      }
-    }
+    decode_word<F, S>(raw, scale, w, b);
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
       uint32_t alo[4], ahi[4];
@@ -181,13 +199,7 @@ __device__ __forceinline__ void k_block_dot_wa(const uint4 (&raw)[2][MmaLayout<F
   __nv_bfloat162 scale[2][2];
   // FP8: the block's sums before its scales (stream 0's in registers 0-1 of a tile, stream 1's in 2-3).
   float part[NT][4];
-#pragma unroll
-  for (int s = 0; s < 2; ++s) {
-    if constexpr (kNvfp4) {
-      scale[s][0] = biased_scale(sc[s] & 0xffu);
-      scale[s][1] = biased_scale((sc[s] >> 8) & 0xffu);
-    }
-  }
+  if constexpr (kNvfp4) group_scales<2>(sc, scale);
   if constexpr (!kNvfp4) {
 #pragma unroll
     for (int t = 0; t < NT; ++t)
@@ -197,15 +209,7 @@ __device__ __forceinline__ void k_block_dot_wa(const uint4 (&raw)[2][MmaLayout<F
 #pragma unroll
   for (int w = 0; w < 4; ++w) {  // 8 values each: [k + 8w, + 8)
     uint32_t b[2][4];
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      if constexpr (kNvfp4) {
-        decode_nvfp4(word(raw[s][0], w), scale[s][w / 2], b[s]);
-      } else {
-        const uint4& r = raw[s][w / 2];
-        decode_fp8(word(r, 2 * (w % 2)), word(r, 2 * (w % 2) + 1), b[s]);
-      }
-    }
+    decode_word<F, 2>(raw, scale, w, b);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       uint32_t x[4];
