@@ -50,17 +50,20 @@ uint64_t parse_bytes(const std::string& text, const std::string& flag) {
 uint64_t device_kv_budget(const DeviceMemoryUse& use, double utilization) {
   TESSERA_CHECK(utilization > 0.0 && utilization <= 1.0, "--gpu-memory-utilization {} is not in (0, 1]", utilization);
   const double usable = utilization * static_cast<double>(use.total);
-  const double taken = static_cast<double>(use.in_use + use.weights + use.workspace + use.runtime + use.collectives);
+  const double taken =
+      static_cast<double>(use.in_use + use.weights + use.workspace + use.runtime + use.collectives + use.tables);
   constexpr double kGiB = 1 << 30;
-  TESSERA_CHECK(usable > taken,
-                "--gpu-memory-utilization {:.2f}: {:.2f} GiB of the device's {:.2f} GiB are usable, but {:.2f} GiB are "
-                "in use already (CUDA context, other processes), the weights need {:.2f} GiB, a step's activations "
-                "{:.2f} GiB, the runtime {:.2f} GiB and the collectives {:.2f} GiB, which leaves nothing for the KV "
-                "cache; raise --gpu-memory-utilization, lower --max-num-batched-tokens or use more GPUs",
-                utilization, usable / kGiB, static_cast<double>(use.total) / kGiB,
-                static_cast<double>(use.in_use) / kGiB, static_cast<double>(use.weights) / kGiB,
-                static_cast<double>(use.workspace) / kGiB, static_cast<double>(use.runtime) / kGiB,
-                static_cast<double>(use.collectives) / kGiB);
+  TESSERA_CHECK(
+      usable > taken,
+      "--gpu-memory-utilization {:.2f}: {:.2f} GiB of the device's {:.2f} GiB are usable, but {:.2f} GiB are "
+      "in use already (CUDA context, other processes), the weights need {:.2f} GiB, a step's activations "
+      "{:.2f} GiB, the runtime {:.2f} GiB, the collectives {:.2f} GiB and the kernel tables {:.2f} GiB, which "
+      "leaves nothing for the KV cache; raise --gpu-memory-utilization, lower --max-num-batched-tokens or use more "
+      "GPUs",
+      utilization, usable / kGiB, static_cast<double>(use.total) / kGiB, static_cast<double>(use.in_use) / kGiB,
+      static_cast<double>(use.weights) / kGiB, static_cast<double>(use.workspace) / kGiB,
+      static_cast<double>(use.runtime) / kGiB, static_cast<double>(use.collectives) / kGiB,
+      static_cast<double>(use.tables) / kGiB);
   return static_cast<uint64_t>(usable - taken);
 }
 

@@ -48,6 +48,7 @@ struct DeviceMemoryUse {
   uint64_t workspace = 0;    // a full step's activations (activation_workspace_bytes)
   uint64_t runtime = 0;      // what the runtime adds after planning outside the backend's allocations
   uint64_t collectives = 0;  // the ranks' collectives (NCCL's buffers, the one-shot slots), with several ranks
+  uint64_t tables = 0;       // the backend's kernel tables, made at a layer's first step (BackendPlan::table_bytes)
 };
 
 // Bytes a device can give the KV cache under --gpu-memory-utilization u: u x total - everything

@@ -141,7 +141,8 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
                                    weights,
                                    p.workspace_bytes,
                                    kRuntimeReserveBytes,
-                                   collectives};
+                                   collectives,
+                                   p.backend.table_bytes};
     if (weights >= *p.backend.free_bytes) {
       p.problems.push_back(fmt::format("the weights ({}{}) do not fit in the free device memory ({})", gib(weights),
                                        s.tensor_parallel_size > 1 ? " of rank 0's share" : "",
@@ -164,14 +165,16 @@ RuntimePlan resolve_plan(const std::filesystem::path& dir, const model::LoadOpti
   }
   if (p.backend.free_bytes && p.memory.kv_bytes > 0) {
     const DeviceMemoryUse& u = p.device_use;
-    p.predicted_device_bytes = u.in_use + u.weights + u.workspace + u.runtime + u.collectives + p.memory.kv_bytes;
+    p.predicted_device_bytes =
+        u.in_use + u.weights + u.workspace + u.runtime + u.collectives + u.tables + p.memory.kv_bytes;
     p.memory_budget = fmt::format(
         "{} predicted on the device after load and a full step (in use now {} + weights {} + workspace {} + "
-        "runtime {}{} + KV pool {}); --gpu-memory-utilization {:.2f} allows {} of {}",
+        "runtime {}{}{} + KV pool {}); --gpu-memory-utilization {:.2f} allows {} of {}",
         gib(p.predicted_device_bytes), gib(u.in_use), gib(u.weights), gib(u.workspace), gib(u.runtime),
-        u.collectives > 0 ? " + collectives " + gib(u.collectives) : "", gib(p.memory.kv_bytes),
-        s.gpu_memory_utilization, gib(static_cast<uint64_t>(s.gpu_memory_utilization * static_cast<double>(u.total))),
-        gib(u.total));
+        u.collectives > 0 ? " + collectives " + gib(u.collectives) : "",
+        u.tables > 0 ? fmt::format(" + kernel tables {} ({})", gib(u.tables), p.backend.table_rule) : "",
+        gib(p.memory.kv_bytes), s.gpu_memory_utilization,
+        gib(static_cast<uint64_t>(s.gpu_memory_utilization * static_cast<double>(u.total))), gib(u.total));
     if (in.kv_cache_bytes && p.predicted_device_bytes > u.total)
       p.problems.push_back(fmt::format("--kv-cache-bytes {}: the device would need {} but has {}",
                                        gib(p.memory.kv_bytes), gib(p.predicted_device_bytes), gib(u.total)));

@@ -118,6 +118,9 @@ struct BackendPlan {
   uint64_t total_bytes = 0;            // the device's memory (with free_bytes)
   uint64_t weight_bytes = 0;           // what the weights will occupy there once uploaded (0: mapped)
   std::string weight_rule;             // how that was counted
+  uint64_t table_bytes = 0;            // kernel tables the backend makes at a layer's first step, after the
+                                       // KV pool is sized (CUDA: the routed experts' descriptors, tensor maps)
+  std::string table_rule;              // what they are
   std::vector<KernelChoice> kernels;   // every op, in the order `tessera plan` prints them
   std::string decode_steps;            // how decode steps are launched (CUDA graphs or one by one)
 };

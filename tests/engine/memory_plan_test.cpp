@@ -117,6 +117,23 @@ TEST(MemoryPlan, DeviceBudgetCountsTheCollectives) {
   }
 }
 
+// The backend's kernel tables (made at a layer's first step, after the pool is sized: the routed
+// experts' descriptors and tensor maps) come out of the KV budget, and the error names them.
+TEST(MemoryPlan, DeviceBudgetCountsTheKernelTables) {
+  const uint64_t GiB = 1ull << 30, MiB = 1ull << 20;
+  // Kimi-K2.5's 60 MoE layers x 384 experts x 3 linears x (48 B + 2 x 128 B): 21 MiB.
+  const uint64_t tables = 60ull * 384 * 3 * (48 + 256);
+  EXPECT_EQ(device_kv_budget({140 * GiB, GiB, 100 * GiB, 2 * GiB, GiB, 0, tables}, 0.9),
+            static_cast<uint64_t>(0.9 * 140 * GiB) - 104 * GiB - tables);
+  try {
+    (void)device_kv_budget({140 * GiB, GiB, 100 * GiB, 2 * GiB, GiB, 0, 22 * GiB + 512 * MiB}, 0.9);
+    FAIL() << "expected an error";
+  } catch (const core::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the kernel tables 22.50 GiB"), std::string::npos) << m;
+  }
+}
+
 // A pool sized from the device holds no more than max_num_seqs sequences of the longest length;
 // an explicit --kv-cache-bytes is taken as given.
 TEST(MemoryPlan, DevicePoolIsCappedAtWhatTheSequencesCanUse) {
