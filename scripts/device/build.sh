@@ -4,10 +4,13 @@
 # where env.sh's kit lives, so run.sh and the other device scripts use them. The build directory
 # stays on the machine while it is warm: a second call rebuilds only what changed.
 # Usage (on the device, from the repository root): bash device_carry/build.sh [ninja targets...]
+# TESSERA_SRC, TESSERA_BUILD_DIR and TESSERA_KIT build another source tree into another kit (run.sh
+# ab builds the baseline of device_carry/baseline.tar.xz that way).
 set -euo pipefail
 DEPS=/tmp/tessera-deps
-BUILD=/tmp/tessera-build
-KIT=/tmp/tessera-kit
+SRC="${TESSERA_SRC:-.}"
+BUILD="${TESSERA_BUILD_DIR:-/tmp/tessera-build}"
+KIT="${TESSERA_KIT:-/tmp/tessera-kit}"
 if [ ! -d "$DEPS/usr" ] || [ device_carry/deps.tar.xz -nt "$DEPS/stamp" ]; then
   rm -rf "$DEPS" "$BUILD" && mkdir -p "$DEPS"  # new dependencies: configure afresh
   tar xJf device_carry/deps.tar.xz -C "$DEPS"
@@ -23,7 +26,7 @@ start=$(date +%s)
 # NCCL: the toolkit's copy if it has one, else the nvidia-nccl Python wheel's (torch brings it).
 NCCL_ROOT=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
 if [ ! -f "$BUILD/build.ninja" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real \
+  cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real \
     -DTESSERA_USE_ICU=OFF -DCMAKE_PREFIX_PATH="$DEPS/usr" ${NCCL_ROOT:+-DTESSERA_NCCL_ROOT="$NCCL_ROOT"} \
     -DCMAKE_CXX_FLAGS="-isystem $DEPS/usr/include" > "$BUILD.configure.log" 2>&1 ||
     { tail -40 "$BUILD.configure.log"; exit 1; }

@@ -1,7 +1,7 @@
 # Sourced by the device scripts: unpacks the kit (once per machine) and sets paths.
 # Runs from the repository root on the device machine, with device_carry/ carried.
 set -euo pipefail
-KIT=/tmp/tessera-kit
+KIT="${TESSERA_KIT:-/tmp/tessera-kit}"
 # Binaries built on this machine by build.sh take precedence over a carried kit.
 if [ ! -f "$KIT/built" ] && { [ ! -x "$KIT/bin/tessera" ] || [ device_carry/kit.tar.xz -nt "$KIT/stamp" ]; }; then
   rm -rf "$KIT" && mkdir -p "$KIT"

@@ -9,6 +9,9 @@
 #   bash device_carry/run.sh itl                    ITL with Poisson arrivals, the step pacer on and off (issue 19)
 #   bash device_carry/run.sh prefetch               bench decode nvfp4 | fp8 with TESSERA_EXPERT_PREFETCH 0 / 4 / 8 / 16
 #   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING, TESSERA_RING_WEIGHTS_A): MoE cases, bench A/B nvfp4 | fp8
+#   bash device_carry/run.sh ab [weights...]        this tree against device_carry/baseline.tar.xz (make_build_kit.sh
+#                                                   --baseline REV), built here: bench decode alternated twice, then the
+#                                                   MoE kernel cases of both
 source "$(dirname "$0")/env.sh"
 what="${1:-tests}"; shift || true
 case "$what" in
@@ -85,6 +88,37 @@ case "$what" in
           --num-requests 512 --concurrency 128 --request-rate $rate --skip-self-check --max-step-stretch $stretch 2>&1 \
           | grep -E "output tokens/s|TTFT|ITL" || true
       done
+    done ;;
+  ab)
+    # The baseline's binaries in a kit of their own (a second build directory: about as long as the
+    # first build), then the two alternated on the same GPU.
+    base=/tmp/tessera-base
+    if [ ! -f "$base/kit/built" ]; then
+      rm -rf "$base" && mkdir -p "$base/src" && tar xJf device_carry/baseline.tar.xz -C "$base/src"
+      TESSERA_SRC="$base/src" TESSERA_BUILD_DIR="$base/build" TESSERA_KIT="$base/kit" \
+        bash "$(dirname "$0")/build.sh" tessera > "$OUT/baseline_build.log" 2>&1 || { tail -20 "$OUT/baseline_build.log"; exit 1; }
+    fi
+    echo "baseline $(cat device_carry/baseline.rev 2>/dev/null || echo '?') against this tree"
+    weights=("$@")
+    [ ${#weights[@]} -gt 0 ] || weights=(nvfp4 fp8)
+    for w in "${weights[@]}"; do
+      for round in 1 2; do
+        for side in base new; do
+          bin="$KIT/bin/tessera"
+          [ $side = base ] && bin="$base/kit/bin/tessera"
+          echo "== $w $side (round $round)"
+          LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" "$bin" bench decode --device cuda --synthetic kimi-k2.5 \
+            --weights "$w" --layers 3 --batch 1,16,128 --steps 20 > "$OUT/ab_${w}_${side}_$round.log" 2>&1
+          grep -E "^ +(1|16|128) " "$OUT/ab_${w}_${side}_$round.log" || tail -3 "$OUT/ab_${w}_${side}_$round.log"
+        done
+      done
+    done
+    for side in base new; do
+      bin="$KIT/bin/tessera"
+      [ $side = base ] && bin="$base/kit/bin/tessera"
+      echo "== moe_experts cases, $side"
+      "$bin" bench kernels --iterations 20 --cases kimi-k2.5,deepseek-v3 --filter moe_experts > "$OUT/ab_cases_$side.log" 2>&1
+      tail -24 "$OUT/ab_cases_$side.log"
     done ;;
   *) echo "run.sh: unknown '$what'"; exit 2 ;;
 esac
