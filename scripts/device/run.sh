@@ -9,9 +9,11 @@
 #   bash device_carry/run.sh itl                    ITL with Poisson arrivals, the step pacer on and off (issue 19)
 #   bash device_carry/run.sh prefetch               bench decode nvfp4 | fp8 with TESSERA_EXPERT_PREFETCH 0 / 4 / 8 / 16
 #   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING, TESSERA_RING_WEIGHTS_A): MoE cases, bench A/B nvfp4 | fp8
-#   bash device_carry/run.sh verify                 what a kernel change owes before it is merged or made a default:
-#                                                   the golden fixtures, every MoE / quantized case in every kernel
-#                                                   and MMA orientation, serve on real-size NVFP4 and FP8 checkpoints
+#   bash device_carry/run.sh verify [serve]         what a kernel change owes before it is merged or made a default:
+#                                                   the golden fixtures, the quantized cases, the quantized MoE cases in
+#                                                   every kernel and MMA orientation; `verify serve`: serve_check.sh on
+#                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
+#                                                   part takes minutes)
 #   bash device_carry/run.sh ab [weights...]        this tree against device_carry/baseline.tar.xz (make_build_kit.sh
 #                                                   --baseline REV), built here: bench decode alternated twice, then the
 #                                                   MoE kernel cases of both
@@ -94,24 +96,32 @@ case "$what" in
     done ;;
   verify)
     rc=0
+    if [ "${1:-}" = serve ]; then
+      for ck in nvfp4 dsv3-fp8; do
+        echo "== serve_check $ck"
+        timeout 280 bash "$(dirname "$0")/serve_check.sh" $ck > "$OUT/verify_serve_$ck.log" 2>&1 || rc=1
+        grep -E "ready after|choices|serve exit|FAILED|exited|plan: memory|MiB" "$OUT/verify_serve_$ck.log" | cut -c1-240
+      done
+      exit $rc
+    fi
     echo "== goldens and fixture models"
-    timeout 240 "$KIT/bin/cuda_tests" --gtest_filter='*CudaGolden*:*FixtureModels*' --gtest_brief=1 \
+    timeout 150 "$KIT/bin/cuda_tests" --gtest_filter='*CudaGolden*:*FixtureModels*' --gtest_brief=1 \
       > "$OUT/verify_goldens.log" 2>&1 || rc=1
     tail -3 "$OUT/verify_goldens.log"
-    cases=$("$KIT/bin/backend_ops_tests" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}' \
-      | grep -iE "CudaAgainstCpu.*(moe|nvfp4|fp8|quant)" | tr '\n' ':')
+    list=$("$KIT/bin/backend_ops_tests" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}')
+    quant=$(echo "$list" | grep -iE "CudaAgainstCpu.*(nvfp4|fp8|quant)" | grep -viE "moe" | tr '\n' ':')
+    moe=$(echo "$list" | grep -iE "CudaAgainstCpu.*moe" | grep -iE "nvfp4|fp8" | tr '\n' ':')
+    echo "== quantized cases but MoE"
+    timeout 120 "$KIT/bin/backend_ops_tests" --gtest_filter="$quant" --gtest_brief=1 > "$OUT/verify_quant.log" 2>&1 || rc=1
+    tail -2 "$OUT/verify_quant.log"
+    grep -A6 "Failure" "$OUT/verify_quant.log" | head -14
     for v in "1 1" "0 1" "1 0" "0 0"; do
       set -- $v
-      echo "== quantized and MoE cases, TESSERA_EXPERT_RING=$1 TESSERA_RING_WEIGHTS_A=$2"
-      TESSERA_EXPERT_RING=$1 TESSERA_RING_WEIGHTS_A=$2 timeout 300 "$KIT/bin/backend_ops_tests" \
-        --gtest_filter="$cases" --gtest_brief=1 > "$OUT/verify_cases_$1$2.log" 2>&1 || rc=1
-      tail -2 "$OUT/verify_cases_$1$2.log"
-      grep -A6 "Failure" "$OUT/verify_cases_$1$2.log" | head -14
-    done
-    for ck in nvfp4 dsv3-fp8; do
-      echo "== serve_check $ck"
-      timeout 420 bash "$(dirname "$0")/serve_check.sh" $ck > "$OUT/verify_serve_$ck.log" 2>&1 || rc=1
-      grep -E "ready after|choices|serve exit|FAILED|exited|plan: memory|MiB" "$OUT/verify_serve_$ck.log" | cut -c1-240
+      echo "== quantized MoE cases, TESSERA_EXPERT_RING=$1 TESSERA_RING_WEIGHTS_A=$2"
+      TESSERA_EXPERT_RING=$1 TESSERA_RING_WEIGHTS_A=$2 timeout 100 "$KIT/bin/backend_ops_tests" \
+        --gtest_filter="$moe" --gtest_brief=1 > "$OUT/verify_moe_$1$2.log" 2>&1 || rc=1
+      tail -2 "$OUT/verify_moe_$1$2.log"
+      grep -A6 "Failure" "$OUT/verify_moe_$1$2.log" | head -14
     done
     exit $rc ;;
   ab)
