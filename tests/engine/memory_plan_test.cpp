@@ -121,7 +121,7 @@ TEST(MemoryPlan, DeviceBudgetCountsTheCollectives) {
 // experts' descriptors and tensor maps) come out of the KV budget, and the error names them.
 TEST(MemoryPlan, DeviceBudgetCountsTheKernelTables) {
   const uint64_t GiB = 1ull << 30, MiB = 1ull << 20;
-  // Kimi-K2.5's 60 MoE layers x 384 experts x 3 linears x (48 B + 2 x 128 B): 21 MiB.
+  // Kimi-K2.5's 60 MoE layers x 384 experts x 3 linears x (48 B + 2 x 128 B): 20 MiB.
   const uint64_t tables = 60ull * 384 * 3 * (48 + 256);
   EXPECT_EQ(device_kv_budget({140 * GiB, GiB, 100 * GiB, 2 * GiB, GiB, 0, tables}, 0.9),
             static_cast<uint64_t>(0.9 * 140 * GiB) - 104 * GiB - tables);
