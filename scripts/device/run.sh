@@ -19,6 +19,8 @@
 #                                                   MoE kernel cases of both
 source "$(dirname "$0")/env.sh"
 what="${1:-tests}"; shift || true
+# A suite's summary and its first failures.
+show() { tail -2 "$1"; grep -A6 "Failure" "$1" | head -14 || true; }
 case "$what" in
   tests)
     filter="${1:-*}"
@@ -100,7 +102,7 @@ case "$what" in
       for ck in nvfp4 dsv3-fp8; do
         echo "== serve_check $ck"
         timeout 280 bash "$(dirname "$0")/serve_check.sh" $ck > "$OUT/verify_serve_$ck.log" 2>&1 || rc=1
-        grep -E "ready after|choices|serve exit|FAILED|exited|plan: memory|MiB" "$OUT/verify_serve_$ck.log" | cut -c1-240
+        grep -E "ready after|choices|serve exit|FAILED|exited|plan: memory|MiB" "$OUT/verify_serve_$ck.log" | cut -c1-240 || true
       done
       exit $rc
     fi
@@ -113,15 +115,13 @@ case "$what" in
     moe=$(echo "$list" | grep -iE "CudaAgainstCpu.*moe" | grep -iE "nvfp4|fp8" | tr '\n' ':')
     echo "== quantized cases but MoE"
     timeout 120 "$KIT/bin/backend_ops_tests" --gtest_filter="$quant" --gtest_brief=1 > "$OUT/verify_quant.log" 2>&1 || rc=1
-    tail -2 "$OUT/verify_quant.log"
-    grep -A6 "Failure" "$OUT/verify_quant.log" | head -14
+    show "$OUT/verify_quant.log"
     for v in "1 1" "0 1" "1 0" "0 0"; do
       set -- $v
       echo "== quantized MoE cases, TESSERA_EXPERT_RING=$1 TESSERA_RING_WEIGHTS_A=$2"
       TESSERA_EXPERT_RING=$1 TESSERA_RING_WEIGHTS_A=$2 timeout 100 "$KIT/bin/backend_ops_tests" \
         --gtest_filter="$moe" --gtest_brief=1 > "$OUT/verify_moe_$1$2.log" 2>&1 || rc=1
-      tail -2 "$OUT/verify_moe_$1$2.log"
-      grep -A6 "Failure" "$OUT/verify_moe_$1$2.log" | head -14
+      show "$OUT/verify_moe_$1$2.log"
     done
     exit $rc ;;
   ab)
@@ -134,25 +134,22 @@ case "$what" in
         bash "$(dirname "$0")/build.sh" tessera > "$OUT/baseline_build.log" 2>&1 || { tail -20 "$OUT/baseline_build.log"; exit 1; }
     fi
     echo "baseline $(cat device_carry/baseline.rev 2>/dev/null || echo '?') against this tree"
+    tessera_of() { [ "$1" = base ] && echo "$base/kit/bin/tessera" || echo "$KIT/bin/tessera"; }
     weights=("$@")
     [ ${#weights[@]} -gt 0 ] || weights=(nvfp4 fp8)
     for w in "${weights[@]}"; do
       for round in 1 2; do
         for side in base new; do
-          bin="$KIT/bin/tessera"
-          [ $side = base ] && bin="$base/kit/bin/tessera"
           echo "== $w $side (round $round)"
-          LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" "$bin" bench decode --device cuda --synthetic kimi-k2.5 \
+          LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" "$(tessera_of $side)" bench decode --device cuda --synthetic kimi-k2.5 \
             --weights "$w" --layers 3 --batch 1,16,128 --steps 20 > "$OUT/ab_${w}_${side}_$round.log" 2>&1
           grep -E "^ +(1|16|128) " "$OUT/ab_${w}_${side}_$round.log" || tail -3 "$OUT/ab_${w}_${side}_$round.log"
         done
       done
     done
     for side in base new; do
-      bin="$KIT/bin/tessera"
-      [ $side = base ] && bin="$base/kit/bin/tessera"
       echo "== moe_experts cases, $side"
-      "$bin" bench kernels --iterations 20 --cases kimi-k2.5,deepseek-v3 --filter moe_experts > "$OUT/ab_cases_$side.log" 2>&1
+      "$(tessera_of $side)" bench kernels --iterations 20 --cases kimi-k2.5,deepseek-v3 --filter moe_experts > "$OUT/ab_cases_$side.log" 2>&1
       tail -24 "$OUT/ab_cases_$side.log"
     done ;;
   *) echo "run.sh: unknown '$what'"; exit 2 ;;

@@ -103,8 +103,10 @@ struct KernelChoice {
 
 // The model's linears of one group and checkpoint format, counted on the checkpoint's headers (no
 // weight data read): what a backend's plan turns into device bytes and a line on how it computes.
+// The group of the routed experts' linears, which backends plan on their own (their kernels, tables).
+inline constexpr const char* kRoutedExpertsGroup = "routed experts";
 struct WeightGroup {
-  std::string name;  // "routed experts", "attention", ...
+  std::string name;  // kRoutedExpertsGroup, "attention", ...
   LinearUse use = LinearUse::kProjection;
   LinearWeight::Format format = LinearWeight::Format::kDense;
   std::string format_name;  // LinearWeight::format_name(): "bf16", "fp8-block128x128", "nvfp4-g16"

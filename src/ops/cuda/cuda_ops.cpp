@@ -67,7 +67,7 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring) {
             true};
   const std::string mv = nvfp4 ? "W4A16" : "W8A16";
   const std::string kernel =
-      g.name == "routed experts"
+      g.name == kRoutedExpertsGroup
           ? fmt::format(
                 "{} stored; {} over expert-sorted pairs: {}quant_expert_mma_kernel (mma.sync, tiles of 16 pairs, "
                 "4 tiles a decoded weight fragment at prefill; widths multiples of 128) at every step size, or "
@@ -85,16 +85,6 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring) {
                 g.format_name, mv, kQuantMmaMaxTokens,
                 quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
   return {"weights: " + g.name, kernel, size + "; dequantized in registers, fp32 accumulation", true};
-}
-
-// The descriptor tables cuda/moe.cpp makes at a layer's first step, after the KV pool was sized: one
-// entry a routed expert's linear (a QuantMatrix, or a bf16 weight pointer) and, where the ring
-// kernels run, two tensor maps a quantized linear (its codes and its scales). The maps are counted
-// whenever the ring is on: an upper bound for widths it does not take.
-uint64_t routed_expert_table_bytes(const WeightGroup& g, bool ring) {
-  if (g.name != "routed experts") return 0;
-  if (!keeps_quantized(g.format, g.use, g.min_in)) return g.linears * sizeof(void*);
-  return g.linears * (sizeof(QuantMatrix) + (ring ? 2 * kRingTensorMapBytes : 0));
 }
 
 class CudaOps final : public Ops {
@@ -133,13 +123,16 @@ class CudaOps final : public Ops {
                               c.v_head_dim, kv_dtype == core::KvCacheDtype::kFp8E4M3},
                              {c.n_routed_experts, c.hidden_size, c.moe_intermediate_size}, ctx_.overrides())
                     .rows;
+    const bool ring = expert_ring_on(caps);
     for (const WeightGroup& g : linears) {
-      p.kernels.push_back(weight_group_row(g, expert_ring_on(caps)));
-      p.table_bytes += routed_expert_table_bytes(g, expert_ring_on(caps));
+      p.kernels.push_back(weight_group_row(g, ring));
+      // The maps are counted whenever the ring is on: an upper bound for widths it does not take.
+      if (g.name == kRoutedExpertsGroup)
+        p.table_bytes += routed_expert_table_bytes(g.linears, keeps_quantized(g.format, g.use, g.min_in), ring);
     }
     if (p.table_bytes > 0)
-      p.table_rule = expert_ring_on(caps) ? "the routed experts' descriptors and the ring kernels' tensor maps"
-                                          : "the routed experts' descriptors";
+      p.table_rule = ring ? "the routed experts' descriptors and the ring kernels' tensor maps"
+                          : "the routed experts' descriptors";
     p.decode_steps = ctx_.step_graphs() && ctx_.overrides().moe == MoeKernel::kPerExpert
                          ? "kernels launched one by one (--kernels moe=per-expert reads the routing back to the host, "
                            "which a CUDA graph cannot hold)"

@@ -229,6 +229,16 @@ bool expert_ring_on(const DeviceCaps& caps) { return expert_ring_enabled() && ca
 bool ring_for_step(QuantFormat format, int64_t tokens) { return !(format == QuantFormat::kNvfp4 && tokens == 1); }
 
 namespace {
+// The ring kernels' tensor maps of a linear: its codes and its scales.
+constexpr size_t kRingMapsPerLinear = 2;
+}  // namespace
+
+uint64_t routed_expert_table_bytes(uint64_t linears, bool quantized, bool ring) {
+  if (!quantized) return linears * sizeof(const __nv_bfloat16*);
+  return linears * (sizeof(QuantMatrix) + (ring ? kRingMapsPerLinear * kRingTensorMapBytes : 0));
+}
+
+namespace {
 
 bool quantized_experts(const std::vector<ExpertWeights>& experts) {
   return first_held(experts)->gate.format != LinearWeight::Format::kDense;
@@ -241,7 +251,7 @@ static_assert(sizeof(CUtensorMap) == kRingTensorMapBytes, "the ring kernels step
 // experts get zero maps (never read). Undefined when a map cannot be made (the driver has no
 // encoder, or a base or stride is not 16-byte aligned): the experts then run on grouped_mma.cu.
 core::Tensor ring_maps(CudaContext& ctx, const std::vector<QuantMatrix>& host, size_t experts) {
-  std::vector<uint8_t> maps(6 * experts * kRingTensorMapBytes, 0);
+  std::vector<uint8_t> maps(3 * kRingMapsPerLinear * experts * kRingTensorMapBytes, 0);
   for (int matrix = 0; matrix < 3; ++matrix) {
     for (size_t e = 0; e < experts; ++e) {
       const QuantMatrix& m = host[matrix * experts + e];

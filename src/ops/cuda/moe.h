@@ -52,6 +52,11 @@ struct MoeState {
 // Whether quantized routed experts run on the ring kernels (quant/grouped_ring.cu) on this device
 // where their shapes allow: an sm_90 GPU with sm_90a code in the build, unless TESSERA_EXPERT_RING=0.
 bool expert_ring_on(const DeviceCaps& caps);
+// Device bytes of the tables this file makes at a layer's first step, after the KV pool was sized,
+// for `linears` routed-expert linears: one entry a linear (a QuantMatrix where they are held
+// quantized, else a bf16 weight pointer) and, with the ring kernels (`ring`), the linear's two tensor
+// maps (codes and scales).
+uint64_t routed_expert_table_bytes(uint64_t linears, bool quantized, bool ring);
 // Whether a step of `tokens` tokens runs its experts on the ring kernels when they are on: every
 // step but NVFP4's one-token ones, where the register-streaming kernel measured faster on the H200
 // (slope 231.8 against 239.9 µs a Kimi-K2.5 layer; docs/PERFORMANCE.md).
