@@ -52,6 +52,28 @@ Tensor host_bf16(CudaContext& ctx, const LinearWeight& w) {
   return ctx.upload_bytes(DType::kBF16, {w.out, w.in}, host.data());
 }
 
+// A quantized weight's codes on the device as the kernels read them: FP8 as the checkpoint stores
+// them; NVFP4 in the device layout (kernels/quant/mma_pairs.h), each 4-byte word's bits permuted on
+// the device: in place after the copy, or from a tensor already on the device (synthetic models)
+// into new memory, so that a caller's tensor never changes. `resident`: the weights' own memory,
+// else a temporary from the activation pool.
+Tensor device_codes(CudaContext& ctx, const LinearWeight& w, bool resident) {
+  const Tensor& t = w.weight;
+  if (w.format != Format::kNvfp4) return resident ? upload_same(ctx, t) : upload_temporary(ctx, t);
+  TESSERA_CHECK(t.nbytes() % 4 == 0, "{}: NVFP4 codes of {} bytes (the device layout permutes 4-byte words)", w.name,
+                t.nbytes());
+  Tensor d = resident ? ctx.alloc_resident(t.dtype(), t.shape()) : ctx.alloc(t.dtype(), t.shape());
+  const void* src = t.raw();
+  if (t.device() != core::Device::kCuda) {
+    TESSERA_CUDA_CHECK(cudaMemcpy(d.raw(), t.raw(), t.nbytes(), cudaMemcpyHostToDevice));
+    src = d.raw();
+  }
+  launch_nvfp4_device_layout(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(d.raw()),
+                             static_cast<int64_t>(t.nbytes()), ctx.stream());
+  TESSERA_CUDA_CHECK_LAUNCH();
+  return d;
+}
+
 }  // namespace
 
 std::shared_ptr<void> pinned_host_buffer(size_t bytes) {
@@ -100,15 +122,16 @@ LinearWeight upload_linear(CudaContext& ctx, const LinearWeight& w, LinearUse us
   if (w.format == Format::kDense && w.weight.dtype() == DType::kBF16)
     return bf16_linear(w, ctx.upload_bytes(DType::kBF16, {w.out, w.in}, w.weight.raw()));
   if (w.format == Format::kDense || w.in % 8 != 0) return bf16_linear(w, host_bf16(ctx, w));
-  // The checkpoint's bytes as they are; converted on the device when this use reads bf16 (then
-  // they are a temporary from the activation pool, not resident memory that would leave a hole).
+  // The checkpoint's bytes (NVFP4's words with their bits permuted); converted on the device when
+  // this use reads bf16 (then they are a temporary from the activation pool, not resident memory
+  // that would leave a hole).
   LinearWeight d = w;
   if (keeps_quantized(w.format, use, w.in)) {
-    d.weight = upload_same(ctx, w.weight);
+    d.weight = device_codes(ctx, w, /*resident=*/true);
     d.scale = upload_same(ctx, w.scale);
     return d;
   }
-  d.weight = upload_temporary(ctx, w.weight);
+  d.weight = device_codes(ctx, w, /*resident=*/false);
   d.scale = upload_temporary(ctx, w.scale);
   LinearWeight b = bf16_linear(w, dequantized_bf16(ctx, d, /*resident=*/true));
   ctx.sync();  // before the quantized bytes go

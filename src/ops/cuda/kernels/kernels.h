@@ -364,6 +364,10 @@ inline void add_fields(Signature& s, const QuantMatrix& m) {
 // out [n, k] = bf16(exact dequantized value) (what the host did at load before weights stayed
 // quantized): for GEMMs over many tokens and for the ops that read bf16 weights.
 void launch_dequant_bf16(const QuantMatrix& w, __nv_bfloat16* out, cudaStream_t s);
+// NVFP4 codes (`bytes`, a multiple of 4, 4-byte aligned) from the checkpoint's packing into the
+// device layout every NVFP4 kernel decodes (quant/mma_pairs.h, quant/device_layout.cu); src may be
+// dst.
+void launch_nvfp4_device_layout(const uint8_t* src, uint8_t* dst, int64_t bytes, cudaStream_t s);
 // The most tokens launch_quant_gemv takes.
 constexpr int64_t kQuantGemvMaxTokens = 8;
 // Steps of at most this many tokens run quantized projections as matrix-vector kernels; larger

@@ -16,9 +16,11 @@
 //
 // K is walked in blocks of 128: lane (g, c) loads values [128 kb + 32 c, + 32) of weight row n0 + g
 // (NVFP4: 16 bytes and their two e4m3 scales; FP8: 32 bytes and the block's scale). Each 8 values
-// (first in the lowest bits) are decoded into the pairs (3, 7), (2, 6), (1, 5), (0, 4), which
-// become the B fragments of two MMAs; the A fragments take the activations of the same K positions
-// (a dot product allows any permutation of K, as long as both operands follow it).
+// are decoded into the pairs (0, 1), (2, 3), (4, 5), (6, 7) (NVFP4 from the device layout the
+// loader repacks the codes into, mma_pairs.h), which become the B fragments of two MMAs; the A
+// fragments take the activations of the same K positions, 16 bytes loaded as they lie (the MMA's K
+// slots then hold the lanes' values in a permuted order, which a dot product allows as long as
+// both operands follow it).
 //   gate/up: act[m, n] = silu(x[tok(m)] · Wg[e][n]) · (x[tok(m)] · Wu[e][n]), both matrices in one
 //            warp (two accumulators), act bf16 for the down projection
 //   down:    y[pair(m), n] = act[m] · Wd[e][n]

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/kernels/quant/mma_pairs.h"
 #include "ops/cuda/kernels/quant/quant_matrix.cuh"
 #include "ops/cuda/kernels/quant/ring_layout.h"  // the tile shapes
 #include "ops/cuda/ptx/mma_primitives.cuh"
@@ -50,39 +51,33 @@ __device__ __forceinline__ __nv_bfloat162 biased_scale(uint32_t e4m3) {
   return __floats2bfloat162_rn(v, v);
 }
 
-// The 8 codes of `q` as bf16 pairs (3, 7), (2, 6), (1, 5), (0, 4), times `scale` (biased_scale of the
-// group's scale) and 2^-126.
+// The 8 codes of device-layout word `q` (mma_pairs.h) as bf16 pairs (0, 1), (2, 3), (4, 5), (6, 7),
+// times `scale` (biased_scale of the group's scale) and 2^-126.
 __device__ __forceinline__ void decode_nvfp4(uint32_t q, __nv_bfloat162 scale, uint32_t (&b)[4]) {
+  uint32_t bits[4];
+  mma_pairs::nvfp4_pairs(q, bits);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t bits = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
-    b[i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), scale));
-    q <<= 4;
-  }
+  for (int i = 0; i < 4; ++i) b[i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits[i]), scale));
 }
 
-// FP8: the 8 e4m3 values of x (0-3) and y (4-7) as exact bf16 pairs (3, 7), (2, 6), (1, 5), (0, 4).
-// A byte as the high byte of a half, shifted right by 4 under the sign, is a bf16 with the e4m3
-// exponent in the low bits of its own: the value times 2^-120 (subnormals included), which one
-// multiply by 2^120 makes exact.
+// FP8: the 8 e4m3 values of x (0-3) and y (4-7) as exact bf16 pairs (0, 1), (2, 3), (4, 5), (6, 7):
+// mma_pairs::fp8_pairs gives each value times 2^-120 (subnormals included), which one multiply by
+// 2^120 makes exact.
 __device__ __forceinline__ void decode_fp8(uint32_t x, uint32_t y, uint32_t (&b)[4]) {
   const __nv_bfloat162 unbias = __floats2bfloat162_rn(0x1p120f, 0x1p120f);
+  uint32_t bits[4];
+  mma_pairs::fp8_pairs(x, y, bits);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int j = 3 - i;  // pair (j, j + 4): byte j of x and of y into bytes 1 and 3
-    const uint32_t p = __byte_perm(x, y, static_cast<uint32_t>(j | (j << 4) | ((4 + j) << 8) | ((4 + j) << 12)));
-    const uint32_t bits = (p & 0x80008000u) | ((p >> 4) & 0x07f007f0u);
-    b[i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), unbias));
-  }
+  for (int i = 0; i < 4; ++i) b[i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits[i]), unbias));
 }
 
-// Activations of 8 consecutive K positions (bf16, 16 bytes) as the pairs (3, 7), (2, 6), (1, 5),
-// (0, 4) that the decoders produce for the weights.
-__device__ __forceinline__ void permute_act(const uint4& r, uint32_t (&a)[4]) {
-  a[0] = __byte_perm(r.y, r.w, 0x7632);
-  a[1] = __byte_perm(r.y, r.w, 0x5410);
-  a[2] = __byte_perm(r.x, r.z, 0x7632);
-  a[3] = __byte_perm(r.x, r.z, 0x5410);
+// Activations of 8 consecutive K positions (bf16, 16 bytes) as the pairs (0, 1), (2, 3), (4, 5),
+// (6, 7) that the decoders produce for the weights: the words as loaded.
+__device__ __forceinline__ void act_pairs(const uint4& r, uint32_t (&a)[4]) {
+  a[0] = r.x;
+  a[1] = r.y;
+  a[2] = r.z;
+  a[3] = r.w;
 }
 
 __device__ __forceinline__ uint4 load_or_zero(const __nv_bfloat16* p) {
@@ -104,8 +99,8 @@ __device__ __forceinline__ void group_scales(const uint32_t (&sc)[S], __nv_bfloa
   for (int s = 0; s < S; ++s) group_scales_of(sc[s], scale[s]);
 }
 
-// Word w of each stream's K block (its 8 values [k + 8w, + 8)) decoded into b[s]: the pairs (3, 7),
-// (2, 6), (1, 5), (0, 4), NVFP4 times the group's scale (scale from group_scales; unused for FP8).
+// Word w of each stream's K block (its 8 values [k + 8w, + 8)) decoded into b[s]: the pairs (0, 1),
+// (2, 3), (4, 5), (6, 7), NVFP4 times the group's scale (scale from group_scales; unused for FP8).
 template <QuantFormat F, int S>
 __device__ __forceinline__ void decode_word(const uint4 (&raw)[S][MmaLayout<F>::kLoads],
                                             const __nv_bfloat162 (&scale)[S][2], int w, uint32_t (&b)[S][4]) {
@@ -161,8 +156,8 @@ __device__ __forceinline__ void k_block_dot(const uint4 (&raw)[S][MmaLayout<F>::
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
       uint32_t alo[4], ahi[4];
-      permute_act(load_or_zero(lo[t] ? lo[t] + k + 8 * w : nullptr), alo);
-      permute_act(load_or_zero(hi[t] ? hi[t] + k + 8 * w : nullptr), ahi);
+      act_pairs(load_or_zero(lo[t] ? lo[t] + k + 8 * w : nullptr), alo);
+      act_pairs(load_or_zero(hi[t] ? hi[t] + k + 8 * w : nullptr), ahi);
 #pragma unroll
       for (int s = 0; s < S; ++s) {
         if constexpr (kNvfp4) {
@@ -213,7 +208,7 @@ __device__ __forceinline__ void k_block_dot_wa(const uint4 (&raw)[2][MmaLayout<F
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       uint32_t x[4];
-      permute_act(load_or_zero(tok[t] ? tok[t] + k + 8 * w : nullptr), x);
+      act_pairs(load_or_zero(tok[t] ? tok[t] + k + 8 * w : nullptr), x);
       if constexpr (kNvfp4) {
         mma_bf16(acc[t], b[0][0], b[1][0], b[0][1], b[1][1], x[0], x[1]);
         mma_bf16(acc[t], b[0][2], b[1][2], b[0][3], b[1][3], x[2], x[3]);

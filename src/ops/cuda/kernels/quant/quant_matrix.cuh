@@ -1,18 +1,21 @@
 // Reading weights in their checkpoint format inside a kernel (W8A16 / W4A16): a lane loads 16
 // bytes of one weight row and turns them into fp32 values in registers, scaled down by a power of
 // two that its group scale carries back (so the conversion is a few integer operations, exact):
-//   e2m1 (NVFP4)  s e1 e0 m  -> fp16 bits (e1 e0 m) << 9, sign << 15:  value · 2^-14
+//   e2m1 (NVFP4)  the bf16 pair mma_pairs.h decodes from the device layout the loader repacks the
+//                 codes into (value · 2^-126), times 2^112 in bf16 (exact, normal): value · 2^-14
 //   e4m3 (FP8)    s eeee mmm -> fp16 bits (eeee mmm) << 7, sign << 15: value · 2^-8
-// (subnormal codes land on fp16 subnormals with the same factor), then fp16 -> fp32 (exact). A
+// (subnormal FP8 codes land on fp16 subnormals with the same factor), then to fp32 (exact). A
 // group's partial dot product is multiplied once by its scale · that power of two; NVFP4's
 // per-tensor global scale goes into the same factor.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
 #include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/kernels/quant/mma_pairs.h"
 
 namespace tessera::ops::cuda::quant {
 
@@ -38,11 +41,12 @@ __device__ __forceinline__ float e4m3_to_f32(uint32_t b) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(h))) * 256.0f;
 }
 
-// Values [2i, 2i + 1] of an NVFP4 word (8 codes, first value in the low nibble) · 2^-14.
+// Values [2i, 2i + 1] of a device-layout NVFP4 word (8 codes, mma_pairs.h) · 2^-14.
 __device__ __forceinline__ float2 nvfp4_pair(uint32_t w, int i) {
-  const uint32_t b = w >> (8 * i);
-  const uint32_t h = ((b & 0x7u) << 9) | ((b & 0x8u) << 12) | ((b & 0x70u) << 21) | ((b & 0x80u) << 24);
-  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+  const uint32_t bits = mma_pairs::nvfp4_pair_bits(w, i);
+  const __nv_bfloat162 v =
+      __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), __floats2bfloat162_rn(0x1p112f, 0x1p112f));
+  return __bfloat1622float2(v);
 }
 
 // Values [2i, 2i + 1] of an FP8 word (4 bytes, first value in the low byte) · 2^-8.
