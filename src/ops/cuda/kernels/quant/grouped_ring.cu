@@ -17,12 +17,14 @@
 // built when the layer's expert table is (cuda/moe.cpp): per expert its gate, up and down codes and
 // scales, [matrix][codes, scales][expert].
 //
-// At decode sizes (at most a tile of 16 pairs an expert on average) the weights are the MMA's A
-// operand (quant_mma::k_block_dot_wa): the warp's two streams' rows g fill A's 16 rows, so one MMA
-// serves gate and up (or down's two row groups), and the pairs are B's 8 columns, each lane loading
-// one pair's activations: half the MMAs and activation loads of the activations-as-A tiles, which
-// waste 15 of 16 rows at batch 1. An expert of up to 8 pairs takes one pass of one tile, else passes
-// of two.
+// The weights are the MMA's A operand (quant_mma::k_block_dot_wa): the warp's two streams' rows g
+// fill A's 16 rows, so one MMA serves gate and up (or down's two row groups), and the pairs are B's
+// 8 columns, each lane loading one pair's activations (16 bytes that are the B fragment as loaded).
+// At decode sizes that is half the MMAs and activation loads of the activations-as-A tiles, which
+// waste 15 of 16 rows at batch 1; at every size it spares the moves of the activations into A's
+// register quads. An expert of up to 8 pairs takes one pass of one tile, else passes of two at
+// decode sizes (at most a tile of 16 pairs an expert on average) and of 8 (64 pairs) at prefill
+// sizes.
 //
 // Every wait is bounded: a protocol error traps after kWaitLimitNs instead of hanging the device.
 #include <cuda_bf16.h>
@@ -75,10 +77,13 @@ __device__ __forceinline__ const void* ring_map(const uint8_t* maps, int experts
 }
 
 // The pairs one pass over an expert's weights serves, of the `count` routed to it: MT tiles of 16;
-// weights as A (decode sizes), one tile of 8 for up to 8 pairs, else two.
+// weights as A, one tile of 8 for up to 8 pairs, else two at decode sizes (MT 1) and 2 MT at
+// prefill sizes (the same 16 MT pairs as activations as A: the same accumulators and loads, but no
+// moves of the activations into the A operand's register quads, which interleave two pairs' rows).
 template <bool kWeightsA, int MT>
 __device__ __forceinline__ int ring_pass_pairs(int count) {
-  return kWeightsA ? (count <= kRowsPerWarp ? kRowsPerWarp : 2 * kRowsPerWarp) : kTile * MT;
+  if constexpr (!kWeightsA) return kTile * MT;
+  return count <= kRowsPerWarp ? kRowsPerWarp : MT == 1 ? 2 * kRowsPerWarp : kTile * MT;
 }
 
 // One block per (box of weight rows, active expert), over the expert's pairs in groups of MT tiles
@@ -216,8 +221,10 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (kWeightsA) {
       if (pass == kRowsPerWarp)
         pass_wa(m0i, std::integral_constant<int, 1>{});
-      else
+      else if (MT == 1)
         pass_wa(m0i, std::integral_constant<int, 2>{});
+      else
+        pass_wa(m0i, std::integral_constant<int, 2 * MT>{});
     } else {
       const __nv_bfloat16* lo[MT];
       const __nv_bfloat16* hi[MT];
@@ -278,22 +285,25 @@ void launch_moe_quant_ring_experts(const float* x, int64_t tokens, int64_t hidde
   launch_moe_prepare(x, tokens, hidden, slots, experts, s, stream);
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
   const int top_k = static_cast<int>(slots.per_token()), e = static_cast<int>(experts);
-  // At prefill sizes (more than a tile an expert on average) 4 tiles share each decoded fragment;
-  // below, the weights are the MMA's A operand (TESSERA_RING_WEIGHTS_A=0 turns that off, for A/B).
+  // At prefill sizes (more than a tile an expert on average) 64 pairs share each decoded fragment.
+  // The weights are the MMA's A operand (TESSERA_RING_WEIGHTS_A=0 makes them B, for A/B).
   static const bool weights_a = ab_switch_on("TESSERA_RING_WEIGHTS_A");
   const bool prefill = pairs > kTile * static_cast<int64_t>(expert_slots);
   auto launch = [&](auto kernels) {
     kernels(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, maps, e, stream);
   };
   constexpr QuantFormat kFp4 = QuantFormat::kNvfp4, kFp8 = QuantFormat::kFp8Block;
-  if (format == kFp4)
-    prefill     ? launch(launch_ring_kernels<kFp4, false, 4>)
-    : weights_a ? launch(launch_ring_kernels<kFp4, true, 1>)
-                : launch(launch_ring_kernels<kFp4, false, 1>);
-  else
-    prefill     ? launch(launch_ring_kernels<kFp8, false, 4>)
-    : weights_a ? launch(launch_ring_kernels<kFp8, true, 1>)
-                : launch(launch_ring_kernels<kFp8, false, 1>);
+  if (format == kFp4) {
+    if (weights_a)
+      prefill ? launch(launch_ring_kernels<kFp4, true, 4>) : launch(launch_ring_kernels<kFp4, true, 1>);
+    else
+      prefill ? launch(launch_ring_kernels<kFp4, false, 4>) : launch(launch_ring_kernels<kFp4, false, 1>);
+  } else {
+    if (weights_a)
+      prefill ? launch(launch_ring_kernels<kFp8, true, 4>) : launch(launch_ring_kernels<kFp8, true, 1>);
+    else
+      prefill ? launch(launch_ring_kernels<kFp8, false, 4>) : launch(launch_ring_kernels<kFp8, false, 1>);
+  }
 }
 
 }  // namespace tessera::ops::cuda
