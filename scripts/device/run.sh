@@ -8,7 +8,7 @@
 #   bash device_carry/run.sh comm                   the collectives' GPU tests and bench comm on this machine's GPUs
 #   bash device_carry/run.sh itl                    ITL with Poisson arrivals, the step pacer on and off (issue 19)
 #   bash device_carry/run.sh prefetch               bench decode nvfp4 | fp8 with TESSERA_EXPERT_PREFETCH 0 / 4 / 8 / 16
-#   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING, TESSERA_RING_WEIGHTS_A): MoE cases, bench A/B nvfp4 | fp8
+#   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING, TESSERA_EXPERT_WEIGHTS_A): MoE cases, bench A/B nvfp4 | fp8
 #   bash device_carry/run.sh verify [serve]         what a kernel change owes before it is merged or made a default:
 #                                                   the golden fixtures, the quantized cases, the quantized MoE cases in
 #                                                   every kernel and MMA orientation; `verify serve`: serve_check.sh on
@@ -66,7 +66,7 @@ case "$what" in
     for w in nvfp4 fp8; do
       for r in 0 1 0 1; do
         echo "== $w, TESSERA_EXPERT_RING=$r"
-        TESSERA_EXPERT_RING=$r TESSERA_RING_WEIGHTS_A=1 tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 \
+        TESSERA_EXPERT_RING=$r TESSERA_EXPERT_WEIGHTS_A=1 tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 \
           --batch 1,16,128 --steps 20 2>&1 | tail -5
       done
     done
@@ -118,8 +118,8 @@ case "$what" in
     show "$OUT/verify_quant.log"
     for v in "1 1" "0 1" "1 0" "0 0"; do
       set -- $v
-      echo "== quantized MoE cases, TESSERA_EXPERT_RING=$1 TESSERA_RING_WEIGHTS_A=$2"
-      TESSERA_EXPERT_RING=$1 TESSERA_RING_WEIGHTS_A=$2 timeout 100 "$KIT/bin/backend_ops_tests" \
+      echo "== quantized MoE cases, TESSERA_EXPERT_RING=$1 TESSERA_EXPERT_WEIGHTS_A=$2"
+      TESSERA_EXPERT_RING=$1 TESSERA_EXPERT_WEIGHTS_A=$2 timeout 100 "$KIT/bin/backend_ops_tests" \
         --gtest_filter="$moe" --gtest_brief=1 > "$OUT/verify_moe_$1$2.log" 2>&1 || rc=1
       show "$OUT/verify_moe_$1$2.log"
     done

@@ -24,9 +24,9 @@ constexpr std::array<EnvSwitch, 19> kSwitches{{
     {"TESSERA_EXPERT_RING", "1",
      "0: quantized (NVFP4, FP8) routed experts on sm_90a stream their weights into registers (quant_expert_mma_kernel) "
      "instead of through the shared-memory ring a producer warp fills by TMA (A/B)"},
-    {"TESSERA_RING_WEIGHTS_A", "1",
-     "0: with the ring on, decode-sized expert batches use the activations as the MMA's A operand (16-pair tiles) "
-     "instead of the weights (A/B)"},
+    {"TESSERA_EXPERT_WEIGHTS_A", "1",
+     "0: the quantized expert kernels use the activations as the MMA's A operand (16-pair tiles) instead of the "
+     "weights (8-pair tiles; the ring kernels at every step size, the register-streaming ones at decode sizes) (A/B)"},
     {"TESSERA_MLA_PREFILL_PRECISION", "split",
      "MLA prefill attention operands: split (bf16 hi + lo, near fp32) or bf16 (faster, less exact)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",

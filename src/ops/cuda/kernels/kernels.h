@@ -193,6 +193,10 @@ int expert_prefetch_blocks();
 // TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
 // (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.
 bool expert_ring_enabled();
+// TESSERA_EXPERT_WEIGHTS_A (default 1; 0 for A/B): the quantized expert kernels (ring and register
+// streaming) put the weights in the MMA's A operand (quant_mma::k_block_dot_wa) instead of the
+// activations. Read once.
+bool expert_weights_a();
 
 // --- moe/router.cu ---
 // Router logits[t, e] = x[t] · W[e] (fp32 accumulate over bf16 weights and fp32 activations).

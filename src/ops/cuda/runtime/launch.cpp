@@ -44,6 +44,11 @@ bool expert_ring_enabled() {
   return on;
 }
 
+bool expert_weights_a() {
+  static const bool on = ab_switch_on("TESSERA_EXPERT_WEIGHTS_A");
+  return on;
+}
+
 // Declared in launch.cuh (a CUDA header: its launch template needs nvcc).
 bool pdl_enabled() {
   static const bool enabled = [] {

@@ -27,6 +27,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "ops/cuda/kernels/common/stream_load.cuh"
 #include "ops/cuda/kernels/kernels.h"
@@ -43,27 +44,21 @@ using namespace quant_mma;
 // Asks L2 for the 128-byte line holding p (a hint: no register, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
-// acc[s][t] += A_t · W_s over all K for the MT tiles of 16 pairs (lo[t]/hi[t]: this lane's two
-// pairs' rows of tile t, null past the expert's end), S weight streams of the same row index. Each
-// weight fragment is decoded once and multiplied into every tile: at prefill (MT 4) the decode, the
-// kernel's main cost, is paid once for 64 pairs instead of once for 16. (A cp.async ring in shared
-// memory 4 K blocks deep instead of the kAhead registers measured slower at batch 16 and 128 and the
-// same at batch 1; docs/PERFORMANCE.md.)
+// The K blocks of S weight streams of the same row index, kAhead blocks of loads in flight: each
+// block's raw codes and scales go to dot(raw, sc, k) (k: the lane's first value of the block). (A
+// cp.async ring in shared memory 4 K blocks deep instead of the kAhead registers measured slower at
+// batch 16 and 128 and the same at batch 1; docs/PERFORMANCE.md.)
 //
 // `prefetch` > 0 (TESSERA_EXPERT_PREFETCH, an experiment): each group of kAhead K blocks first asks
 // L2 for the row's bytes `prefetch` K blocks further on (rounded up to whole groups), a hint that
 // costs no registers, so that DRAM keeps working while the warp decodes and its own loads then come
 // from L2 (the kernel is bound by how long each warp's load-decode-MMA chain takes at its occupancy,
 // docs/PERFORMANCE.md).
-template <QuantFormat F, int S, int MT>
-__device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_dim, const __nv_bfloat16* const (&lo)[MT],
-                                         const __nv_bfloat16* const (&hi)[MT], uint64_t policy, int prefetch,
-                                         float (&acc)[S][MT][4]) {
-  using L = MmaLayout<F>;
+template <QuantFormat F, int S, int kAhead, typename Dot>
+__device__ __forceinline__ void stream_k_blocks(const quant::RowRef (&ref)[S], int k_dim, uint64_t policy, int prefetch,
+                                                Dot&& dot) {
   constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
-  // Several tiles give each load 4x the work to hide behind, and their accumulators need the
-  // registers: fewer K blocks in flight.
-  constexpr int kAhead = MT == 1 ? L::kAhead : kNvfp4 ? 2 : 1, kLoads = L::kLoads;
+  constexpr int kLoads = MmaLayout<F>::kLoads;
   // A group's bytes of one row: at most 256, two 128-byte lines (lanes c = 0, 1); NVFP4 scales one
   // line (lane c = 2).
   constexpr int kGroupBytes = kAhead * (kNvfp4 ? kBlockK / 2 : kBlockK);
@@ -108,14 +103,49 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
         for (int l = 0; l < kLoads; ++l) r[s][l] = raw[s][u][l];
         scales[s] = sc[s][u];
       }
-      k_block_dot<F, S, MT>(r, scales, (kb0 + u) * kBlockK + 32 * c, lo, hi, acc);
+      dot(r, scales, (kb0 + u) * kBlockK + 32 * c);
     }
   }
 }
 
+// K blocks in flight: several tiles give each load 4x the work to hide behind, and their
+// accumulators need the registers.
+template <QuantFormat F, int MT>
+constexpr int kTileAhead = MT == 1                    ? MmaLayout<F>::kAhead
+                           : F == QuantFormat::kNvfp4 ? 2
+                                                      : 1;
+
+// acc[s][t] += A_t · W_s over all K for the MT tiles of 16 pairs (lo[t]/hi[t]: this lane's two
+// pairs' rows of tile t, null past the expert's end), S weight streams of the same row index. Each
+// weight fragment is decoded once and multiplied into every tile: at prefill (MT 4) the decode, the
+// kernel's main cost, is paid once for 64 pairs instead of once for 16.
+template <QuantFormat F, int S, int MT>
+__device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_dim, const __nv_bfloat16* const (&lo)[MT],
+                                         const __nv_bfloat16* const (&hi)[MT], uint64_t policy, int prefetch,
+                                         float (&acc)[S][MT][4]) {
+  stream_k_blocks<F, S, kTileAhead<F, MT>>(
+      ref, k_dim, policy, prefetch, [&](const uint4(&r)[S][MmaLayout<F>::kLoads], const uint32_t(&scales)[S], int k) {
+        k_block_dot<F, S, MT>(r, scales, k, lo, hi, acc);
+      });
+}
+
+// Weights as the MMA's A operand (quant_mma::k_block_dot_wa; decode sizes, two streams): NT tiles
+// of 8 pairs (tok[t]: this lane's pair's row of tile t).
+template <QuantFormat F, int NT>
+__device__ __forceinline__ void tile_dot_wa(const quant::RowRef (&ref)[2], int k_dim,
+                                            const __nv_bfloat16* const (&tok)[NT], uint64_t policy, int prefetch,
+                                            float (&acc)[NT][4]) {
+  stream_k_blocks<F, 2, kTileAhead<F, 1>>(
+      ref, k_dim, policy, prefetch, [&](const uint4(&r)[2][MmaLayout<F>::kLoads], const uint32_t(&scales)[2], int k) {
+        k_block_dot_wa<F, NT>(r, scales, k, tok, acc);
+      });
+}
+
 // One block per (kRowsPerBlock weight rows, active expert), over all of the expert's pairs in
-// groups of MT tiles of 16.
-template <QuantFormat F, bool kGateUp, int MT, int kDownGroups = 1>
+// groups of MT tiles of 16; kWeightsA (decode sizes, two streams: gate and up, or down's two row
+// groups): the weights as the MMA's A operand, passes of one tile of 8 pairs for experts of up to 8,
+// else of two (as grouped_ring.cu).
+template <QuantFormat F, bool kGateUp, int MT, int kDownGroups = 1, bool kWeightsA = false>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_expert_mma_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
                             const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
@@ -147,14 +177,32 @@ __global__ void __launch_bounds__(kWarps * 32)
   // before the MMA.
   const float g0 = m0.global_scale * MmaLayout<F>::kSumUnbias;
   const float g1 = kGateUp ? w1[e].global_scale * MmaLayout<F>::kSumUnbias : 0.0f;
-  for (int m0i = begin; m0i < end; m0i += kTile * MT) {
-    const __nv_bfloat16* lo[MT];
-    const __nv_bfloat16* hi[MT];
-    tile_rows<kGateUp, MT>(a, k_dim, top_k, sorted, m0i, end, g, lo, hi);
-    float acc[S][MT][4];
-    zero(acc);
-    tile_dot<F, S, MT>(ref, k_dim, lo, hi, policy, prefetch, acc);
-    store_tiles<kGateUp, S, MT>(acc, m0i, end, g, c, n0, n_dim, g0, g1, sorted, act_out, y_out);
+  if constexpr (kWeightsA) {
+    static_assert(S == 2 && MT == 1, "weights as A: two streams, decode sizes");
+    auto pass = [&](int m0i, auto nt) {
+      constexpr int NT = decltype(nt)::value;
+      const __nv_bfloat16* tok[NT];
+      tile_rows_wa<kGateUp, NT>(a, k_dim, top_k, sorted, m0i, end, g, tok);
+      float acc[1][NT][4];
+      zero(acc);
+      tile_dot_wa<F, NT>(ref, k_dim, tok, policy, prefetch, acc[0]);
+      store_tiles_wa<kGateUp, NT>(acc[0], m0i, end, g, c, n0, n_dim, g0, g1, sorted, act_out, y_out);
+    };
+    if (end - begin <= kRowsPerWarp) {
+      pass(begin, std::integral_constant<int, 1>{});
+    } else {
+      for (int m0i = begin; m0i < end; m0i += 2 * kRowsPerWarp) pass(m0i, std::integral_constant<int, 2>{});
+    }
+  } else {
+    for (int m0i = begin; m0i < end; m0i += kTile * MT) {
+      const __nv_bfloat16* lo[MT];
+      const __nv_bfloat16* hi[MT];
+      tile_rows<kGateUp, MT>(a, k_dim, top_k, sorted, m0i, end, g, lo, hi);
+      float acc[S][MT][4];
+      zero(acc);
+      tile_dot<F, S, MT>(ref, k_dim, lo, hi, policy, prefetch, acc);
+      store_tiles<kGateUp, S, MT>(acc, m0i, end, g, c, n0, n_dim, g0, g1, sorted, act_out, y_out);
+    }
   }
 }
 
@@ -221,11 +269,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <QuantFormat F, int MT>
+template <QuantFormat F, int MT, bool kWeightsA = false>
 void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
                            const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
                            cudaStream_t stream) {
-  launch_dependent(quant_expert_mma_kernel<F, true, MT>,
+  launch_dependent(quant_expert_mma_kernel<F, true, MT, 1, kWeightsA>,
                    dim3(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots), kWarps * 32,
                    0, stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets, s.active,
                    s.num_active, gate_w, up_w, s.act, static_cast<float*>(nullptr), expert_prefetch_blocks());
@@ -235,7 +283,7 @@ void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned exper
   int64_t down_rows = kRowsPerBlock;
   if constexpr (MT == 1) {
     if (hidden % (2 * kRowsPerWarp) == 0) {
-      down_kernel = quant_expert_mma_kernel<F, false, MT, 2>;
+      down_kernel = quant_expert_mma_kernel<F, false, MT, 2, kWeightsA>;
       down_rows = 2 * kRowsPerBlock;
     }
   }
@@ -245,14 +293,16 @@ void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned exper
                    static_cast<__nv_bfloat16*>(nullptr), s.y, expert_prefetch_blocks());
 }
 
-// Tiles of 16 pairs an expert at decode; at prefill sizes (more than one tile an expert on average)
-// 4 tiles share each decoded weight fragment.
+// Tiles of 16 pairs an expert at decode (the weights as A unless TESSERA_EXPERT_WEIGHTS_A=0); at
+// prefill sizes (more than one tile an expert on average) 4 tiles share each decoded weight fragment.
 template <QuantFormat F>
 void launch_experts(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t pairs, int64_t hidden,
                     int64_t inter, const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
                     cudaStream_t stream) {
   if (pairs > kTile * static_cast<int64_t>(expert_slots))
     launch_expert_kernels<F, 4>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
+  else if (expert_weights_a())
+    launch_expert_kernels<F, 1, true>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
   else
     launch_expert_kernels<F, 1>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
 }

@@ -286,8 +286,8 @@ void launch_moe_quant_ring_experts(const float* x, int64_t tokens, int64_t hidde
   const unsigned expert_slots = static_cast<unsigned>(std::min<int64_t>(experts, pairs));
   const int top_k = static_cast<int>(slots.per_token()), e = static_cast<int>(experts);
   // At prefill sizes (more than a tile an expert on average) 64 pairs share each decoded fragment.
-  // The weights are the MMA's A operand (TESSERA_RING_WEIGHTS_A=0 makes them B, for A/B).
-  static const bool weights_a = ab_switch_on("TESSERA_RING_WEIGHTS_A");
+  // The weights are the MMA's A operand (TESSERA_EXPERT_WEIGHTS_A=0 makes them B, for A/B).
+  const bool weights_a = expert_weights_a();
   const bool prefill = pairs > kTile * static_cast<int64_t>(expert_slots);
   auto launch = [&](auto kernels) {
     kernels(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, maps, e, stream);
