@@ -129,22 +129,22 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
       });
 }
 
-// Weights as the MMA's A operand (quant_mma::k_block_dot_wa; decode sizes, two streams): NT tiles
-// of 8 pairs (tok[t]: this lane's pair's row of tile t).
+// Weights as the MMA's A operand (quant_mma::k_block_dot_wa; two streams): NT tiles of 8 pairs
+// (tok[t]: this lane's pair's row of tile t), the accumulators of NT / 2 tiles of 16 as A.
 template <QuantFormat F, int NT>
 __device__ __forceinline__ void tile_dot_wa(const quant::RowRef (&ref)[2], int k_dim,
                                             const __nv_bfloat16* const (&tok)[NT], uint64_t policy, int prefetch,
                                             float (&acc)[NT][4]) {
-  stream_k_blocks<F, 2, kTileAhead<F, 1>>(
+  stream_k_blocks<F, 2, kTileAhead<F, NT <= 2 ? 1 : NT / 2>>(
       ref, k_dim, policy, prefetch, [&](const uint4(&r)[2][MmaLayout<F>::kLoads], const uint32_t(&scales)[2], int k) {
         k_block_dot_wa<F, NT>(r, scales, k, tok, acc);
       });
 }
 
 // One block per (kRowsPerBlock weight rows, active expert), over all of the expert's pairs in
-// groups of MT tiles of 16; kWeightsA (decode sizes, two streams: gate and up, or down's two row
-// groups): the weights as the MMA's A operand, passes of one tile of 8 pairs for experts of up to 8,
-// else of two (as grouped_ring.cu).
+// groups of MT tiles of 16; kWeightsA (two streams: gate and up, or down's two row groups): the
+// weights as the MMA's A operand, passes of one tile of 8 pairs for experts of up to 8, else of 2 MT
+// tiles (16 MT pairs, as grouped_ring.cu).
 template <QuantFormat F, bool kGateUp, int MT, int kDownGroups = 1, bool kWeightsA = false>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_expert_mma_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float g0 = m0.global_scale * MmaLayout<F>::kSumUnbias;
   const float g1 = kGateUp ? w1[e].global_scale * MmaLayout<F>::kSumUnbias : 0.0f;
   if constexpr (kWeightsA) {
-    static_assert(S == 2 && MT == 1, "weights as A: two streams, decode sizes");
+    static_assert(S == 2, "weights as A: two streams");
     auto pass = [&](int m0i, auto nt) {
       constexpr int NT = decltype(nt)::value;
       const __nv_bfloat16* tok[NT];
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (end - begin <= kRowsPerWarp) {
       pass(begin, std::integral_constant<int, 1>{});
     } else {
-      for (int m0i = begin; m0i < end; m0i += 2 * kRowsPerWarp) pass(m0i, std::integral_constant<int, 2>{});
+      for (int m0i = begin; m0i < end; m0i += 2 * MT * kRowsPerWarp) pass(m0i, std::integral_constant<int, 2 * MT>{});
     }
   } else {
     for (int m0i = begin; m0i < end; m0i += kTile * MT) {
@@ -278,10 +278,11 @@ void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned exper
                    0, stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets, s.active,
                    s.num_active, gate_w, up_w, s.act, static_cast<float*>(nullptr), expert_prefetch_blocks());
   // Decode sizes: two row groups a warp share each activation fragment (NVFP4 slope at batch 1 / 16 /
-  // 128 240 -> 233, 1479 -> 1406, 5088 -> 4851 µs a layer; FP8 the same within 1%, H200).
+  // 128 240 -> 233, 1479 -> 1406, 5088 -> 4851 µs a layer; FP8 the same within 1%, H200); with the
+  // weights as A at every size (they are A's two halves).
   auto down_kernel = quant_expert_mma_kernel<F, false, MT, 1>;
   int64_t down_rows = kRowsPerBlock;
-  if constexpr (MT == 1) {
+  if constexpr (MT == 1 || kWeightsA) {
     if (hidden % (2 * kRowsPerWarp) == 0) {
       down_kernel = quant_expert_mma_kernel<F, false, MT, 2, kWeightsA>;
       down_rows = 2 * kRowsPerBlock;
@@ -293,18 +294,30 @@ void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned exper
                    static_cast<__nv_bfloat16*>(nullptr), s.y, expert_prefetch_blocks());
 }
 
-// Tiles of 16 pairs an expert at decode (the weights as A unless TESSERA_EXPERT_WEIGHTS_A=0); at
-// prefill sizes (more than one tile an expert on average) 4 tiles share each decoded weight fragment.
+// Tiles of 16 pairs an expert at decode; at prefill sizes (more than one tile an expert on average)
+// 64 pairs share each decoded weight fragment. The weights are the MMA's A operand unless
+// TESSERA_EXPERT_WEIGHTS_A=0.
 template <QuantFormat F>
 void launch_experts(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t pairs, int64_t hidden,
                     int64_t inter, const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
                     cudaStream_t stream) {
-  if (pairs > kTile * static_cast<int64_t>(expert_slots))
-    launch_expert_kernels<F, 4>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
-  else if (expert_weights_a())
-    launch_expert_kernels<F, 1, true>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
-  else
-    launch_expert_kernels<F, 1>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
+  const bool prefill = pairs > kTile * static_cast<int64_t>(expert_slots);
+  if (!prefill) {
+    if (expert_weights_a())
+      launch_expert_kernels<F, 1, true>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
+    else
+      launch_expert_kernels<F, 1>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
+    return;
+  }
+  // FP8 prefill keeps the activations as A: with the weights as A, 8 tiles' sums and their per-block
+  // partial sums take 64 registers (255 and spills, against 178 and none).
+  if constexpr (F == QuantFormat::kNvfp4) {
+    if (expert_weights_a()) {
+      launch_expert_kernels<F, 4, true>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
+      return;
+    }
+  }
+  launch_expert_kernels<F, 4>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
 }
 
 bool mma_shape_ok(const QuantMatrix& m) {
