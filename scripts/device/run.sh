@@ -41,6 +41,13 @@ case "$what" in
     echo "== backend_ops_tests *moe* with TESSERA_EXPERT_RING=0"
     TESSERA_EXPERT_RING=0 "$KIT/bin/backend_ops_tests" --gtest_filter='*moe*' --gtest_brief=1 > "$OUT/ring_cases.log" 2>&1 || rc=1
     tail -4 "$OUT/ring_cases.log"
+    # And both families with the activations as the MMA's A operand (the weights are A by default).
+    echo "== backend_ops_tests *moe* with TESSERA_EXPERT_WEIGHTS_A=0, ring on and off"
+    for ring in 1 0; do
+      TESSERA_EXPERT_WEIGHTS_A=0 TESSERA_EXPERT_RING=$ring "$KIT/bin/backend_ops_tests" --gtest_filter='*moe*' \
+        --gtest_brief=1 > "$OUT/act_a_cases_$ring.log" 2>&1 || rc=1
+      tail -2 "$OUT/act_a_cases_$ring.log"
+    done
     exit $rc ;;
   bench)
     for e in "" "--enforce-eager"; do
