@@ -69,8 +69,9 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring) {
   const std::string kernel =
       g.name == kRoutedExpertsGroup
           ? fmt::format(
-                "{} stored; {} over expert-sorted pairs: {}quant_expert_mma_kernel (mma.sync, tiles of 16 pairs, "
-                "4 tiles a decoded weight fragment at prefill; widths multiples of 128) at every step size, or "
+                "{} stored; {} over expert-sorted pairs: {}quant_expert_mma_kernel (mma.sync, the weights as the A "
+                "operand, 64 pairs a decoded weight fragment at prefill; widths multiples of 128) at every step "
+                "size, or "
                 "else quant_expert_kernel (steps <= {} tokens) and dequantized + cuBLASLt per expert beyond",
                 g.format_name, mv,
                 ring ? "quant_expert_ring_kernel (the weights through a shared-memory ring by TMA, a tensor map "
@@ -84,7 +85,10 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring) {
                 "dequantized + cuBLASLt GEMM beyond",
                 g.format_name, mv, kQuantMmaMaxTokens,
                 quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
-  return {"weights: " + g.name, kernel, size + "; dequantized in registers, fp32 accumulation", true};
+  return {"weights: " + g.name, kernel,
+          size + (nvfp4 ? "; each 4-byte word of codes bit-permuted in place at load for the decode" : "") +
+              "; dequantized in registers, fp32 accumulation",
+          true};
 }
 
 class CudaOps final : public Ops {
