@@ -81,6 +81,20 @@ TEST(MmaPairs, Fp8WordsDecodeToConsecutivePairs) {
   }
 }
 
+// NVFP4's group scales: every pair of e4m3 bytes (but NaN) decodes to both values times 2^-120,
+// subnormal scales included; the byte above them is ignored.
+TEST(MmaPairs, Nvfp4GroupScalesDecodeInPairs) {
+  for (uint32_t s0 = 0; s0 < 256; ++s0) {
+    for (uint32_t s1 = 0; s1 < 256; ++s1) {
+      if ((s0 & 0x7f) == 0x7f || (s1 & 0x7f) == 0x7f) continue;
+      const uint32_t bits = mp::nvfp4_scale_pair(s0 | s1 << 8 | 0xA5u << 16);
+      const uint32_t want = bf16_bits(core::fp8_e4m3_to_f32(static_cast<uint8_t>(s0)), -120) |
+                            bf16_bits(core::fp8_e4m3_to_f32(static_cast<uint8_t>(s1)), -120) << 16;
+      ASSERT_EQ(bits, want) << std::hex << "scales 0x" << s0 << " 0x" << s1;
+    }
+  }
+}
+
 // The host emulation of PRMT against the instruction's definition on fixed cases (the device
 // branch is the instruction itself).
 TEST(MmaPairs, BytePermPicksTheSelectedBytes) {

@@ -105,16 +105,20 @@ TESSERA_MMA_PAIRS_FN uint32_t nvfp4_device_word(uint32_t w) {
   return q;
 }
 
+// The e4m3 bytes 1 and 3 of p as the bf16 bits of a pair, each half its value times 2^-120: a byte
+// as a half's high byte, shifted right by 4 under the sign (bytes 0 and 2 are masked off).
+TESSERA_MMA_PAIRS_FN uint32_t e4m3_halves(uint32_t p) { return (p & 0x80008000u) | ((p >> 4) & 0x07f007f0u); }
+
 // FP8: the 8 e4m3 values of x (bytes 0-3) and y (4-7) as bf16 bits of pairs (2i, 2i + 1), each half
-// its value times 2^-120: a byte as a half's high byte, shifted right by 4 under the sign. The PRMT
-// puts value 2i in byte 1 and 2i + 1 in byte 3; bytes 0 and 2 are masked off.
+// its value times 2^-120. The PRMT puts value 2i in byte 1 and 2i + 1 in byte 3.
 TESSERA_MMA_PAIRS_FN void fp8_pairs(uint32_t x, uint32_t y, uint32_t (&bits)[4]) {
   TESSERA_MMA_PAIRS_UNROLL
-  for (uint32_t i = 0; i < 4; ++i) {
-    const uint32_t p = byte_perm(x, y, (2 * i) << 4 | (2 * i + 1) << 12);
-    bits[i] = (p & 0x80008000u) | ((p >> 4) & 0x07f007f0u);
-  }
+  for (uint32_t i = 0; i < 4; ++i) bits[i] = e4m3_halves(byte_perm(x, y, (2 * i) << 4 | (2 * i + 1) << 12));
 }
+
+// NVFP4: a lane's two e4m3 group scales of a K block (bytes 0 and 1 of sc) as the bf16 bits of the
+// pair (scale 0, scale 1), each times 2^-120 (exact, subnormal scales included).
+TESSERA_MMA_PAIRS_FN uint32_t nvfp4_scale_pair(uint32_t sc) { return e4m3_halves(byte_perm(sc, 0u, 0x1404u)); }
 
 }  // namespace tessera::ops::cuda::mma_pairs
 

@@ -27,7 +27,7 @@ template <>
 struct MmaLayout<QuantFormat::kNvfp4> {
   static constexpr int kLoads = 1;
   static constexpr int kAhead = 4;
-  static constexpr float kSumUnbias = 0x1p9f;  // see kScaleBias
+  static constexpr float kSumUnbias = 0x1p9f;  // see group_scales_of
 };
 template <>
 struct MmaLayout<QuantFormat::kFp8Block> {
@@ -43,16 +43,9 @@ __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *rein
 // exponent; exact, an e4m3 scale has 4 significant bits), so one multiply gives value · scale · 2^-9
 // (exact: at most 6 significant bits, and at least 2^-19, a normal number) and the fp32 sums are
 // scaled back by 2^9 (kSumUnbias) with the global scale.
-constexpr float kScaleBias = 0x1p117f;
-
-// The bf16x2 of a group's e4m3 scale byte times kScaleBias.
-__device__ __forceinline__ __nv_bfloat162 biased_scale(uint32_t e4m3) {
-  const float v = quant::e4m3_to_f32(e4m3) * kScaleBias;
-  return __floats2bfloat162_rn(v, v);
-}
 
 // The 8 codes of device-layout word `q` (mma_pairs.h) as bf16 pairs (0, 1), (2, 3), (4, 5), (6, 7),
-// times `scale` (biased_scale of the group's scale) and 2^-126.
+// times `scale` (group_scales_of the group's scale) and 2^-126.
 __device__ __forceinline__ void decode_nvfp4(uint32_t q, __nv_bfloat162 scale, uint32_t (&b)[4]) {
   uint32_t bits[4];
   mma_pairs::nvfp4_pairs(q, bits);
@@ -88,10 +81,16 @@ __device__ __forceinline__ uint32_t word(const uint4& r, int i) {
   return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
 }
 
-// NVFP4: the lane's two group scales of a K block (two e4m3 bytes of sc) as biased bf16 pairs.
+// NVFP4: the lane's two group scales of a K block (two e4m3 bytes of sc) times 2^117, each as a bf16
+// pair: both decoded at once (scale · 2^-120, mma_pairs.h), then 2^237 in two exact multiplies
+// (2^118 · 2^119: one does not fit bf16), and each half taken to both halves.
 __device__ __forceinline__ void group_scales_of(uint32_t sc, __nv_bfloat162 (&scale)[2]) {
-  scale[0] = biased_scale(sc & 0xffu);
-  scale[1] = biased_scale((sc >> 8) & 0xffu);
+  const uint32_t bits = mma_pairs::nvfp4_scale_pair(sc);
+  __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+  v = __hmul2(v, __floats2bfloat162_rn(0x1p118f, 0x1p118f));
+  v = __hmul2(v, __floats2bfloat162_rn(0x1p119f, 0x1p119f));
+  scale[0] = __low2bfloat162(v);
+  scale[1] = __high2bfloat162(v);
 }
 template <int S>
 __device__ __forceinline__ void group_scales(const uint32_t (&sc)[S], __nv_bfloat162 (&scale)[S][2]) {
