@@ -158,8 +158,9 @@ class Ops {
 
   // Weights are handed to the backend once, at load: it may move them to its memory or change
   // their format (the CUDA backend keeps FP8 and NVFP4 projections in their checkpoint format and
-  // computes on them; what attention or the router read it may convert, see LinearUse). The CPU
-  // backend uses the mapped checkpoint as it is.
+  // computes on them, NVFP4's words bit-permuted; what attention or the router read it may convert,
+  // see LinearUse). A tensor already in the backend's memory is taken over: it may be changed in
+  // place. The CPU backend uses the mapped checkpoint as it is.
   virtual LinearWeight upload_linear(const LinearWeight& w, LinearUse use = LinearUse::kProjection) {
     (void)use;
     return w;

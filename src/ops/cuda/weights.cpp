@@ -54,15 +54,17 @@ Tensor host_bf16(CudaContext& ctx, const LinearWeight& w) {
 
 // A quantized weight's codes on the device as the kernels read them: FP8 as the checkpoint stores
 // them; NVFP4 in the device layout (kernels/quant/mma_pairs.h), each 4-byte word's bits permuted on
-// the device: in place after the copy, or from a tensor already on the device (synthetic models)
-// into new memory, so that a caller's tensor never changes. `resident`: the weights' own memory,
-// else a temporary from the activation pool.
+// the device where the copy lies. `resident`: the weights' own memory, else a temporary from the
+// activation pool. A tensor already on the device (synthetic models' random codes) is taken over
+// as upload_same takes it, and permuted in place for the weights' own memory (a copy would hold
+// the weights twice until the caller's went), into the temporary otherwise.
 Tensor device_codes(CudaContext& ctx, const LinearWeight& w, bool resident) {
   const Tensor& t = w.weight;
   if (w.format != Format::kNvfp4) return resident ? upload_same(ctx, t) : upload_temporary(ctx, t);
   TESSERA_CHECK(t.nbytes() % 4 == 0, "{}: NVFP4 codes of {} bytes (the device layout permutes 4-byte words)", w.name,
                 t.nbytes());
-  Tensor d = resident ? ctx.alloc_resident(t.dtype(), t.shape()) : ctx.alloc(t.dtype(), t.shape());
+  const bool taken_over = resident && t.device() == core::Device::kCuda;
+  Tensor d = taken_over ? t : resident ? ctx.alloc_resident(t.dtype(), t.shape()) : ctx.alloc(t.dtype(), t.shape());
   const void* src = t.raw();
   if (t.device() != core::Device::kCuda) {
     TESSERA_CUDA_CHECK(cudaMemcpy(d.raw(), t.raw(), t.nbytes(), cudaMemcpyHostToDevice));
