@@ -84,12 +84,21 @@ case "$what" in
   cases)
     tessera bench kernels --iterations 20 --cases "$@" 2>&1 | tee "$OUT/cases.log" | tail -40 ;;
   comm)
+    # One test a process, each with its own deadline and its name in the log, so that a hang (session
+    # 20: the filtered run as one process never returned on the H200) names the test that hangs.
     rc=0
-    "$KIT/bin/cuda_tests" --gtest_filter='*PeerGroup*:GpuRankGroup*:Nccl*' --gtest_brief=1 \
-      > "$OUT/comm_tests.log" 2>&1 || rc=1
-    tail -6 "$OUT/comm_tests.log"
-    grep -E "measured|one-shot|NCCL " "$OUT/comm_tests.log" | head -12 || true
-    tessera bench comm --device cuda --sizes 4KiB,28KiB,256KiB,1MiB,4MiB 2>&1 | tail -20 || rc=1
+    tests=$("$KIT/bin/cuda_tests" --gtest_list_tests --gtest_filter='*PeerGroup*:GpuRankGroup*:Nccl*' |
+      awk '/^[^ ]/{s=$1} /^  /{print s $1}')
+    for t in $tests; do
+      log="$OUT/comm_$(echo "$t" | tr '/' '_').log"
+      t0=$(date +%s)
+      timeout 90 "$KIT/bin/cuda_tests" --gtest_filter="$t" > "$log" 2>&1 && r=0 || r=$?
+      [ $r -eq 0 ] || rc=1
+      echo "$t: rc $r in $(( $(date +%s) - t0 )) s$([ $r -eq 124 ] && echo ' (timed out)')"
+      [ $r -eq 0 ] || { grep -E "Failure|error|Expected|Which is" "$log" | head -6; } || true
+      { grep -E "measured|one-shot|NCCL " "$log" | head -8; } || true
+    done
+    timeout 120 tessera bench comm --device cuda --sizes 4KiB,28KiB,256KiB,1MiB,4MiB 2>&1 | tail -20 || rc=1
     exit $rc ;;
   itl)
     dir=/tmp/ck-dsv3-4l
