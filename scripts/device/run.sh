@@ -96,6 +96,13 @@ case "$what" in
       [ $r -eq 0 ] || rc=1
       echo "$t: rc $r in $(( $(date +%s) - t0 )) s$([ $r -eq 124 ] && echo ' (timed out)')"
       [ $r -eq 0 ] || { grep -E "Failure|error|Expected|Which is" "$log" | head -6; } || true
+      # Ranks sharing the GPU wait for each other's kernels: with more streams than the device's
+      # hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, default 8) two ranks' kernels can queue behind
+      # each other. A failure is tried again with 32 queues, to tell that apart.
+      if [ $r -ne 0 ]; then
+        CUDA_DEVICE_MAX_CONNECTIONS=32 timeout 90 "$KIT/bin/cuda_tests" --gtest_filter="$t" > "$log.32" 2>&1 && r=0 || r=$?
+        echo "  again with CUDA_DEVICE_MAX_CONNECTIONS=32: rc $r"
+      fi
       { grep -E "measured|one-shot|NCCL " "$log" | head -8; } || true
     done
     timeout 120 tessera bench comm --device cuda --sizes 4KiB,28KiB,256KiB,1MiB,4MiB 2>&1 | tail -20 || rc=1

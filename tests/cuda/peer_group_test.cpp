@@ -103,6 +103,11 @@ std::vector<std::string> on_ranks(ops::cuda::PeerGroup& group, Ranks& ranks, Bod
   return failures;
 }
 
+// How long a rank's kernel waits for the others in the tests whose ranks all take part: a rank that
+// cannot be scheduled beside the others (ranks sharing one GPU) then fails the test in seconds,
+// naming the wait, instead of holding the run for the default minute a collective.
+constexpr std::chrono::seconds kTestWait{10};
+
 void expect_no_failures(const std::vector<std::string>& failures) {
   for (size_t r = 0; r < failures.size(); ++r) EXPECT_TRUE(failures[r].empty()) << "rank " << r << ": " << failures[r];
 }
@@ -112,7 +117,8 @@ class PeerGroupRanks : public ::testing::TestWithParam<int> {};
 TEST_P(PeerGroupRanks, CollectivesMatchTheHostsSumsBitForBit) {
   if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   const int n_ranks = GetParam();
-  ops::cuda::PeerGroup group(std::vector<int>(static_cast<size_t>(n_ranks), 0));
+  ops::cuda::PeerGroup group(std::vector<int>(static_cast<size_t>(n_ranks), 0),
+                             ops::cuda::PeerGroup::kDefaultCapacityBytes, kTestWait);
   const int64_t capacity_floats = static_cast<int64_t>(group.capacity_bytes() / 4);
   Ranks ranks(n_ranks, capacity_floats);
   // 1 and 3: the element path (n % 4 != 0); 7168: a decode token's hidden state; 7168 x 16 + 3; and
@@ -160,6 +166,7 @@ TEST_P(PeerGroupRanks, CollectivesMatchTheHostsSumsBitForBit) {
           want2[static_cast<size_t>(t * mine_count + c)] += theirs[static_cast<size_t>(t * total2 + mine0 + c)];
     }
     if (download(b, b.out, rows2 * mine_count) != want2 && failure.empty()) failure = "reduce-scatter differs";
+    group.check_open();  // a kernel that gave up waiting says so, not only that its result differs
   });
   expect_no_failures(failures);
 }
@@ -173,7 +180,7 @@ TEST(PeerGroup, ReplaysFromARecordedGraph) {
   if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   constexpr int kRanks = 4;
   constexpr int64_t kN = 7168;
-  ops::cuda::PeerGroup group(std::vector<int>(kRanks, 0));
+  ops::cuda::PeerGroup group(std::vector<int>(kRanks, 0), ops::cuda::PeerGroup::kDefaultCapacityBytes, kTestWait);
   Ranks ranks(kRanks, kN);
   const auto failures = on_ranks(group, ranks, [&](int r, RankBuffers& b, std::string& failure) {
     upload(b, b.in, std::vector<float>(kN, static_cast<float>(r + 1)));
@@ -197,6 +204,7 @@ TEST(PeerGroup, ReplaysFromARecordedGraph) {
         failure = "replayed all-reduce gave " + std::to_string(got[i]) + ", want " + std::to_string(want);
     (void)cudaGraphExecDestroy(exec);
     (void)cudaGraphDestroy(graph);
+    group.check_open();  // a replay whose kernel gave up waiting says so, not only that its sum differs
   });
   expect_no_failures(failures);
 }
