@@ -306,10 +306,13 @@ const MoeState::QuantTable& quant_table(CudaContext& ctx, MoeState& state, const
     host[2 * E + e] = quant_matrix(w.down);
   }
   auto it = state.quant_tables.find(experts.data());
+  // The whole descriptor, not only the addresses: another expert list at reused addresses may hold
+  // another format, shape or global scale, which the table on the device carries.
   const auto same = [&](const std::vector<QuantMatrix>& a) {
+    if (a.size() != host.size()) return false;
     for (size_t i = 0; i < a.size(); ++i)
-      if (a[i].data != host[i].data || a[i].scale != host[i].scale) return false;
-    return a.size() == host.size();
+      if (!same_matrix(a[i], host[i])) return false;
+    return true;
   };
   if (it != state.quant_tables.end() && same(it->second.host)) return it->second;
   MoeState::QuantTable t;

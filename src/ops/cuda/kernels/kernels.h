@@ -357,6 +357,13 @@ struct QuantMatrix {
   int32_t scale_cols = 0;                      // scales per row of the scale tensor
   int32_t block_rows = 128, block_cols = 128;  // FP8
 };
+// Every field equal: the same weight as far as a kernel can tell.
+inline bool same_matrix(const QuantMatrix& a, const QuantMatrix& b) {
+  static_assert(sizeof(QuantMatrix) == 48, "a field was added: compare it here");
+  return a.data == b.data && a.scale == b.scale && a.global_scale == b.global_scale && a.format == b.format &&
+         a.n == b.n && a.k == b.k && a.scale_cols == b.scale_cols && a.block_rows == b.block_rows &&
+         a.block_cols == b.block_cols;
+}
 inline void add_fields(Signature& s, const QuantMatrix& m) {
   static_assert(sizeof(QuantMatrix) == 48, "a field was added: add it to the signature");
   s.add(m.data);
