@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 19> kSwitches{{
+constexpr std::array<EnvSwitch, 20> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -24,6 +24,9 @@ constexpr std::array<EnvSwitch, 19> kSwitches{{
     {"TESSERA_EXPERT_RING", "1",
      "0: quantized (NVFP4, FP8) routed experts on sm_90a stream their weights into registers (quant_expert_mma_kernel) "
      "instead of through the shared-memory ring a producer warp fills by TMA (A/B)"},
+    {"TESSERA_LINEAR_RING", "1",
+     "0: dense NVFP4 / FP8 projections of 1-16 tokens on sm_90a run on the register-streaming kernels (matrix-vector, "
+     "quant_linear_mma_kernel) instead of the shared-memory ring with K split over a cluster (A/B)"},
     {"TESSERA_EXPERT_WEIGHTS_A", "1",
      "0: the quantized expert kernels use the activations as the MMA's A operand (16-pair tiles) instead of the "
      "weights (8-pair tiles; the ring kernels at every step size, the register-streaming ones at decode sizes) (A/B)"},

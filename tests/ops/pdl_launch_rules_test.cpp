@@ -1,8 +1,8 @@
 // Programmatic dependent launch (src/ops/cuda/runtime/launch.cuh) is correct only if every kernel
-// launched with launch_dependent() waits (pdl_wait()) before it reads what the kernel before it
-// wrote, and no block of it finishes before that wait: a grid that completes early lets the next
-// kernel's wait return while the one before still runs. A kernel that breaks either rule races
-// silently, so the sources are scanned here (CPU only, every build).
+// launched with launch_dependent() (or launch_dependent_cluster()) waits (pdl_wait()) before it reads what the kernel
+// before it wrote, and no block of it finishes before that wait: a grid that completes early lets the next kernel's
+// wait return while the one before still runs. A kernel that breaks either rule races silently, so the sources are
+// scanned here (CPU only, every build).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -131,7 +131,7 @@ TEST(PdlLaunchRules, EveryDependentLaunchWaitsAndNoBlockFinishesFirst) {
 
   // Rule 1: what launch_dependent launches waits. The launched name is a kernel, or a variable set
   // a few lines above from kernel names (or from a function returning one of them).
-  static const std::regex launch(R"(launch_dependent\(\s*(\w+))");
+  static const std::regex launch(R"(launch_dependent(?:_cluster)?\(\s*(\w+))");
   int launches = 0;
   for (const auto& [rel, text] : files) {
     for (std::sregex_iterator m(text.begin(), text.end(), launch), end; m != end; ++m) {

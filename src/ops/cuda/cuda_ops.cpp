@@ -53,8 +53,9 @@ namespace {
 
 // One line of the plan per group of linears: what the device holds and which kernels compute on it.
 // `ring`: the routed experts run on the ring kernels where their shapes allow (expert_ring_on, as
-// cuda/moe.cpp decides; its one-token exception for NVFP4 is ring_for_step).
-KernelChoice weight_group_row(const WeightGroup& g, bool ring) {
+// cuda/moe.cpp decides; its one-token exception for NVFP4 is ring_for_step); `linear_ring`: the other
+// quantized projections of decode steps do (linear_ring_on, as cuda/linear.cpp decides).
+KernelChoice weight_group_row(const WeightGroup& g, bool ring, bool linear_ring) {
   const std::string size = fmt::format("{} linears, {:.3f} B parameters, {} stored", g.linears, g.params / 1e9,
                                        core::human_bytes(g.stored_bytes));
   const bool nvfp4 = g.format == LinearWeight::Format::kNvfp4;
@@ -80,11 +81,16 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring) {
                      : "",
                 kGroupedMoeMaxTokens)
           : fmt::format(
-                "{} stored; {} quant_linear_mma_kernel (2-{} tokens, activations as two bf16 halves; widths "
+                "{} stored; {} {}quant_linear_mma_kernel (2-{} tokens, activations as two bf16 halves; widths "
                 "multiples of 128), quant_gemv_kernel (1 token, or up to {} where the MMA kernel does not fit), "
                 "dequantized + cuBLASLt GEMM beyond",
-                g.format_name, mv, kQuantMmaMaxTokens,
-                quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
+                g.format_name, mv,
+                linear_ring ? fmt::format("quant_linear_ring_kernel (1-{} tokens: the weights through a shared-memory "
+                                          "ring by TMA, K split over a cluster of up to 8 blocks; widths multiples "
+                                          "of 256 NVFP4, 128 FP8; TESSERA_LINEAR_RING=0 turns it off), else ",
+                                          kQuantMmaMaxTokens)
+                            : "",
+                kQuantMmaMaxTokens, quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
   return {"weights: " + g.name, kernel,
           size + (nvfp4 ? "; each 4-byte word of codes bit-permuted in place at load for the decode" : "") +
               "; dequantized in registers, fp32 accumulation",
@@ -127,9 +133,9 @@ class CudaOps final : public Ops {
                               c.v_head_dim, kv_dtype == core::KvCacheDtype::kFp8E4M3},
                              {c.n_routed_experts, c.hidden_size, c.moe_intermediate_size}, ctx_.overrides())
                     .rows;
-    const bool ring = expert_ring_on(caps);
+    const bool ring = expert_ring_on(caps), linear_ring = linear_ring_on(caps);
     for (const WeightGroup& g : linears) {
-      p.kernels.push_back(weight_group_row(g, ring));
+      p.kernels.push_back(weight_group_row(g, ring, linear_ring));
       // The maps are counted whenever the ring is on: an upper bound for widths it does not take.
       if (g.name == kRoutedExpertsGroup)
         p.table_bytes += routed_expert_table_bytes(g.linears, keeps_quantized(g.format, g.use, g.min_in), ring);

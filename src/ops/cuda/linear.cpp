@@ -1,6 +1,7 @@
 #include "ops/cuda/linear.h"
 
 #include "core/error.h"
+#include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/runtime/cuda_check.h"
 #include "ops/cuda/weights.h"
@@ -36,7 +37,8 @@ GemvArgs gemv_args(const Tensor& x, const LinearWeight& w, Tensor& out) {
 
 bool quantized(const LinearWeight& w) { return w.format != LinearWeight::Format::kDense; }
 
-// Over the checkpoint's bytes up to kQuantMmaMaxTokens: one token on the CUDA-core matrix-vector
+// Over the checkpoint's bytes up to kQuantMmaMaxTokens: on sm_90a the ring kernel (weights through
+// shared memory by TMA, K split over a cluster); elsewhere one token on the CUDA-core matrix-vector
 // kernel (faster on short matrices than a tile of padding), more on tensor cores where the shape
 // allows (activations split into two bf16 halves, not rounded), else the CUDA-core kernel up to its
 // limit; beyond, the weight is dequantized to bf16 in pool memory for one cuBLASLt GEMM
@@ -44,17 +46,19 @@ bool quantized(const LinearWeight& w) { return w.format != LinearWeight::Format:
 void quantized_linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& out) {
   const int64_t T = x.dim(0);
   const QuantMatrix m = quant_matrix(w);
+  const bool ring = T <= kQuantMmaMaxTokens && linear_ring_on(ctx.caps()) && quant_linear_ring_supported(m);
   const bool mma = T <= kQuantMmaMaxTokens && quant_linear_mma_supported(m);
-  if ((T == 1 || !mma) && T <= quant_gemv_max_tokens(m.format) && quant_gemv_supported(m)) {
+  if (!ring && (T == 1 || !mma) && T <= quant_gemv_max_tokens(m.format) && quant_gemv_supported(m)) {
     launch_quant_gemv(m, ptr<float>(x), x.dim(1), T, ptr<float>(out), ctx.num_sms(), ctx.stream());
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }
-  if (mma) {
+  if (ring || mma) {
     Tensor xs = ctx.alloc(DType::kBF16, {2, T, w.in});
     __nv_bfloat16* hi = ptr<__nv_bfloat16>(xs);
     launch_f32_to_bf16_split(ptr<float>(x), hi, hi + T * w.in, x.numel(), ctx.stream());
-    launch_quant_linear_mma(m, hi, hi + T * w.in, T, ptr<float>(out), ctx.num_sms(), ctx.stream());
+    if (!(ring && launch_quant_linear_ring(m, hi, hi + T * w.in, T, ptr<float>(out), ctx.num_sms(), ctx.stream())))
+      launch_quant_linear_mma(m, hi, hi + T * w.in, T, ptr<float>(out), ctx.num_sms(), ctx.stream());
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -65,6 +69,8 @@ void quantized_linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, 
 }
 
 }  // namespace
+
+bool linear_ring_on(const DeviceCaps& caps) { return linear_ring_enabled() && caps.sm == 90 && has_sm90a_code(); }
 
 void linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& out) {
   const int64_t T = x.dim(0);

@@ -9,6 +9,11 @@
 
 namespace tessera::ops::cuda {
 
+// Whether NVFP4 / FP8 projections of up to kQuantMmaMaxTokens tokens run on the ring kernel
+// (kernels/quant/linear_ring.cu) where their shapes allow: an sm_90 GPU with sm_90a code in the
+// build, unless TESSERA_LINEAR_RING=0.
+bool linear_ring_on(const DeviceCaps& caps);
+
 // out [T, out] = x [T, in] · Wᵀ, bf16 inputs, fp32 accumulate and output.
 void linear(CudaContext& ctx, const core::Tensor& x, const LinearWeight& w, core::Tensor& out);
 // Two projections of one input in one matrix-vector launch at decode (q_a and kv_a). False, with

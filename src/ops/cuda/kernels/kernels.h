@@ -193,6 +193,9 @@ int expert_prefetch_blocks();
 // TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
 // (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.
 bool expert_ring_enabled();
+// TESSERA_LINEAR_RING (default 1; 0 for A/B): dense quantized projections of 1-16 tokens on the
+// ring kernel (quant/linear_ring.cu) where the GPU and shapes allow. Read once.
+bool linear_ring_enabled();
 // TESSERA_EXPERT_WEIGHTS_A (default 1; 0 for A/B): the quantized expert kernels (ring and register
 // streaming) put the weights in the MMA's A operand (quant_mma::k_block_dot_wa) instead of the
 // activations. Read once.
@@ -403,6 +406,13 @@ constexpr int64_t kQuantMmaMaxTokens = 16;
 bool quant_linear_mma_supported(const QuantMatrix& w);
 void launch_quant_linear_mma(const QuantMatrix& w, const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo, int64_t tokens,
                              float* out, int num_sms, cudaStream_t s);
+// The same on sm_90a with the weights streamed through a shared-memory ring by TMA and K split over
+// the blocks of a cluster, which add their sums in slice order (quant/linear_ring.cu); tokens
+// 1-kQuantMmaMaxTokens. False (nothing launched) where the weight's tensor maps cannot be made.
+// Shapes as quant_linear_ring_supported says.
+bool quant_linear_ring_supported(const QuantMatrix& w);
+bool launch_quant_linear_ring(const QuantMatrix& w, const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo,
+                              int64_t tokens, float* out, int num_sms, cudaStream_t s);
 // The routed experts of launch_moe_grouped_experts with quantized weights (tables of QuantMatrix
 // [experts] on the device, one format): the pairs sorted by expert into `scratch`, then
 // matrix-vector kernels over each expert's pairs with fp32 activations (gate/up write act

@@ -44,6 +44,11 @@ bool expert_ring_enabled() {
   return on;
 }
 
+bool linear_ring_enabled() {
+  static const bool on = ab_switch_on("TESSERA_LINEAR_RING");
+  return on;
+}
+
 bool expert_weights_a() {
   static const bool on = ab_switch_on("TESSERA_EXPERT_WEIGHTS_A");
   return on;

@@ -53,10 +53,10 @@ void add_argument(Signature& s, const T& v) {
 }
 template <typename... Params, typename... Args>
 bool admit_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                  const Args&... args) {
+                  unsigned cluster_y, const Args&... args) {
   return admit([&](Signature& s) {
     s.add(reinterpret_cast<const void*>(kernel));
-    for (unsigned v : {grid.x, grid.y, grid.z, block.x, block.y, block.z}) s.add(v);
+    for (unsigned v : {grid.x, grid.y, grid.z, block.x, block.y, block.z, cluster_y}) s.add(v);
     s.add(smem);
     s.add(stream);
     (add_argument(s, static_cast<std::remove_cv_t<std::remove_reference_t<Params>>>(args)), ...);
@@ -66,15 +66,18 @@ bool admit_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
 // An ordinary launch (kernel<<<grid, block, smem, stream>>>) through the replay check.
 template <typename... Params, typename... Args>
 void launch_plain(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
-  if (!admit_launch(kernel, grid, block, smem, stream, args...)) return;
+  if (!admit_launch(kernel, grid, block, smem, stream, 1u, args...)) return;
   kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
 }
 
+// A launch with programmatic stream serialization (when pdl_enabled()) and, where cluster_y > 1,
+// clusters of cluster_y blocks along y (sm_90+: their blocks are scheduled together and share
+// their shared memory, cooperative_groups::this_cluster()).
 template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      Args... args) {
-  if (!admit_launch(kernel, grid, block, smem, stream, args...)) return;
-  if (!pdl_enabled()) {
+void launch_with_attributes(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                            unsigned cluster_y, Args... args) {
+  const bool pdl = pdl_enabled();
+  if (!pdl && cluster_y <= 1) {
     kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
     return;
   }
@@ -83,13 +86,37 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attribute[2];
+  unsigned n = 0;
+  if (pdl) {
+    attribute[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_y > 1) {
+    attribute[n].id = cudaLaunchAttributeClusterDimension;
+    attribute[n].val.clusterDim.x = 1;
+    attribute[n].val.clusterDim.y = cluster_y;
+    attribute[n++].val.clusterDim.z = 1;
+  }
   config.attrs = attribute;
-  config.numAttrs = 1;
+  config.numAttrs = n;
   // Errors surface through cudaGetLastError like those of <<<>>> launches.
   (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args... args) {
+  if (!admit_launch(kernel, grid, block, smem, stream, 1u, args...)) return;
+  launch_with_attributes(kernel, grid, block, smem, stream, 1u, args...);
+}
+
+// launch_dependent in clusters of `cluster_y` blocks along y (gridDim.y a multiple of it).
+template <typename... Params, typename... Args>
+void launch_dependent_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                              unsigned cluster_y, Args... args) {
+  if (!admit_launch(kernel, grid, block, smem, stream, cluster_y, args...)) return;
+  launch_with_attributes(kernel, grid, block, smem, stream, cluster_y, args...);
 }
 
 }  // namespace tessera::ops::cuda

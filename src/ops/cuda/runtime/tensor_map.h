@@ -7,7 +7,13 @@
 
 #include <cstdint>
 
+#include "ops/cuda/runtime/launch_gate.h"
+
 namespace tessera::ops::cuda {
+
+// The replay check's view of a tensor map passed as a kernel argument (launch_gate.h): a map
+// encoded into a zeroed object from an address and an extent, so equal bytes mean an equal map.
+inline void add_fields(Signature& s, const CUtensorMap& map) { s.add_bytes(&map, sizeof map); }
 
 // Encodes `map` over a row-major matrix of `rows` rows of `cols` elements of `type`, rows
 // `row_stride_bytes` apart, copied in boxes of `box_rows` x `box_cols` elements with `swizzle`

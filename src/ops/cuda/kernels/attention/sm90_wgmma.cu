@@ -468,10 +468,6 @@ bool encode_cache_map(CUtensorMap* map, const __nv_bfloat16* cache, int64_t rows
 
 }  // namespace
 
-// The replay check's view of a tensor map (launch_gate.h): encoded into a zeroed object from the
-// cache's address and extent, so equal bytes mean an equal map.
-void add_fields(Signature& s, const CUtensorMap& map) { s.add_bytes(&map, sizeof map); }
-
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,

@@ -26,7 +26,7 @@
 // decode sizes (at most a tile of 16 pairs an expert on average) and of 8 (64 pairs) at prefill
 // sizes.
 //
-// Every wait is bounded: a protocol error traps after kWaitLimitNs instead of hanging the device.
+// Every wait is bounded (ring_sync.cuh).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -35,6 +35,7 @@
 
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/kernels/quant/mma_tiles.cuh"
+#include "ops/cuda/kernels/quant/ring_sync.cuh"
 #include "ops/cuda/ptx/tma_primitives.cuh"
 #include "ops/cuda/runtime/launch.cuh"
 
@@ -46,29 +47,10 @@ using namespace quant_mma;
 
 constexpr int kThreads = (kWarps + 1) * 32;  // 8 consumer warps and the producer
 constexpr int kStages = kRingStages;
-constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;  // 10 s: far beyond any stage's wait
 
 template <QuantFormat F, bool kGateUp>
 __host__ __device__ constexpr RingLayout ring_layout_of() {
   return ring_layout(F == QuantFormat::kNvfp4, kGateUp);
-}
-
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// Waits for the phase of parity `parity` of mbarrier `bar`; traps after kWaitLimitNs.
-__device__ __forceinline__ void ring_wait(uint32_t bar, uint32_t parity) {
-  if (tma::mbarrier_try_wait(bar, parity)) return;
-  const uint64_t start = global_ns();
-  while (!tma::mbarrier_try_wait(bar, parity))
-    if (global_ns() - start > kWaitLimitNs) __trap();
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
 // The tensor map of `matrix` (0 gate, 1 up, 2 down), `kind` (0 codes, 1 scales), expert e.
@@ -117,18 +99,8 @@ __global__ void __launch_bounds__(kThreads, kRingMinBlocks<F, MT>)
   const int k_stages = k_dim / (L.blocks * kBlockK);
   const int pass_pairs = ring_pass_pairs<kWeightsA, MT>(end - begin);
   const int groups = (end - begin + pass_pairs - 1) / pass_pairs;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kStages * L.stage_bytes());
-  const uint32_t base = smem_addr(smem);
-  auto full = [&](int s) { return smem_addr(bars + s); };
-  auto empty = [&](int s) { return smem_addr(bars + kStages + s); };
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      tma::mbarrier_init(full(s), 1);
-      tma::mbarrier_init(empty(s), kWarps);
-    }
-    tma::fence_mbarrier_init();
-  }
-  __syncthreads();
+  const uint32_t base = ring::smem_addr(smem);
+  const ring::Barriers bars = ring::init_barriers(smem + kStages * L.stage_bytes(), kWarps);
 
   if (warp == kWarps) {  // the producer: one thread issues every copy
     if (lane != 0) return;
@@ -151,14 +123,15 @@ __global__ void __launch_bounds__(kThreads, kRingMinBlocks<F, MT>)
     for (int it = 0; it < total; ++it) {
       const int st = it % kStages;
       // A fresh barrier's phase 1 counts as complete: the first pass over the ring does not wait.
-      ring_wait(empty(st), ((it / kStages) & 1) ^ 1);
-      tma::mbarrier_arrive_expect_tx(full(st), L.stage_bytes());
+      ring::wait(bars.empty(st), ((it / kStages) & 1) ^ 1);
+      tma::mbarrier_arrive_expect_tx(bars.full(st), L.stage_bytes());
       const int ks = it % k_stages;
       const uint32_t dst = base + st * L.stage_bytes();
       for (int b = 0; b < L.boxes; ++b) {
         for (int u = 0; u < L.blocks; ++u)
-          tma::load_2d(dst + L.code_box(b, u), codes[b], full(st), (ks * L.blocks + u) * L.code_row, row0, policy);
-        if constexpr (kNvfp4) tma::load_2d(dst + L.scale_box(b), scales[b], full(st), ks * L.scale_row, row0, policy);
+          tma::load_2d(dst + L.code_box(b, u), codes[b], bars.full(st), (ks * L.blocks + u) * L.code_row, row0, policy);
+        if constexpr (kNvfp4)
+          tma::load_2d(dst + L.scale_box(b), scales[b], bars.full(st), ks * L.scale_row, row0, policy);
       }
     }
     return;
@@ -181,33 +154,7 @@ __global__ void __launch_bounds__(kThreads, kRingMinBlocks<F, MT>)
   // One pass of the K stages through the ring: each K block's raw codes and scales of both streams
   // go to dot(raw, sc, k).
   auto stream_k = [&](auto&& dot) {
-    for (int ks = 0; ks < k_stages; ++ks, ++it) {
-      const int st = it % kStages;
-      ring_wait(full(st), (it / kStages) & 1);
-      const uint8_t* stage = smem + st * L.stage_bytes();
-#pragma unroll
-      for (int u = 0; u < L.blocks; ++u) {
-        const int k = (ks * L.blocks + u) * kBlockK + 32 * c;
-        uint4 raw[S][kLoads];
-        uint32_t sc[S];
-#pragma unroll
-        for (int s = 0; s < S; ++s) {
-          const int r = box_row(s);
-          const uint8_t* box = stage + L.code_box(box_of(s), u);
-#pragma unroll
-          for (int l = 0; l < kLoads; ++l)
-            raw[s][l] = *reinterpret_cast<const uint4*>(box + L.chunk(r, kLoads * c + l));
-          if constexpr (kNvfp4)  // the two e4m3 scales of the lane's 32 values
-            sc[s] = *reinterpret_cast<const uint16_t*>(stage + L.scale_box(box_of(s)) + r * L.scale_row +
-                                                       u * (kBlockK / 16) + 2 * c);
-          else
-            sc[s] = quant::load_scales<F>(ref[s], k, kBlockK);
-        }
-        dot(raw, sc, k);
-      }
-      __syncwarp();
-      if (lane == 0) tma::mbarrier_arrive(empty(st));
-    }
+    consume_stages<F, S>(smem, L, bars, 0, k_stages, it, c, lane, box_of, box_row, ref, dot);
   };
   // Weights as A: NT tiles of 8 pairs a pass.
   auto pass_wa = [&](int m0i, auto nt) {

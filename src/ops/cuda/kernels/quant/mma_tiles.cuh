@@ -13,6 +13,7 @@
 #include "ops/cuda/kernels/quant/mma_pairs.h"
 #include "ops/cuda/kernels/quant/quant_matrix.cuh"
 #include "ops/cuda/kernels/quant/ring_layout.h"  // the tile shapes
+#include "ops/cuda/kernels/quant/ring_sync.cuh"
 #include "ops/cuda/ptx/mma_primitives.cuh"
 
 namespace tessera::ops::cuda::quant_mma {
@@ -226,6 +227,46 @@ __device__ __forceinline__ void k_block_dot_wa(const uint4 (&raw)[2][MmaLayout<F
       acc[t][2] = fmaf(part[t][2], f1, acc[t][2]);
       acc[t][3] = fmaf(part[t][3], f1, acc[t][3]);
     }
+  }
+}
+
+// The ring kernels' consumers (grouped_ring.cu, linear_ring.cu): K stages [from, to) from the
+// ring's stages it % kRingStages on (`it` counts the stages a warp has taken, across calls). For
+// each K block u of a stage, stream s's raw codes of the lane's row row(s) of box box(s) (lane c
+// reads its kLoads 16-byte chunks of the row) and its scales (NVFP4: the two e4m3 scales of the
+// lane's 32 values, from the stage; FP8: the block scale, from global memory through ref[s]) go to
+// dot(raw, sc, k); then the warp frees the stage.
+template <QuantFormat F, int S, class Box, class Row, class Dot>
+__device__ __forceinline__ void consume_stages(const uint8_t* smem, const RingLayout& L, const ring::Barriers& bars,
+                                               int from, int to, int& it, int c, int lane, Box box, Row row,
+                                               const quant::RowRef (&ref)[S], Dot&& dot) {
+  constexpr int kLoads = MmaLayout<F>::kLoads;
+  for (int ks = from; ks < to; ++ks, ++it) {
+    const int st = it % kRingStages;
+    ring::wait(bars.full(st), (it / kRingStages) & 1);
+    const uint8_t* stage = smem + st * L.stage_bytes();
+#pragma unroll
+    for (int u = 0; u < L.blocks; ++u) {
+      const int k = (ks * L.blocks + u) * kBlockK + 32 * c;
+      uint4 raw[S][kLoads];
+      uint32_t sc[S];
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        const int r = row(s);
+        const uint8_t* codes = stage + L.code_box(box(s), u);
+#pragma unroll
+        for (int l = 0; l < kLoads; ++l)
+          raw[s][l] = *reinterpret_cast<const uint4*>(codes + L.chunk(r, kLoads * c + l));
+        if constexpr (F == QuantFormat::kNvfp4)
+          sc[s] = *reinterpret_cast<const uint16_t*>(stage + L.scale_box(box(s)) + r * L.scale_row +
+                                                     u * (kBlockK / 16) + 2 * c);
+        else
+          sc[s] = quant::load_scales<F>(ref[s], k, kBlockK);
+      }
+      dot(raw, sc, k);
+    }
+    __syncwarp();
+    if (lane == 0) tma::mbarrier_arrive(bars.empty(st));
   }
 }
 
