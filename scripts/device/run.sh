@@ -14,6 +14,9 @@
 #                                                   every kernel and MMA orientation; `verify serve`: serve_check.sh on
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
+#   bash device_carry/run.sh linear                 the dense quantized projections' cases (bench kernels --filter linear,
+#                                                   Kimi-K2.5 and DeepSeek-V3 shapes) with TESSERA_LINEAR_RING=0 and 1,
+#                                                   alternated twice, then bench decode fp8 | nvfp4 with each
 #   bash device_carry/run.sh ab [weights...]        this tree against device_carry/baseline.tar.xz (make_build_kit.sh
 #                                                   --baseline REV), built here: bench decode alternated twice, then the
 #                                                   MoE kernel cases of both
@@ -147,6 +150,22 @@ case "$what" in
       show "$OUT/verify_moe_$1$2.log"
     done
     exit $rc ;;
+  linear)
+    for round in 1 2; do
+      for r in 0 1; do
+        echo "== linear cases, TESSERA_LINEAR_RING=$r (round $round)"
+        TESSERA_LINEAR_RING=$r tessera bench kernels --iterations 20 --cases deepseek-v3,kimi-k2.5 --filter linear \
+          > "$OUT/linear_${r}_$round.log" 2>&1
+        grep -E "fp8|nvfp4" "$OUT/linear_${r}_$round.log" | grep -vE "ragged" | head -40 || tail -3 "$OUT/linear_${r}_$round.log"
+      done
+    done
+    for w in fp8 nvfp4; do
+      for r in 0 1; do
+        echo "== $w, TESSERA_LINEAR_RING=$r"
+        TESSERA_LINEAR_RING=$r tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 \
+          --batch 1,16,128 --steps 20 2>&1 | grep -E "^ +(1|16|128) " || true
+      done
+    done ;;
   ab)
     # The baseline's binaries in a kit of their own (a second build directory: about as long as the
     # first build), then the two alternated on the same GPU.
