@@ -14,8 +14,10 @@
 namespace tessera {
 namespace {
 
+using ops::cuda::quant_mma::kLinearMaxSlices;
 using ops::cuda::quant_mma::kRowsPerWarp;
 using ops::cuda::quant_mma::kWarps;
+using ops::cuda::quant_mma::linear_ring_slices;
 using ops::cuda::quant_mma::ring_box_row;
 using ops::cuda::quant_mma::ring_layout;
 using ops::cuda::quant_mma::RingLayout;
@@ -111,6 +113,38 @@ TEST(RingLayout, LanesReadTheirCodesWithoutBankConflicts) {
             EXPECT_EQ(groups.size(), 8u) << v.name << " warp " << warp << " stream " << s << " phase " << phase;
           }
   }
+}
+
+// linear_ring.cu's K split: every slice of the cluster gets stages (its sums would be zeros, but its
+// block would hold an SM slot for nothing), each at least two once split, at most a portable
+// cluster, and no more blocks than the SMs hold while more slices would fit.
+TEST(RingLayout, DenseProjectionSlicesAreNeverEmptyAndFillTheSms) {
+  for (int resident : {132, 264, 396, 16})
+    for (int boxes = 1; boxes <= 200; boxes += 7)
+      for (int k_stages = 1; k_stages <= 160; ++k_stages) {
+        const int s = linear_ring_slices(boxes, k_stages, resident);
+        const int per = (k_stages + s - 1) / s;
+        ASSERT_GE(s, 1);
+        ASSERT_LE(s, kLinearMaxSlices);
+        EXPECT_LT((s - 1) * per, k_stages) << "an empty slice: " << boxes << " boxes, " << k_stages << " stages, " << s;
+        if (s > 1) {
+          EXPECT_GE(k_stages, 2 * s) << boxes << " boxes, " << k_stages << " stages";
+          EXPECT_LE(s * boxes, resident) << boxes << " boxes, " << k_stages << " stages";
+        }
+      }
+  // DeepSeek-V3's FP8 projections on 132 SMs at 2 and 3 blocks an SM (128-row boxes, 128-value
+  // stages): o_proj [7168, 16384] 56 boxes, q_b [24576, 1536] 192, q_a [1536, 7168] 12, kv_a
+  // [576, 7168] 5.
+  EXPECT_EQ(linear_ring_slices(56, 128, 264), 4);
+  EXPECT_EQ(linear_ring_slices(56, 128, 396), 7);
+  EXPECT_EQ(linear_ring_slices(192, 12, 396), 2);
+  EXPECT_EQ(linear_ring_slices(192, 12, 264), 1);
+  EXPECT_EQ(linear_ring_slices(12, 56, 396), 8);
+  EXPECT_EQ(linear_ring_slices(5, 56, 396), 8);
+  // Short K: [.., 256] FP8 is 2 stages, one slice; 9 stages over 4 would leave the 4th empty (3 a
+  // slice), so 3.
+  EXPECT_EQ(linear_ring_slices(1, 2, 396), 1);
+  EXPECT_EQ(linear_ring_slices(90, 9, 396), 3);
 }
 
 }  // namespace

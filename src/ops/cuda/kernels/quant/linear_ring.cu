@@ -40,7 +40,6 @@ using namespace quant_mma;
 
 constexpr int kThreads = (kWarps + 1) * 32;  // 8 consumer warps and the producer
 constexpr int kStages = kRingStages;
-constexpr int kMaxSlices = 8;                     // the portable cluster size
 constexpr int kTokensPerTile = kRowsPerWarp / 2;  // a tile's 8 pairs: 4 tokens' hi and lo
 
 template <QuantFormat F>
@@ -168,10 +167,7 @@ void launch_tiles(const CUtensorMap& codes, const CUtensorMap& scales, const Qua
                   const __nv_bfloat16* x_lo, int tokens, float* y, int num_sms, cudaStream_t stream) {
   constexpr RingLayout L = linear_layout<F>();
   const int boxes = (w.n + L.rows - 1) / L.rows, k_stages = w.k / (L.blocks * kBlockK);
-  // Slices until the grid fills the SMs' resident blocks, each slice at least two stages long.
-  const int resident = resident_blocks<F, NT>() * num_sms;
-  int slices = 1;
-  while (slices < kMaxSlices && (slices + 1) * boxes <= resident && 2 * (slices + 1) <= k_stages) ++slices;
+  const int slices = linear_ring_slices(boxes, k_stages, resident_blocks<F, NT>() * num_sms);
   allow_dynamic_smem(quant_linear_ring_kernel<F, NT>, L.smem_bytes());  // per device
   launch_dependent_cluster(quant_linear_ring_kernel<F, NT>, dim3(static_cast<unsigned>(boxes), slices), kThreads,
                            L.smem_bytes(), stream, static_cast<unsigned>(slices), codes, scales, w, x_hi, x_lo, tokens,

@@ -60,4 +60,16 @@ TESSERA_RING_HD constexpr int ring_box_row(bool gate_up, int warp, int s, int g)
   return gate_up ? warp * kRowsPerWarp + g : warp * 2 * kRowsPerWarp + kRowsPerWarp * s + g;
 }
 
+// The K slices of a dense projection on the ring (linear_ring.cu), the blocks of one cluster: as many
+// as fit the SMs' `resident` blocks with `boxes` boxes of rows, each slice at least two of the
+// `k_stages` stages long, at most kLinearMaxSlices (the portable cluster size), and none of them
+// empty when the stages are dealt out ceil(k_stages / slices) a slice.
+constexpr int kLinearMaxSlices = 8;
+TESSERA_RING_HD constexpr int linear_ring_slices(int boxes, int k_stages, int resident) {
+  int slices = 1;
+  while (slices < kLinearMaxSlices && (slices + 1) * boxes <= resident && 2 * (slices + 1) <= k_stages) ++slices;
+  while (slices > 1 && (slices - 1) * ((k_stages + slices - 1) / slices) >= k_stages) --slices;
+  return slices;
+}
+
 }  // namespace tessera::ops::cuda::quant_mma
