@@ -190,13 +190,16 @@ void launch_format(const CUtensorMap& codes, const CUtensorMap& scales, const Qu
   }
 }
 
-// The maps of a weight, made once per (codes, scales, shape): the driver call costs microseconds
-// of host time a projection and step. False when they cannot be made.
+// The maps of a weight, made once per (codes, scales, format, shape): the driver call costs
+// microseconds of host time a projection and step. A map encodes only addresses, format and shape,
+// so a weight at a reused address gets the right one. False when they cannot be made.
 bool linear_maps(const QuantMatrix& w, CUtensorMap& codes, CUtensorMap& scales) {
   static std::mutex mu;
-  static std::map<std::tuple<const void*, const void*, int, int>, std::tuple<bool, CUtensorMap, CUtensorMap>> maps;
+  static std::map<std::tuple<const void*, const void*, QuantFormat, int, int>,
+                  std::tuple<bool, CUtensorMap, CUtensorMap>>
+      maps;
   std::lock_guard<std::mutex> lock(mu);
-  auto [it, added] = maps.try_emplace({w.data, w.scale, w.n, w.k});
+  auto [it, added] = maps.try_emplace({w.data, w.scale, w.format, w.n, w.k});
   auto& [ok, c, s] = it->second;
   if (added) {
     const RingBox box = ring_box(w.format, false);
