@@ -9,9 +9,10 @@
 #   bash device_carry/run.sh itl                    ITL with Poisson arrivals, the step pacer on and off (issue 19)
 #   bash device_carry/run.sh prefetch               bench decode nvfp4 | fp8 with TESSERA_EXPERT_PREFETCH 0 / 4 / 8 / 16
 #   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING, TESSERA_EXPERT_WEIGHTS_A): MoE cases, bench A/B nvfp4 | fp8
-#   bash device_carry/run.sh verify [serve]         what a kernel change owes before it is merged or made a default:
+#   bash device_carry/run.sh verify [serve|dense]   what a kernel change owes before it is merged or made a default:
 #                                                   the golden fixtures, the quantized cases, the quantized MoE cases in
-#                                                   every kernel and MMA orientation; `verify serve`: serve_check.sh on
+#                                                   every kernel and MMA orientation (`verify dense`: not the MoE
+#                                                   cases); `verify serve`: serve_check.sh on
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
 #   bash device_carry/run.sh linear                 the dense quantized projections' cases (bench kernels --filter linear,
@@ -145,6 +146,7 @@ case "$what" in
     echo "== quantized cases but MoE"
     timeout 120 "$KIT/bin/backend_ops_tests" --gtest_filter="$quant" --gtest_brief=1 > "$OUT/verify_quant.log" 2>&1 || rc=1
     show "$OUT/verify_quant.log"
+    [ "${1:-}" = dense ] && exit $rc  # a change to the dense projections only
     for v in "1 1" "0 1" "1 0" "0 0"; do
       set -- $v
       echo "== quantized MoE cases, TESSERA_EXPERT_RING=$1 TESSERA_EXPERT_WEIGHTS_A=$2"

@@ -415,7 +415,13 @@ void launch_quant_linear_mma(const QuantMatrix& w, const __nv_bfloat16* x_hi, co
 // The same on sm_90a with the weights streamed through a shared-memory ring by TMA and K split over
 // the blocks of a cluster, which add their sums in slice order (quant/linear_ring.cu); tokens
 // 1-kQuantMmaMaxTokens. False (nothing launched) where the weight's tensor maps cannot be made.
-// Shapes as quant_linear_ring_supported says.
+// Shapes as quant_linear_ring_supported says. Chosen (cuda/linear.cpp) for matrices of at least
+// kLinearRingMinRows outputs: on an H200 (docs/PERFORMANCE.md) it beat the matrix-vector and MMA
+// kernels on DeepSeek-V3's q_b (24576 rows) and o_proj (7168) and Kimi's expert down (7168) by up
+// to 2.5x, and lost on q_a (1536), kv_a (576) and the expert gate (2048) up to 8 tokens by 20-45%:
+// a narrow matrix has too few 128-row boxes to fill the GPU without a deep K split, whose cluster
+// start and reduction cost more than the ring saves.
+constexpr int64_t kLinearRingMinRows = 4096;
 bool quant_linear_ring_supported(const QuantMatrix& w);
 bool launch_quant_linear_ring(const QuantMatrix& w, const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo,
                               int64_t tokens, float* out, int num_sms, cudaStream_t s);
