@@ -18,9 +18,6 @@
 #   bash device_carry/run.sh linear                 the dense quantized projections' cases (bench kernels --filter linear,
 #                                                   Kimi-K2.5 and DeepSeek-V3 shapes) with TESSERA_LINEAR_RING=0 and 1,
 #                                                   alternated twice, then bench decode fp8 | nvfp4 with each
-#   bash device_carry/run.sh variants               bench decode nvfp4 with the ring kernels' A/B switches (default,
-#                                                   TESSERA_EXPERT_RING_ONE_TOKEN=1, TESSERA_RING_REGISTER_BOUND=0),
-#                                                   alternated twice
 #   bash device_carry/run.sh ab [weights...]        this tree against device_carry/baseline.tar.xz (make_build_kit.sh
 #                                                   --baseline REV), built here: bench decode alternated twice, then the
 #                                                   MoE kernel cases of both
@@ -169,14 +166,6 @@ case "$what" in
         echo "== $w, TESSERA_LINEAR_RING=$r"
         TESSERA_LINEAR_RING=$r tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 \
           --batch 1,16,128 --steps 20 2>&1 | grep -E "^ +(1|16|128) " || true
-      done
-    done ;;
-  variants)
-    for round in 1 2; do
-      for v in "" TESSERA_EXPERT_RING_ONE_TOKEN=1 TESSERA_RING_REGISTER_BOUND=0; do
-        echo "== nvfp4 ${v:-default} (round $round)"
-        env $v tessera bench decode --device cuda --synthetic kimi-k2.5 --weights nvfp4 --layers 3 --batch 1,16,128 \
-          --steps 20 2>&1 | grep -E "^ +(1|16|128) " || true
       done
     done ;;
   ab)

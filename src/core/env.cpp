@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 22> kSwitches{{
+constexpr std::array<EnvSwitch, 20> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -27,12 +27,6 @@ constexpr std::array<EnvSwitch, 22> kSwitches{{
     {"TESSERA_LINEAR_RING", "1",
      "0: dense NVFP4 / FP8 projections of 1-16 tokens on sm_90a run on the register-streaming kernels (matrix-vector, "
      "quant_linear_mma_kernel) instead of the shared-memory ring with K split over a cluster (A/B)"},
-    {"TESSERA_EXPERT_RING_ONE_TOKEN", "0",
-     "1: NVFP4 one-token steps' routed experts on the ring kernels too, instead of the register-streaming kernel "
-     "(A/B)"},
-    {"TESSERA_RING_REGISTER_BOUND", "1",
-     "0: the NVFP4 ring kernels of decode steps are compiled without the bound of 3 blocks an SM (80 registers "
-     "and 2 blocks an SM instead of 72 and 3, no spills) (A/B)"},
     {"TESSERA_EXPERT_WEIGHTS_A", "1",
      "0: the quantized expert kernels use the activations as the MMA's A operand (16-pair tiles) instead of the "
      "weights (8-pair tiles; the ring kernels at every step size, the register-streaming ones at decode sizes) (A/B)"},

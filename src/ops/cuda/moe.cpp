@@ -226,9 +226,7 @@ void moe_route(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearW
 
 bool expert_ring_on(const DeviceCaps& caps) { return expert_ring_enabled() && caps.sm == 90 && has_sm90a_code(); }
 
-bool ring_for_step(QuantFormat format, int64_t tokens) {
-  return !(format == QuantFormat::kNvfp4 && tokens == 1) || expert_ring_one_token();
-}
+bool ring_for_step(QuantFormat format, int64_t tokens) { return !(format == QuantFormat::kNvfp4 && tokens == 1); }
 
 namespace {
 // The ring kernels' tensor maps of a linear: its codes and its scales.

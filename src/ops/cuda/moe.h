@@ -59,8 +59,7 @@ bool expert_ring_on(const DeviceCaps& caps);
 uint64_t routed_expert_table_bytes(uint64_t linears, bool quantized, bool ring);
 // Whether a step of `tokens` tokens runs its experts on the ring kernels when they are on: every
 // step but NVFP4's one-token ones, where the register-streaming kernel measured faster on the H200
-// (slope 231.8 against 239.9 µs a Kimi-K2.5 layer; docs/PERFORMANCE.md), unless
-// TESSERA_EXPERT_RING_ONE_TOKEN=1 (A/B).
+// (slope 231.8 against 239.9 µs a Kimi-K2.5 layer; docs/PERFORMANCE.md).
 bool ring_for_step(QuantFormat format, int64_t tokens);
 
 void moe_route(CudaContext& ctx, MoeState& state, const core::Tensor& x, const LinearWeight& gate,

@@ -196,12 +196,6 @@ bool expert_ring_enabled();
 // TESSERA_LINEAR_RING (default 1; 0 for A/B): dense quantized projections of 1-16 tokens on the
 // ring kernel (quant/linear_ring.cu) where the GPU and shapes allow. Read once.
 bool linear_ring_enabled();
-// TESSERA_EXPERT_RING_ONE_TOKEN (default 0; 1 for A/B): NVFP4 one-token steps' experts on the ring
-// kernels too (ring_for_step). Read once.
-bool expert_ring_one_token();
-// TESSERA_RING_REGISTER_BOUND (default 1; 0 for A/B): the NVFP4 ring kernels of decode steps held to
-// 3 blocks an SM by their launch bounds (grouped_ring.cu). Read once.
-bool ring_register_bound();
 // TESSERA_EXPERT_WEIGHTS_A (default 1; 0 for A/B): the quantized expert kernels (ring and register
 // streaming) put the weights in the MMA's A operand (quant_mma::k_block_dot_wa) instead of the
 // activations. Read once.

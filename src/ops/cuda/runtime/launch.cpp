@@ -49,25 +49,6 @@ bool linear_ring_enabled() {
   return on;
 }
 
-namespace {
-// A switch that is off unless set to 1 (A/B experiments of a choice the default makes the other way).
-bool experiment_on(const char* name) {
-  const std::string v = core::env_value(name).value_or("0");
-  TESSERA_CHECK(v == "0" || v == "1", "{}={}: expected 0 or 1", name, v);
-  return v == "1";
-}
-}  // namespace
-
-bool expert_ring_one_token() {
-  static const bool on = experiment_on("TESSERA_EXPERT_RING_ONE_TOKEN");
-  return on;
-}
-
-bool ring_register_bound() {
-  static const bool on = ab_switch_on("TESSERA_RING_REGISTER_BOUND");
-  return on;
-}
-
 bool expert_weights_a() {
   static const bool on = ab_switch_on("TESSERA_EXPERT_WEIGHTS_A");
   return on;

@@ -68,17 +68,15 @@ __device__ __forceinline__ int ring_pass_pairs(int count) {
   return count <= kRowsPerWarp ? kRowsPerWarp : MT == 1 ? 2 * kRowsPerWarp : kTile * MT;
 }
 
-// Blocks an SM the registers must allow (the launch bounds' second argument): NVFP4 at decode sizes,
-// as many as its shared memory does (3 rings of 72 KB; left to itself, ptxas takes 80 registers, 2
-// blocks; TESSERA_RING_REGISTER_BOUND=0 launches that build, kFreeRegisters); others as ptxas chooses.
-constexpr int kFreeRegisters = 0;
+// Blocks an SM the registers must allow: NVFP4 at decode sizes, as many as its shared memory does
+// (3 rings of 72 KB; left to itself, ptxas took 80 registers, 2 blocks); others as ptxas chooses.
 template <QuantFormat F, int MT>
-constexpr int kRingMinBlocks = F == QuantFormat::kNvfp4&& MT == 1 ? 3 : kFreeRegisters;
+constexpr int kRingMinBlocks = F == QuantFormat::kNvfp4&& MT == 1 ? 3 : 0;
 
 // One block per (box of weight rows, active expert), over the expert's pairs in groups of MT tiles
 // of 16; grouped_mma.cu's quant_expert_mma_kernel with the weights from the ring.
-template <QuantFormat F, bool kGateUp, bool kWeightsA, int MT, int kMinBlocks = kRingMinBlocks<F, MT>>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <QuantFormat F, bool kGateUp, bool kWeightsA, int MT>
+__global__ void __launch_bounds__(kThreads, kRingMinBlocks<F, MT>)
     quant_expert_ring_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
                              const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
                              const int32_t* __restrict__ num_active, const QuantMatrix* __restrict__ w0,
@@ -194,18 +192,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-template <QuantFormat F, bool kWeightsA, int MT, int kMin = kRingMinBlocks<F, MT>>
+template <QuantFormat F, bool kWeightsA, int MT>
 void launch_ring_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
                          const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
                          const uint8_t* maps, int experts, cudaStream_t stream) {
   constexpr RingLayout gate_up = ring_layout_of<F, true>(), down = ring_layout_of<F, false>();
-  allow_dynamic_smem(quant_expert_ring_kernel<F, true, kWeightsA, MT, kMin>, gate_up.smem_bytes());
-  allow_dynamic_smem(quant_expert_ring_kernel<F, false, kWeightsA, MT, kMin>, down.smem_bytes());
-  launch_dependent(quant_expert_ring_kernel<F, true, kWeightsA, MT, kMin>,
+  allow_dynamic_smem(quant_expert_ring_kernel<F, true, kWeightsA, MT>, gate_up.smem_bytes());
+  allow_dynamic_smem(quant_expert_ring_kernel<F, false, kWeightsA, MT>, down.smem_bytes());
+  launch_dependent(quant_expert_ring_kernel<F, true, kWeightsA, MT>,
                    dim3(static_cast<unsigned>((inter + gate_up.rows - 1) / gate_up.rows), expert_slots), kThreads,
                    gate_up.smem_bytes(), stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets,
                    s.active, s.num_active, gate_w, up_w, maps, experts, s.act, static_cast<float*>(nullptr));
-  launch_dependent(quant_expert_ring_kernel<F, false, kWeightsA, MT, kMin>,
+  launch_dependent(quant_expert_ring_kernel<F, false, kWeightsA, MT>,
                    dim3(static_cast<unsigned>((hidden + down.rows - 1) / down.rows), expert_slots), kThreads,
                    down.smem_bytes(), stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets,
                    s.active, s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr), maps, experts,
@@ -247,16 +245,11 @@ void launch_moe_quant_ring_experts(const float* x, int64_t tokens, int64_t hidde
     kernels(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, maps, e, stream);
   };
   constexpr QuantFormat kFp4 = QuantFormat::kNvfp4, kFp8 = QuantFormat::kFp8Block;
-  // NVFP4 decode: held to 3 blocks an SM, or (TESSERA_RING_REGISTER_BOUND=0) not.
-  static const bool bound = ring_register_bound();
   if (format == kFp4) {
-    if (prefill)
-      weights_a ? launch(launch_ring_kernels<kFp4, true, 4>) : launch(launch_ring_kernels<kFp4, false, 4>);
-    else if (bound)
-      weights_a ? launch(launch_ring_kernels<kFp4, true, 1>) : launch(launch_ring_kernels<kFp4, false, 1>);
+    if (weights_a)
+      prefill ? launch(launch_ring_kernels<kFp4, true, 4>) : launch(launch_ring_kernels<kFp4, true, 1>);
     else
-      weights_a ? launch(launch_ring_kernels<kFp4, true, 1, kFreeRegisters>)
-                : launch(launch_ring_kernels<kFp4, false, 1, kFreeRegisters>);
+      prefill ? launch(launch_ring_kernels<kFp4, false, 4>) : launch(launch_ring_kernels<kFp4, false, 1>);
   } else {
     if (weights_a)
       prefill ? launch(launch_ring_kernels<kFp8, true, 4>) : launch(launch_ring_kernels<kFp8, true, 1>);
