@@ -59,7 +59,8 @@ bool expert_ring_on(const DeviceCaps& caps);
 uint64_t routed_expert_table_bytes(uint64_t linears, bool quantized, bool ring);
 // Whether a step of `tokens` tokens runs its experts on the ring kernels when they are on: every
 // step but NVFP4's one-token ones, where the register-streaming kernel measured faster on the H200
-// (slope 231.8 against 239.9 µs a Kimi-K2.5 layer; docs/PERFORMANCE.md).
+// (slope 231.8 against 239.9 µs a Kimi-K2.5 layer; again with the device layout: 1.28-1.32 ms
+// against 1.19 ms a 3-layer batch-1 step; docs/PERFORMANCE.md).
 bool ring_for_step(QuantFormat format, int64_t tokens);
 
 void moe_route(CudaContext& ctx, MoeState& state, const core::Tensor& x, const LinearWeight& gate,

@@ -68,15 +68,13 @@ __device__ __forceinline__ int ring_pass_pairs(int count) {
   return count <= kRowsPerWarp ? kRowsPerWarp : MT == 1 ? 2 * kRowsPerWarp : kTile * MT;
 }
 
-// Blocks an SM the registers must allow: NVFP4 at decode sizes, as many as its shared memory does
-// (3 rings of 72 KB; left to itself, ptxas took 80 registers, 2 blocks); others as ptxas chooses.
-template <QuantFormat F, int MT>
-constexpr int kRingMinBlocks = F == QuantFormat::kNvfp4&& MT == 1 ? 3 : 0;
-
 // One block per (box of weight rows, active expert), over the expert's pairs in groups of MT tiles
-// of 16; grouped_mma.cu's quant_expert_mma_kernel with the weights from the ring.
+// of 16; grouped_mma.cu's quant_expert_mma_kernel with the weights from the ring. Registers as ptxas
+// chooses: holding NVFP4's decode build to the 3 blocks an SM its shared memory allows (3 rings of
+// 72 KB) spilled 12 / 20 B (gate/up / down) and measured 2-3% slower at batch 16 and 128 on an H200
+// than ptxas' 80 / 72 registers and 2 blocks (docs/PERFORMANCE.md).
 template <QuantFormat F, bool kGateUp, bool kWeightsA, int MT>
-__global__ void __launch_bounds__(kThreads, kRingMinBlocks<F, MT>)
+__global__ void __launch_bounds__(kThreads)
     quant_expert_ring_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
                              const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
                              const int32_t* __restrict__ num_active, const QuantMatrix* __restrict__ w0,
