@@ -85,11 +85,11 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring, bool linear_ring)
                 "multiples of 128), quant_gemv_kernel (1 token, or up to {} where the MMA kernel does not fit), "
                 "dequantized + cuBLASLt GEMM beyond",
                 g.format_name, mv,
-                linear_ring ? fmt::format("quant_linear_ring_kernel (1-{} tokens, matrices of {} rows or more: the "
+                linear_ring ? fmt::format("quant_linear_ring_kernel ({}-{} tokens, matrices of {} rows or more: the "
                                           "weights through a shared-memory ring by TMA, K split over a cluster of "
                                           "up to 8 blocks; widths multiples of 256 NVFP4, 128 FP8; "
                                           "TESSERA_LINEAR_RING=0 turns it off), else ",
-                                          kQuantMmaMaxTokens, kLinearRingMinRows)
+                                          kLinearRingMinTokens, kQuantMmaMaxTokens, kLinearRingMinRows)
                             : "",
                 kQuantMmaMaxTokens, quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
   return {"weights: " + g.name, kernel,

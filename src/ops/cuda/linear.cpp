@@ -46,8 +46,8 @@ bool quantized(const LinearWeight& w) { return w.format != LinearWeight::Format:
 void quantized_linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& out) {
   const int64_t T = x.dim(0);
   const QuantMatrix m = quant_matrix(w);
-  const bool ring = T <= kQuantMmaMaxTokens && m.n >= kLinearRingMinRows && linear_ring_on(ctx.caps()) &&
-                    quant_linear_ring_supported(m);
+  const bool ring = T >= kLinearRingMinTokens && T <= kQuantMmaMaxTokens && m.n >= kLinearRingMinRows &&
+                    linear_ring_on(ctx.caps()) && quant_linear_ring_supported(m);
   const bool mma = T <= kQuantMmaMaxTokens && quant_linear_mma_supported(m);
   if (!ring && (T == 1 || !mma) && T <= quant_gemv_max_tokens(m.format) && quant_gemv_supported(m)) {
     launch_quant_gemv(m, ptr<float>(x), x.dim(1), T, ptr<float>(out), ctx.num_sms(), ctx.stream());

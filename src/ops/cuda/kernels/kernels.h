@@ -414,8 +414,11 @@ void launch_quant_linear_mma(const QuantMatrix& w, const __nv_bfloat16* x_hi, co
 // kernels on DeepSeek-V3's q_b (24576 rows) and o_proj (7168) and Kimi's expert down (7168) by up
 // to 2.5x, and lost on q_a (1536), kv_a (576) and the expert gate (2048) up to 8 tokens by 20-45%:
 // a narrow matrix has too few 128-row boxes to fill the GPU without a deep K split, whose cluster
-// start and reduction cost more than the ring saves.
+// start and reduction cost more than the ring saves. And for steps of at least kLinearRingMinTokens:
+// at one token, inside a decode step's graph, the matrix-vector kernel won end to end (FP8 batch 1
+// 1.331 against 1.353 ms a 3-layer step) though the ring won the kernel cases, timed alone.
 constexpr int64_t kLinearRingMinRows = 4096;
+constexpr int64_t kLinearRingMinTokens = 2;
 bool quant_linear_ring_supported(const QuantMatrix& w);
 bool launch_quant_linear_ring(const QuantMatrix& w, const __nv_bfloat16* x_hi, const __nv_bfloat16* x_lo,
                               int64_t tokens, float* out, int num_sms, cudaStream_t s);
