@@ -42,9 +42,9 @@ std::vector<float> values(int rank, int call, int64_t n) {
 // on the GPU, so they cannot share the backend's one stream: peer_group.h), device buffers and a
 // pinned host buffer, all made by the main thread before any rank starts, so that no allocation
 // can wait for the device while a rank's kernel waits for another. Copies go through the pinned
-// buffer: a copy from or to pageable memory is staged through the driver's pinned buffers, which
-// the ranks share, and on an H200 eight ranks' staged copies, each behind its rank's waiting
-// kernel, held the others' uploads until the kernels gave up (10 s).
+// buffer: with copies from and to pageable memory (which the driver stages through pinned buffers
+// of its own, shared by the ranks), eight ranks on an H200 waited out the 10 s and failed; through
+// pinned buffers they pass in a second.
 struct RankBuffers {
   cudaStream_t stream = nullptr;
   float* in = nullptr;
