@@ -156,7 +156,7 @@ case "$what" in
     for round in 1 2; do
       for r in 0 1; do
         echo "== linear cases, TESSERA_LINEAR_RING=$r (round $round)"
-        TESSERA_LINEAR_RING=$r tessera bench kernels --iterations 20 --cases deepseek-v3,kimi-k2.5 --filter linear \
+        TESSERA_LINEAR_RING=$r tessera bench kernels --iterations 20 --cases deepseek-v3,kimi-k2.5 --filter linear --device-clock \
           > "$OUT/linear_${r}_$round.log" 2>&1
         grep -E "fp8|nvfp4" "$OUT/linear_${r}_$round.log" | grep -vE "ragged" | head -40 || tail -3 "$OUT/linear_${r}_$round.log"
       done

@@ -89,17 +89,13 @@ void print_kernel_trace(const std::vector<ops::cuda::KernelSpan>& spans, int64_t
   for (size_t i = 0; i < spans.size(); ++i) by_end[i] = i;
   std::sort(by_end.begin(), by_end.end(), [&](size_t a, size_t b) { return spans[a].end_ns < spans[b].end_ns; });
   std::vector<double> adds(spans.size(), 0.0);
-  uint64_t frontier = t0, busy = 0, busy_end = t0;
+  uint64_t frontier = t0;
   for (size_t i : by_end) {
     adds[i] =
         spans[i].end_ns > frontier ? static_cast<double>(spans[i].end_ns - std::max(frontier, spans[i].start_ns)) : 0.0;
     frontier = std::max(frontier, spans[i].end_ns);
   }
-  for (const auto& k : spans) {  // the union of the intervals, in start order
-    if (k.end_ns <= busy_end) continue;
-    busy += k.end_ns - std::max(busy_end, k.start_ns);
-    busy_end = k.end_ns;
-  }
+  const uint64_t busy = ops::cuda::busy_ns(spans);
   for (size_t i = 0; i < spans.size(); ++i) {
     const auto& k = spans[i];
     fmt::print("{:>9.1f} {:>9.1f} {:>8.1f} {:>8.1f} {:>7}  {}\n", (k.start_ns - t0) / 1e3, (k.end_ns - t0) / 1e3,

@@ -17,6 +17,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/tools/case_variants.h"
 #include "ops/cuda/tools/kernel_bench.h"
+#include "ops/cuda/tools/kernel_trace.h"
 #endif
 
 namespace tessera::cli {
@@ -32,6 +33,7 @@ struct KernelArgs {
   std::string filter;
   std::string cases;  // shape families of the conformance table, comma-separated; empty: the kernel benchmarks
   std::string device = "cuda";
+  bool device_clock = false;  // with --cases: each case timed on the device's clock too
 };
 
 std::vector<std::string> split_families(const std::string& text) {
@@ -60,6 +62,11 @@ void print_row(const conf::OpCase& c, const std::string& kernel, const conf::Cas
     rate += gemm_tflops > 0 ? fmt::format("  {:7.2f} TFLOP/s ({:5.1f}% of GEMM)", tf, 100 * tf / gemm_tflops)
                             : fmt::format("  {:7.3f} TFLOP/s", tf);
   }
+  if (t.device_seconds > 0) {
+    rate += fmt::format("  | device {:8.2f} us", t.device_seconds * 1e6);
+    if (t.bytes > 0 && copy_bw > 0)
+      rate += fmt::format(" ({:5.1f}% of copy)", 100 * t.bytes / t.device_seconds / copy_bw);
+  }
   fmt::print("{:<18} {:<12} {:<70} {:<16} {:10.2f} us{}\n", c.op, c.family, c.shape_name, kernel, t.seconds * 1e6,
              rate);
 }
@@ -83,13 +90,22 @@ int run_cases(const KernelArgs& a) {
   gemm = ops::cuda::measure_gemm_tflops(a.iterations);
   fmt::print("ceiling: device copy {:.0f} GB/s (read + write), bf16 GEMM 8192^3 {:.0f} TFLOP/s\n", copy_bw / 1e9, gemm);
   const auto caps = ops::cuda::query_device_caps();
+  conf::DeviceClock device_clock;
+  if (a.device_clock)
+    device_clock = [](const std::function<void()>& calls) {
+      ops::cuda::KernelTrace trace;
+      calls();
+      return static_cast<double>(ops::cuda::busy_ns(trace.stop())) * 1e-9;
+    };
   for (const auto& c : cases) {
     std::vector<std::string> skipped;
     for (const auto& v : ops::cuda::case_variants(c, caps, skipped)) {
       auto gpu = ops::cuda::make_cuda_ops(v.spec);
-      print_row(c, v.label,
-                conf::time_case(c, ops::cuda::cuda_target(*gpu), a.iterations, [] { ops::cuda::synchronize_device(); }),
-                copy_bw, gemm);
+      print_row(
+          c, v.label,
+          conf::time_case(
+              c, ops::cuda::cuda_target(*gpu), a.iterations, [] { ops::cuda::synchronize_device(); }, device_clock),
+          copy_bw, gemm);
     }
   }
   return 0;
@@ -103,6 +119,8 @@ int run_cases(const KernelArgs& a) {
 
 int run(const KernelArgs& a) {
   if (a.device != "cuda" && a.device != "cpu") core::fail("--device {}: expected cuda or cpu", a.device);
+  if (a.device_clock && (a.cases.empty() || a.device != "cuda"))
+    core::fail("--device-clock: only with --cases on --device cuda (the kernel benchmarks time the device already)");
   if (!a.cases.empty()) return run_cases(a);
   if (a.device == "cpu") core::fail("--device cpu: only with --cases (the kernel benchmarks are CUDA kernels)");
 #ifdef TESSERA_HAVE_CUDA
@@ -139,6 +157,9 @@ CommandRegistration reg{
                       "(comma-separated: tiny, ragged, kimi-k2.5, deepseek-v3, or all), once "
                       "per kernel the registry can run for each");
        app.add_option("--device", a->device, "cuda, or cpu (with --cases: the fp32 reference)")->capture_default_str();
+       app.add_flag("--device-clock", a->device_clock,
+                    "with --cases on cuda: time each case on the device's clock too (its kernels' busy time, "
+                    "through CUPTI), without the host's launch costs that a loop of short kernels measures");
        return [a] { return run(*a); };
      },
      "bench"}};

@@ -33,6 +33,10 @@ TEST(BenchKernels, BadCasesAndFiltersFailNamingTheFlag) {
   out = tessera("bench kernels --device cpu", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("--cases"), std::string::npos) << out;
+  // The device's clock is a CUDA device's, and only the cases need it.
+  out = tessera("bench kernels --cases tiny --device cpu --iterations 1 --device-clock", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--device-clock: only with --cases on --device cuda"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -737,6 +737,17 @@ TEST(KernelTrace, DisplayNamesDropNamespacesAndParameters) {
   EXPECT_EQ(ops::cuda::kernel_display_name(nullptr), "?");
 }
 
+// A trace's busy time: overlapping kernels count once, gaps not at all, whatever the order.
+TEST(KernelTrace, BusyTimeIsTheUnionOfTheKernelsIntervals) {
+  using ops::cuda::KernelSpan;
+  EXPECT_EQ(ops::cuda::busy_ns({}), 0u);
+  // [100, 200) and [150, 260) overlap (160 ns), a gap to [300, 310), [400, 420) inside [390, 500).
+  const std::vector<KernelSpan> spans = {
+      {"b", 0, 150, 260}, {"a", 0, 100, 200}, {"c", 0, 300, 310}, {"e", 0, 400, 420}, {"d", 0, 390, 500}};
+  EXPECT_EQ(ops::cuda::busy_ns(spans), 160u + 10u + 110u);
+  EXPECT_EQ(ops::cuda::busy_ns({{"same", 0, 5, 5}}), 0u);
+}
+
 // The context split count: within the combine kernel's limit; at least half of the splits hold
 // positions (each token's splits are equal shares of whole tiles of 64 positions for the wgmma
 // kernel, 32 for the others: mla_split_chunk); and, since a recorded decode graph bakes the count

@@ -8,7 +8,8 @@
 
 namespace tessera::ops::conformance {
 
-CaseTiming time_case(const OpCase& c, const Target& target, int iterations, const std::function<void()>& sync) {
+CaseTiming time_case(const OpCase& c, const Target& target, int iterations, const std::function<void()>& sync,
+                     const DeviceClock& device_clock) {
   TESSERA_CHECK(iterations >= 1, "--iterations {}: at least one timed call", iterations);
   BoundCase b = c.setup(target);
   b.run();
@@ -21,7 +22,13 @@ CaseTiming time_case(const OpCase& c, const Target& target, int iterations, cons
     per_call.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iterations);
   }
   std::nth_element(per_call.begin(), per_call.begin() + kRepeats / 2, per_call.end());
-  return {per_call[kRepeats / 2], b.bytes, b.flops};
+  CaseTiming t{per_call[kRepeats / 2], b.bytes, b.flops};
+  if (device_clock)
+    t.device_seconds = device_clock([&] {
+                         for (int i = 0; i < iterations; ++i) b.run();
+                       }) /
+                       iterations;
+  return t;
 }
 
 }  // namespace tessera::ops::conformance

@@ -71,6 +71,19 @@ void check(CUptiResult r, const char* what) {
 
 // "void tessera::ops::cuda::(anonymous namespace)::router_fused_kernel<12, false>(float const*, ...)"
 // -> "router_fused_kernel<12, false>".
+uint64_t busy_ns(const std::vector<KernelSpan>& spans) {
+  std::vector<std::pair<uint64_t, uint64_t>> by_start;
+  for (const auto& k : spans) by_start.emplace_back(k.start_ns, std::max(k.start_ns, k.end_ns));
+  std::sort(by_start.begin(), by_start.end());
+  uint64_t busy = 0, covered_to = 0;
+  for (const auto& [start, end] : by_start) {
+    if (end <= covered_to) continue;
+    busy += end - std::max(covered_to, start);
+    covered_to = end;
+  }
+  return busy;
+}
+
 std::string kernel_display_name(const char* mangled) {
   if (mangled == nullptr) return "?";
   int status = 0;

@@ -22,6 +22,10 @@ struct KernelSpan {
 // demangle is kept as it is, a null one is "?".
 std::string kernel_display_name(const char* mangled);
 
+// How long at least one of `spans` was running: the union of their intervals, in ns (overlapping
+// kernels count once, gaps with none running not at all). Any order.
+uint64_t busy_ns(const std::vector<KernelSpan>& spans);
+
 // Records from construction until stop() (one trace at a time in a process). Throws core::Error
 // when CUPTI cannot be loaded, naming what was tried (TESSERA_CUPTI_LIBRARY names the library).
 class KernelTrace {
