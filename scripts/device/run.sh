@@ -18,6 +18,8 @@
 #   bash device_carry/run.sh linear                 the dense quantized projections' cases (bench kernels --filter linear,
 #                                                   Kimi-K2.5 and DeepSeek-V3 shapes) with TESSERA_LINEAR_RING=0 and 1,
 #                                                   alternated twice, then bench decode fp8 | nvfp4 with each
+#   bash device_carry/run.sh ncu [kernel case]      Nsight Compute sections of conformance cases' kernels (default: the
+#                                                   FP8 o_proj on the matrix-vector kernel at 1 token, the ring at 4)
 #   bash device_carry/run.sh ab [weights...]        this tree against device_carry/baseline.tar.xz (make_build_kit.sh
 #                                                   --baseline REV), built here: bench decode alternated twice, then the
 #                                                   MoE kernel cases of both
@@ -167,6 +169,25 @@ case "$what" in
         TESSERA_LINEAR_RING=$r tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 \
           --batch 1,16,128 --steps 20 2>&1 | grep -E "^ +(1|16|128) " || true
       done
+    done ;;
+  ncu)
+    # Nsight Compute on the kernels of conformance cases (where the machine has ncu and lets it read
+    # the counters): why a kernel streams at the rate it does. Default: DeepSeek-V3's FP8 o_proj on
+    # the matrix-vector kernel at one token and on the dense ring at four, at 45% and 55% of copy
+    # bandwidth (docs/PERFORMANCE.md). Arguments: a kernel regex and a case filter, run once.
+    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 1; }
+    if [ $# -ge 2 ]; then runs=("$1;$2"); else
+      runs=("quant_gemv_kernel;fp8-block o_proj 1x" "quant_linear_ring_kernel;fp8-block o_proj 4x"); fi
+    i=0
+    for r in "${runs[@]}"; do
+      kernel="${r%%;*}"; filter="${r#*;}"; i=$((i + 1))
+      echo "== $kernel on $filter"
+      timeout 200 "$NCU" -k "regex:$kernel" -c 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section MemoryWorkloadAnalysis \
+        tessera bench kernels --iterations 2 --cases deepseek-v3 --filter "$filter" > "$OUT/ncu_$i.log" 2>&1
+      grep -E "Throughput|Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Waves|ERR|rror" \
+        "$OUT/ncu_$i.log" | head -40 || tail -5 "$OUT/ncu_$i.log"
     done ;;
   ab)
     # The baseline's binaries in a kit of their own (a second build directory: about as long as the
