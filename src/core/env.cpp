@@ -25,7 +25,8 @@ constexpr std::array<EnvSwitch, 20> kSwitches{{
      "0: quantized (NVFP4, FP8) routed experts on sm_90a stream their weights into registers (quant_expert_mma_kernel) "
      "instead of through the shared-memory ring a producer warp fills by TMA (A/B)"},
     {"TESSERA_LINEAR_RING", "1",
-     "0: dense NVFP4 / FP8 projections of 1-16 tokens on sm_90a run on the register-streaming kernels (matrix-vector, "
+     "0: dense NVFP4 / FP8 projections of 2-16 tokens and 4096 rows or more on sm_90a run on the register-streaming "
+     "kernels (matrix-vector, "
      "quant_linear_mma_kernel) instead of the shared-memory ring with K split over a cluster (A/B)"},
     {"TESSERA_EXPERT_WEIGHTS_A", "1",
      "0: the quantized expert kernels use the activations as the MMA's A operand (16-pair tiles) instead of the "

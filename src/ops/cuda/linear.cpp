@@ -37,8 +37,9 @@ GemvArgs gemv_args(const Tensor& x, const LinearWeight& w, Tensor& out) {
 
 bool quantized(const LinearWeight& w) { return w.format != LinearWeight::Format::kDense; }
 
-// Over the checkpoint's bytes up to kQuantMmaMaxTokens: on sm_90a the ring kernel (weights through
-// shared memory by TMA, K split over a cluster); elsewhere one token on the CUDA-core matrix-vector
+// Over the checkpoint's bytes up to kQuantMmaMaxTokens: on sm_90a, for 2 tokens or more and wide
+// matrices (kLinearRingMinTokens, kLinearRingMinRows), the ring kernel (weights through shared
+// memory by TMA, K split over a cluster); otherwise one token on the CUDA-core matrix-vector
 // kernel (faster on short matrices than a tile of padding), more on tensor cores where the shape
 // allows (activations split into two bf16 halves, not rounded), else the CUDA-core kernel up to its
 // limit; beyond, the weight is dequantized to bf16 in pool memory for one cuBLASLt GEMM

@@ -9,9 +9,9 @@
 
 namespace tessera::ops::cuda {
 
-// Whether NVFP4 / FP8 projections of up to kQuantMmaMaxTokens tokens run on the ring kernel
-// (kernels/quant/linear_ring.cu) where their shapes allow: an sm_90 GPU with sm_90a code in the
-// build, unless TESSERA_LINEAR_RING=0.
+// Whether the ring kernel (kernels/quant/linear_ring.cu) is there for NVFP4 / FP8 projections: an
+// sm_90 GPU with sm_90a code in the build, unless TESSERA_LINEAR_RING=0. Which steps and matrices
+// take it: kLinearRingMinTokens, kLinearRingMinRows (kernels.h).
 bool linear_ring_on(const DeviceCaps& caps);
 
 // out [T, out] = x [T, in] · Wᵀ, bf16 inputs, fp32 accumulate and output.

@@ -69,8 +69,6 @@ void check(CUptiResult r, const char* what) {
 
 }  // namespace
 
-// "void tessera::ops::cuda::(anonymous namespace)::router_fused_kernel<12, false>(float const*, ...)"
-// -> "router_fused_kernel<12, false>".
 uint64_t busy_ns(const std::vector<KernelSpan>& spans) {
   std::vector<std::pair<uint64_t, uint64_t>> by_start;
   for (const auto& k : spans) by_start.emplace_back(k.start_ns, std::max(k.start_ns, k.end_ns));
@@ -84,6 +82,8 @@ uint64_t busy_ns(const std::vector<KernelSpan>& spans) {
   return busy;
 }
 
+// "void tessera::ops::cuda::(anonymous namespace)::router_fused_kernel<12, false>(float const*, ...)"
+// -> "router_fused_kernel<12, false>".
 std::string kernel_display_name(const char* mangled) {
   if (mangled == nullptr) return "?";
   int status = 0;
