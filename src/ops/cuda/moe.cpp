@@ -10,7 +10,7 @@
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/linear.h"
 #include "ops/cuda/runtime/cuda_check.h"
-#include "ops/cuda/runtime/tensor_map.h"
+#include "ops/cuda/kernels/quant/ring_maps.h"
 #include "ops/cuda/weights.h"
 
 namespace tessera::ops::cuda {
@@ -247,29 +247,18 @@ bool quantized_experts(const std::vector<ExpertWeights>& experts) {
 static_assert(sizeof(CUtensorMap) == kRingTensorMapBytes, "the ring kernels step through the maps by this size");
 
 // The ring kernels' tensor maps for the table `host` (QuantMatrix [gate, up, down][experts]): per
-// matrix and expert its codes and its scales as rows of bytes, in ring_box's boxes; another rank's
-// experts get zero maps (never read). Undefined when a map cannot be made (the driver has no
-// encoder, or a base or stride is not 16-byte aligned): the experts then run on grouped_mma.cu.
+// matrix and expert its codes and its scales (encode_ring_maps); another rank's experts get zero
+// maps (never read). Undefined when a map cannot be made: the experts then run on grouped_mma.cu.
 core::Tensor ring_maps(CudaContext& ctx, const std::vector<QuantMatrix>& host, size_t experts) {
   std::vector<uint8_t> maps(3 * kRingMapsPerLinear * experts * kRingTensorMapBytes, 0);
   for (int matrix = 0; matrix < 3; ++matrix) {
     for (size_t e = 0; e < experts; ++e) {
       const QuantMatrix& m = host[matrix * experts + e];
       if (m.data == nullptr) continue;
-      const RingBox box = ring_box(m.format, matrix < 2);
       auto* codes = reinterpret_cast<CUtensorMap*>(maps.data() + ((2 * matrix) * experts + e) * kRingTensorMapBytes);
       auto* scales =
           reinterpret_cast<CUtensorMap*>(maps.data() + ((2 * matrix + 1) * experts + e) * kRingTensorMapBytes);
-      // Rows of code bytes: NVFP4 two codes a byte; FP8 one.
-      const uint64_t row_bytes = m.format == QuantFormat::kNvfp4 ? m.k / 2 : m.k, n = static_cast<uint64_t>(m.n);
-      const bool made =
-          encode_tensor_map_2d(codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, m.data, row_bytes, n, row_bytes, box.code_bytes,
-                               box.rows, box.swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE) &&
-          (box.scale_bytes == 0 ||
-           encode_tensor_map_2d(scales, CU_TENSOR_MAP_DATA_TYPE_UINT8, m.scale, static_cast<uint64_t>(m.k / 16), n,
-                                static_cast<uint64_t>(m.scale_cols), box.scale_bytes, box.rows,
-                                CU_TENSOR_MAP_SWIZZLE_NONE));
-      if (!made) {
+      if (!encode_ring_maps(m, matrix < 2, codes, scales)) {
         spdlog::warn(
             "TESSERA_EXPERT_RING: no tensor map for expert {}'s matrix {} ([{}, {}]); these experts run on "
             "the register-streaming kernels",

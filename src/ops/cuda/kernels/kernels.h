@@ -193,8 +193,9 @@ int expert_prefetch_blocks();
 // TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
 // (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.
 bool expert_ring_enabled();
-// TESSERA_LINEAR_RING (default 1; 0 for A/B): dense quantized projections of 1-16 tokens on the
-// ring kernel (quant/linear_ring.cu) where the GPU and shapes allow. Read once.
+// TESSERA_LINEAR_RING (default 1; 0 for A/B): dense quantized projections on the ring kernel
+// (quant/linear_ring.cu) where the GPU, the step (kLinearRingMinTokens) and the matrix
+// (kLinearRingMinRows) allow. Read once.
 bool linear_ring_enabled();
 // TESSERA_EXPERT_WEIGHTS_A (default 1; 0 for A/B): the quantized expert kernels (ring and register
 // streaming) put the weights in the MMA's A operand (quant_mma::k_block_dot_wa) instead of the
@@ -442,16 +443,9 @@ void launch_moe_quant_mma_experts(const float* x, int64_t tokens, int64_t hidden
 // The same with the weights streamed through a shared-memory ring a producer warp fills by TMA
 // (quant/grouped_ring.cu; NVFP4 and FP8 block, sm_90a; cuda/moe.cpp chooses it): `maps`
 // holds kRingTensorMapBytes-byte tensor maps [matrix (gate, up, down)][codes, scales][expert], made
-// with ring_box's boxes (cuda/moe.cpp; FP8 has no scale maps: its block scales are read from global
-// memory). Shapes as moe_quant_ring_supported says.
+// by encode_ring_maps (quant/ring_maps.h; cuda/moe.cpp; FP8 has no scale maps: its block scales are
+// read from global memory). Shapes as moe_quant_ring_supported says.
 constexpr int kRingTensorMapBytes = 128;  // sizeof(CUtensorMap)
-struct RingBox {
-  int code_bytes = 0;    // a box's bytes of a row's codes (one K block)
-  int scale_bytes = 0;   // a box's bytes of a row's scales (0: no scale map)
-  int rows = 0;          // rows a box
-  bool swizzle = false;  // codes with the 128-byte swizzle
-};
-RingBox ring_box(QuantFormat format, bool gate_up);
 bool moe_quant_ring_supported(const QuantMatrix& gate, const QuantMatrix& down);
 void launch_moe_quant_ring_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,
                                    int64_t experts, QuantFormat format, const QuantMatrix* gate_w,

@@ -35,6 +35,7 @@
 
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/kernels/quant/mma_tiles.cuh"
+#include "ops/cuda/kernels/quant/ring_maps.h"
 #include "ops/cuda/kernels/quant/ring_sync.cuh"
 #include "ops/cuda/ptx/tma_primitives.cuh"
 #include "ops/cuda/runtime/launch.cuh"
@@ -221,9 +222,15 @@ bool moe_quant_ring_supported(const QuantMatrix& gate, const QuantMatrix& down) 
   return ok(gate) && ok(down);
 }
 
-RingBox ring_box(QuantFormat format, bool gate_up) {
-  const RingLayout l = ring_layout(format == QuantFormat::kNvfp4, gate_up);
-  return {l.code_row, l.scale_row, l.rows, l.swizzle};
+bool encode_ring_maps(const QuantMatrix& m, bool gate_up, CUtensorMap* codes, CUtensorMap* scales) {
+  const RingLayout l = ring_layout(m.format == QuantFormat::kNvfp4, gate_up);
+  // Rows of code bytes: NVFP4 two codes a byte; FP8 one.
+  const uint64_t row_bytes = m.format == QuantFormat::kNvfp4 ? m.k / 2 : m.k, n = static_cast<uint64_t>(m.n);
+  return encode_tensor_map_2d(codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, m.data, row_bytes, n, row_bytes, l.code_row, l.rows,
+                              l.swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE) &&
+         (l.scale_row == 0 ||
+          encode_tensor_map_2d(scales, CU_TENSOR_MAP_DATA_TYPE_UINT8, m.scale, static_cast<uint64_t>(m.k / 16), n,
+                               static_cast<uint64_t>(m.scale_cols), l.scale_row, l.rows, CU_TENSOR_MAP_SWIZZLE_NONE));
 }
 
 void launch_moe_quant_ring_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots,

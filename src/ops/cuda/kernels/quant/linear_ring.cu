@@ -30,6 +30,7 @@
 #include "ops/cuda/kernels/quant/ring_sync.cuh"
 #include "ops/cuda/ptx/tma_primitives.cuh"
 #include "ops/cuda/runtime/launch.cuh"
+#include "ops/cuda/kernels/quant/ring_maps.h"
 #include "ops/cuda/runtime/tensor_map.h"
 
 namespace tessera::ops::cuda {
@@ -202,16 +203,9 @@ bool linear_maps(const QuantMatrix& w, CUtensorMap& codes, CUtensorMap& scales) 
   auto [it, added] = maps.try_emplace({w.data, w.scale, w.format, w.n, w.k});
   auto& [ok, c, s] = it->second;
   if (added) {
-    const RingBox box = ring_box(w.format, false);
-    const uint64_t row_bytes = w.format == QuantFormat::kNvfp4 ? w.k / 2 : w.k, n = static_cast<uint64_t>(w.n);
     c = CUtensorMap{};
     s = CUtensorMap{};
-    ok = encode_tensor_map_2d(&c, CU_TENSOR_MAP_DATA_TYPE_UINT8, w.data, row_bytes, n, row_bytes, box.code_bytes,
-                              box.rows, box.swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE) &&
-         (box.scale_bytes == 0 ||
-          encode_tensor_map_2d(&s, CU_TENSOR_MAP_DATA_TYPE_UINT8, w.scale, static_cast<uint64_t>(w.k / 16), n,
-                               static_cast<uint64_t>(w.scale_cols), box.scale_bytes, box.rows,
-                               CU_TENSOR_MAP_SWIZZLE_NONE));
+    ok = encode_ring_maps(w, /*gate_up=*/false, &c, &s);
   }
   codes = c;
   scales = s;
