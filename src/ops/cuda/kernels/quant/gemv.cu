@@ -82,12 +82,20 @@ __device__ __forceinline__ void load_act(const __nv_bfloat16* p, float (&a)[N]) 
   }
 }
 
+// No work before the activations are read.
+struct NothingFirst {
+  __device__ void operator()() const {}
+};
+
 // acc[s][j] += W[s][row[s]] · x[j] over the K chunks slice, slice + slices, ... of this lane.
-// ntok <= NT tokens are real (x[j] for j >= ntok is not read).
-template <QuantFormat F, class Act, int NT>
+// ntok <= NT tokens are real (x[j] for j >= ntok is not read). before_x() runs once, after the first
+// chunks' weight loads are issued and before any activation is read (a kernel's pdl_wait: its first
+// weights are then in flight while the kernel before it finishes); not at all when this lane has no
+// chunk.
+template <QuantFormat F, class Act, int NT, class BeforeX = NothingFirst>
 __device__ __forceinline__ void stream_rows(const QuantMatrix* const (&W)[kStreams], const int (&row)[kStreams],
                                             const Act* const (&x)[NT], int ntok, int slice, int slices,
-                                            float (&acc)[kStreams][NT]) {
+                                            float (&acc)[kStreams][NT], BeforeX before_x = {}) {
   constexpr int V = Layout<F>::kVals, G = Layout<F>::kGroups, WV = kWordVals<F>;
   constexpr int kWordsPerGroup = V / G / WV;
   const int lane = threadIdx.x & 31;
@@ -112,6 +120,7 @@ __device__ __forceinline__ void stream_rows(const QuantMatrix* const (&W)[kStrea
         raw_scale[s][u] = in ? quant::load_scales<F>(ref[s], k, block_cols) : 0u;
       }
     }
+    if (c0 == slice) before_x();
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * slices, k = c * chunk + lane * V;
@@ -171,7 +180,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / slices, slice = warp % slices, groups = kWarps / slices;
   const int n0 = (static_cast<int>(blockIdx.x) * groups + group) * kStreams;
-  pdl_wait();  // launched with launch_dependent: x is the previous kernel's output
   float acc[kStreams][NT];
 #pragma unroll
   for (int s = 0; s < kStreams; ++s)
@@ -183,8 +191,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const float* xr[NT];
 #pragma unroll
     for (int j = 0; j < NT; ++j) xr[j] = x + static_cast<int64_t>(j < tokens ? j : 0) * x_row;
-    stream_rows<F, float, NT>(W, row, xr, tokens, slice, slices, acc);
+    // Launched with launch_dependent: x is the previous kernel's output, the weights are constant
+    // (launch.cuh), so their first loads go out before the wait.
+    stream_rows<F, float, NT>(W, row, xr, tokens, slice, slices, acc, [] { pdl_wait(); });
   }
+  pdl_wait();  // for warps without rows or chunks (a second wait returns at once)
   if (lane == 0)
 #pragma unroll
     for (int s = 0; s < kStreams; ++s)
