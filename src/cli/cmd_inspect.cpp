@@ -43,7 +43,8 @@ int run(const InspectArgs& a) {
     for (const auto& e : L.moe.experts)
       for (const auto* l : {&e.gate, &e.up, &e.down}) note("routed experts", *l);
     if (L.moe.shared)
-      for (const auto* l : {&L.moe.shared->gate, &L.moe.shared->up, &L.moe.shared->down}) note("shared experts", *l);
+      for (const auto* l : {&L.moe.shared->gate, &L.moe.shared->up, &L.moe.shared->down})
+        note(ops::kSharedExpertsGroup, *l);
   }
   int dense_layers = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) dense_layers += !c.is_moe_layer(l);

@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 20> kSwitches{{
+constexpr std::array<EnvSwitch, 21> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -18,6 +18,9 @@ constexpr std::array<EnvSwitch, 20> kSwitches{{
     {"TESSERA_GEMV_LOOP", "1", "0: matrix-vector blocks take one row group each instead of looping (A/B)"},
     {"TESSERA_SHARED_EXPERT_STREAM", "1",
      "0: the shared expert runs inside the routed experts' launch instead of on a second stream (A/B)"},
+    {"TESSERA_SHARED_EXPERT_FOLD", "0",
+     "1: a shared expert held quantized in the routed experts' format and shape (DeepSeek-V3 FP8) runs as one more "
+     "expert of their kernels instead of after them (an experiment, not yet measured: A/B)"},
     {"TESSERA_EXPERT_PREFETCH", "0",
      "K blocks ahead the quantized MMA kernels (experts, dense NVFP4/FP8) ask L2 for their weights; 0: none "
      "(an experiment, A/B)"},
@@ -67,6 +70,15 @@ std::optional<std::string> env_value(std::string_view name) {
 bool env_switch_on(std::string_view name) {
   const auto v = env_value(name);
   return !v || *v != "0";
+}
+
+bool env_flag(std::string_view name) {
+  std::string v = env_value(name).value_or("");
+  if (v.empty())
+    for (const EnvSwitch& s : kSwitches)
+      if (name == s.name) v = s.default_value;
+  TESSERA_CHECK(v == "0" || v == "1", "{}={}: expected 0 or 1", name, v);
+  return v == "1";
 }
 
 }  // namespace tessera::core

@@ -25,5 +25,8 @@ std::span<const EnvSwitch> env_switches();
 std::optional<std::string> env_value(std::string_view name);
 // An on/off switch whose default is on: off only when set to "0".
 bool env_switch_on(std::string_view name);
+// A strict on/off switch: "1" on, "0" off, unset or empty its default (the table's "1" or "0");
+// any other value throws core::Error naming the variable.
+bool env_flag(std::string_view name);
 
 }  // namespace tessera::core

@@ -259,7 +259,7 @@ std::vector<ops::WeightGroup> linear_groups(const ModelWeights& w) {
       for (const auto& e : L.moe.experts)
         if (e.held()) mlp(ops::kRoutedExpertsGroup, e);  // not another tensor-parallel rank's
   for (const auto& L : w.layers)
-    if (L.is_moe && L.moe.shared) mlp("shared experts", *L.moe.shared);
+    if (L.is_moe && L.moe.shared) mlp(ops::kSharedExpertsGroup, *L.moe.shared);
   if (w.lm_head.weight.raw() != w.embed.raw()) add("lm_head", LinearUse::kProjection, w.lm_head);
   return groups;
 }

@@ -105,6 +105,8 @@ struct KernelChoice {
 // weight data read): what a backend's plan turns into device bytes and a line on how it computes.
 // The group of the routed experts' linears, which backends plan on their own (their kernels, tables).
 inline constexpr const char* kRoutedExpertsGroup = "routed experts";
+// The shared experts' linears (which a backend may run inside the routed experts' kernels).
+inline constexpr const char* kSharedExpertsGroup = "shared experts";
 struct WeightGroup {
   std::string name;  // kRoutedExpertsGroup, "attention", ...
   LinearUse use = LinearUse::kProjection;

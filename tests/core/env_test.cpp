@@ -40,6 +40,31 @@ TEST(Env, OnOffSwitchIsOffOnlyAtZero) {
   ::unsetenv("TESSERA_PDL");
 }
 
+TEST(Env, StrictFlagTakesItsDefaultAndRejectsOtherValues) {
+  // Declared with default "0" and "1" in core/env.cpp.
+  ::unsetenv("TESSERA_SHARED_EXPERT_FOLD");
+  ::unsetenv("TESSERA_EXPERT_RING");
+  EXPECT_FALSE(core::env_flag("TESSERA_SHARED_EXPERT_FOLD"));
+  EXPECT_TRUE(core::env_flag("TESSERA_EXPERT_RING"));
+  ::setenv("TESSERA_SHARED_EXPERT_FOLD", "1", 1);
+  ::setenv("TESSERA_EXPERT_RING", "0", 1);
+  EXPECT_TRUE(core::env_flag("TESSERA_SHARED_EXPERT_FOLD"));
+  EXPECT_FALSE(core::env_flag("TESSERA_EXPERT_RING"));
+  ::setenv("TESSERA_EXPERT_RING", "", 1);  // empty = unset: the default
+  EXPECT_TRUE(core::env_flag("TESSERA_EXPERT_RING"));
+  ::setenv("TESSERA_SHARED_EXPERT_FOLD", "yes", 1);
+  try {
+    (void)core::env_flag("TESSERA_SHARED_EXPERT_FOLD");
+    ADD_FAILURE() << "TESSERA_SHARED_EXPERT_FOLD=yes was taken";
+  } catch (const core::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("TESSERA_SHARED_EXPERT_FOLD=yes"), std::string::npos) << what;
+    EXPECT_NE(what.find("expected 0 or 1"), std::string::npos) << what;
+  }
+  ::unsetenv("TESSERA_SHARED_EXPERT_FOLD");
+  ::unsetenv("TESSERA_EXPERT_RING");
+}
+
 TEST(Env, EverySwitchHasADocAndAUniqueName) {
   std::set<std::string> names;
   for (const auto& s : core::env_switches()) {

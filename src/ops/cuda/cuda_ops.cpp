@@ -7,6 +7,9 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <span>
+
 #include "core/error.h"
 #include "core/format.h"
 #include "ops/cuda/elementwise.h"
@@ -55,7 +58,8 @@ namespace {
 // `ring`: the routed experts run on the ring kernels where their shapes allow (expert_ring_on, as
 // cuda/moe.cpp decides; its one-token exception for NVFP4 is ring_for_step); `linear_ring`: the other
 // quantized projections of decode steps do (linear_ring_on, as cuda/linear.cpp decides).
-KernelChoice weight_group_row(const WeightGroup& g, bool ring, bool linear_ring) {
+// `folded`: the group is the shared experts, run in the routed experts' kernels (shared_expert_fold_on).
+KernelChoice weight_group_row(const WeightGroup& g, bool ring, bool linear_ring, bool folded) {
   const std::string size = fmt::format("{} linears, {:.3f} B parameters, {} stored", g.linears, g.params / 1e9,
                                        core::human_bytes(g.stored_bytes));
   const bool nvfp4 = g.format == LinearWeight::Format::kNvfp4;
@@ -68,7 +72,12 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring, bool linear_ring)
             true};
   const std::string mv = nvfp4 ? "W4A16" : "W8A16";
   const std::string kernel =
-      g.name == kRoutedExpertsGroup
+      folded ? fmt::format(
+                   "{} stored; {} in the routed experts' grouped kernels as one more expert, a last slot of "
+                   "weight 1 a token, where they take the step and the shared expert has their shape "
+                   "(TESSERA_SHARED_EXPERT_FOLD=1); else as the other projections",
+                   g.format_name, mv)
+      : g.name == kRoutedExpertsGroup
           ? fmt::format(
                 "{} stored; {} over expert-sorted pairs: {}quant_expert_mma_kernel (mma.sync, the weights as the A "
                 "operand, 64 pairs a decoded weight fragment at prefill; widths multiples of 128) at every step "
@@ -96,6 +105,17 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring, bool linear_ring)
           size + (nvfp4 ? "; each 4-byte word of codes bit-permuted in place at load for the decode" : "") +
               "; dequantized in registers, fp32 accumulation",
           true};
+}
+
+// Whether the shared experts' group may run in the routed experts' quantized kernels (cuda/moe.cpp:
+// shared_expert_folds, which also checks the shapes): the switch is on and both groups are held
+// quantized in one checkpoint format.
+bool folds_into_routed(const WeightGroup& shared, std::span<const WeightGroup> linears) {
+  if (!shared_expert_fold_on() || !keeps_quantized(shared.format, shared.use, shared.min_in)) return false;
+  return std::any_of(linears.begin(), linears.end(), [&](const WeightGroup& g) {
+    return g.name == kRoutedExpertsGroup && g.format_name == shared.format_name &&
+           keeps_quantized(g.format, g.use, g.min_in);
+  });
 }
 
 class CudaOps final : public Ops {
@@ -136,9 +156,11 @@ class CudaOps final : public Ops {
                     .rows;
     const bool ring = expert_ring_on(caps), linear_ring = linear_ring_on(caps);
     for (const WeightGroup& g : linears) {
-      p.kernels.push_back(weight_group_row(g, ring, linear_ring));
-      // The maps are counted whenever the ring is on: an upper bound for widths it does not take.
-      if (g.name == kRoutedExpertsGroup)
+      const bool folded = g.name == kSharedExpertsGroup && folds_into_routed(g, linears);
+      p.kernels.push_back(weight_group_row(g, ring, linear_ring, folded));
+      // The maps are counted whenever the ring is on: an upper bound for widths it does not take
+      // (and for a folded shared expert whose shape turns out not to be the routed experts').
+      if (g.name == kRoutedExpertsGroup || folded)
         p.table_bytes += routed_expert_table_bytes(g.linears, keeps_quantized(g.format, g.use, g.min_in), ring);
     }
     if (p.table_bytes > 0)

@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/kernel_registry.h"
@@ -228,6 +230,22 @@ bool expert_ring_on(const DeviceCaps& caps) { return expert_ring_enabled() && ca
 
 bool ring_for_step(QuantFormat format, int64_t tokens) { return !(format == QuantFormat::kNvfp4 && tokens == 1); }
 
+bool shared_expert_fits_routed_table(const std::array<QuantMatrix, 3>& shared, const std::array<QuantMatrix, 3>& routed,
+                                     int64_t experts) {
+  for (int i = 0; i < 3; ++i) {
+    const QuantMatrix &a = shared[i], &b = routed[i];
+    if (a.format != b.format || a.n != b.n || a.k != b.k || a.scale_cols != b.scale_cols ||
+        a.block_rows != b.block_rows || a.block_cols != b.block_cols)
+      return false;
+  }
+  return moe_quant_supported(routed[0], routed[2], experts + 1);
+}
+
+bool shared_expert_fold_on() {
+  static const bool on = core::env_flag("TESSERA_SHARED_EXPERT_FOLD");
+  return on;
+}
+
 namespace {
 // The ring kernels' tensor maps of a linear: its codes and its scales.
 constexpr size_t kRingMapsPerLinear = 2;
@@ -271,17 +289,20 @@ core::Tensor ring_maps(CudaContext& ctx, const std::vector<QuantMatrix>& host, s
 }
 
 // The routed experts held quantized, as one table of the kernels' descriptors (every expert in the
-// first one's format and shape, else an error naming the expert).
-const MoeState::QuantTable& quant_table(CudaContext& ctx, MoeState& state, const std::vector<ExpertWeights>& experts) {
-  const size_t E = experts.size();
+// first one's format and shape, else an error naming the expert), with `shared`, when given,
+// appended as expert E (shared_expert_folds has checked that it has their format and shape).
+const MoeState::QuantTable& quant_table(CudaContext& ctx, MoeState& state, const std::vector<ExpertWeights>& experts,
+                                        const ExpertWeights* shared) {
+  const auto key = std::make_pair(experts.data(), shared);
   if (ctx.replaying()) {
-    auto it = state.quant_tables.find(experts.data());
+    auto it = state.quant_tables.find(key);
     if (it != state.quant_tables.end()) return it->second;
   }
+  const size_t E = experts.size() + (shared ? 1 : 0);
   std::vector<QuantMatrix> host(3 * E);  // another rank's experts: zero (never read, held_mask)
   const ExpertWeights& first = *first_held(experts);
   for (size_t e = 0; e < E; ++e) {
-    const ExpertWeights& w = experts[e];
+    const ExpertWeights& w = e < experts.size() ? experts[e] : *shared;
     if (!w.held()) continue;
     for (const LinearWeight* l : {&w.gate, &w.up, &w.down}) {
       const LinearWeight& f = l == &w.gate ? first.gate : l == &w.up ? first.up : first.down;
@@ -294,7 +315,7 @@ const MoeState::QuantTable& quant_table(CudaContext& ctx, MoeState& state, const
     host[E + e] = quant_matrix(w.up);
     host[2 * E + e] = quant_matrix(w.down);
   }
-  auto it = state.quant_tables.find(experts.data());
+  auto it = state.quant_tables.find(key);
   // The whole descriptor, not only the addresses: another expert list at reused addresses may hold
   // another format, shape or global scale, which the table on the device carries.
   const auto same = [&](const std::vector<QuantMatrix>& a) {
@@ -310,17 +331,32 @@ const MoeState::QuantTable& quant_table(CudaContext& ctx, MoeState& state, const
   if (expert_ring_on(ctx.caps()) && moe_quant_ring_supported(host[ref], host[2 * E + ref]))
     t.ring_maps = ring_maps(ctx, host, E);
   t.host = std::move(host);
-  return state.quant_tables[experts.data()] = std::move(t);
+  return state.quant_tables[key] = std::move(t);
+}
+
+// Whether the shared expert is expert E of the routed experts' quantized table in this step
+// (shared_expert_fold_on, and shared_expert_fits_routed_table: not Kimi-K2.5's bf16 shared expert,
+// nor a tensor-parallel rank's slice of DeepSeek-V3's).
+bool shared_expert_folds(const std::vector<ExpertWeights>& experts, const ExpertWeights& shared) {
+  if (!shared_expert_fold_on() || !shared.held()) return false;
+  const ExpertWeights& f = *first_held(experts);
+  for (const LinearWeight* l : {&shared.gate, &shared.up, &shared.down})
+    if (l->format == LinearWeight::Format::kDense) return false;
+  return shared_expert_fits_routed_table(
+      {quant_matrix(shared.gate), quant_matrix(shared.up), quant_matrix(shared.down)},
+      {quant_matrix(f.gate), quant_matrix(f.up), quant_matrix(f.down)}, static_cast<int64_t>(experts.size()));
 }
 
 // The routed experts over their checkpoint-format weights: pairs sorted by expert on the device,
 // then the quantized kernels (tensor cores, or kernels/quant/gemv.cu), no host round trip. The
-// per-pair outputs are for launch_moe_combine.
+// per-pair outputs are for launch_moe_combine. `shared`, when given, is expert E of the table
+// (shared_expert_folds), for the slots' extra_id.
 GroupedExperts quantized_grouped_experts(CudaContext& ctx, MoeState& state, const Tensor& x,
-                                         const std::vector<ExpertWeights>& experts, const MoeSlots& slots) {
-  const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size());
+                                         const std::vector<ExpertWeights>& experts, const MoeSlots& slots,
+                                         const ExpertWeights* shared) {
+  const int64_t T = x.dim(0), H = x.dim(1), E = static_cast<int64_t>(experts.size()) + (shared ? 1 : 0);
   const int64_t inter = first_held(experts)->gate.out, P = T * slots.per_token();
-  const MoeState::QuantTable& table = quant_table(ctx, state, experts);
+  const MoeState::QuantTable& table = quant_table(ctx, state, experts, shared);
   const auto* q = static_cast<const QuantMatrix*>(table.storage.raw());
   const int64_t ref = first_held(experts) - experts.data();
   // Tensor cores (bf16 activations) where the shapes allow; otherwise the CUDA-core kernels (fp32
@@ -387,16 +423,20 @@ void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const Tensor& x,
     return;
   }
   if (quantized_experts(experts)) {
+    // A shared expert of the routed experts' format and shape may ride along as expert E, in a
+    // last slot of weight 1 (shared_expert_folds); otherwise it runs after them.
+    bool fold = false;
     if (quantized_grouped_applies(ctx, x, experts)) {
-      const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(ids.dim(1)), -1,
-                           held_mask(ctx, state, experts)};
-      const GroupedExperts run = quantized_grouped_experts(ctx, state, x, experts, slots);
-      launch_moe_combine(run.y, T, x.dim(1), slots, E, nullptr, ptr<float>(out), stream);
+      fold = shared != nullptr && shared_expert_folds(experts, *shared);
+      const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(ids.dim(1)),
+                           fold ? static_cast<int>(E) : -1, held_mask(ctx, state, experts)};
+      const GroupedExperts run = quantized_grouped_experts(ctx, state, x, experts, slots, fold ? shared : nullptr);
+      launch_moe_combine(run.y, T, x.dim(1), slots, fold ? E + 1 : E, nullptr, ptr<float>(out), stream);
       TESSERA_CUDA_CHECK_LAUNCH();
     } else {
       moe_experts_per_expert(ctx, x, experts, ids, weights, out);
     }
-    if (shared) add_shared_expert(ctx, ops, x, *shared, out);
+    if (shared && !fold) add_shared_expert(ctx, ops, x, *shared, out);
     return;
   }
   if (!moe_grouped_applies(ctx, x, experts)) {
@@ -480,7 +520,7 @@ bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight&
   Tensor ids = ctx.alloc(DType::kI32, {T, cfg.top_k}), weights = ctx.alloc(DType::kF32, {T, cfg.top_k});
   moe_route(ctx, state, x, router, bias, cfg, ids, weights);
   const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(cfg.top_k), -1};
-  const GroupedExperts run = quant ? quantized_grouped_experts(ctx, state, x, experts, slots)
+  const GroupedExperts run = quant ? quantized_grouped_experts(ctx, state, x, experts, slots, nullptr)
                                    : grouped_experts(ctx, x, slots, E, table, 0, experts[0].gate.out, stream);
   if (admit_op("join", stream, join)) TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream, join, 0));
   unwind.joined = true;

@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 
+#include <array>
 #include <map>
 #include <utility>
 #include <vector>
@@ -33,8 +34,8 @@ struct MoeState {
   std::map<std::pair<const ExpertWeights*, const ExpertWeights*>,
            std::pair<std::vector<const __nv_bfloat16*>, ExpertTable>>
       expert_tables;
-  // The same for experts held quantized: QuantMatrix [3 (gate, up, down), experts] on the device,
-  // built from (and checked against) the host copies.
+  // The same for experts held quantized: QuantMatrix [3 (gate, up, down), experts (+ 1: a folded
+  // shared expert)] on the device, built from (and checked against) the host copies.
   struct QuantTable {
     std::vector<QuantMatrix> host;
     core::Tensor storage;
@@ -42,7 +43,8 @@ struct MoeState {
     // (launch_moe_quant_ring_experts); undefined where they are not used or could not be made.
     core::Tensor ring_maps;
   };
-  std::map<const ExpertWeights*, QuantTable> quant_tables;
+  // Per (experts, folded shared expert or null) list.
+  std::map<std::pair<const ExpertWeights*, const ExpertWeights*>, QuantTable> quant_tables;
   // Per expert list of a tensor-parallel rank's share: which experts it holds, and those flags on
   // the device (MoeSlots::held).
   std::map<const ExpertWeights*, std::pair<std::vector<uint8_t>, core::Tensor>> held_masks;
@@ -62,6 +64,17 @@ uint64_t routed_expert_table_bytes(uint64_t linears, bool quantized, bool ring);
 // (slope 231.8 against 239.9 µs a Kimi-K2.5 layer; again with the device layout: 1.28-1.32 ms
 // against 1.19 ms a 3-layer batch-1 step; docs/PERFORMANCE.md).
 bool ring_for_step(QuantFormat format, int64_t tokens);
+// Whether a shared expert held quantized in the routed experts' format and shape runs as one more
+// expert of their quantized kernels (a last slot of weight 1 a token), where it otherwise runs after
+// them as its own three projections (DeepSeek-V3 FP8 at batch 1: ~35 µs a layer for 44 MB, against
+// ~10 µs of bytes; docs/PERFORMANCE.md). Off by default until measured on a GPU:
+// TESSERA_SHARED_EXPERT_FOLD=1 turns it on.
+bool shared_expert_fold_on();
+// Whether a shared expert of matrices `shared` (gate, up, down) can be expert E of the quantized
+// table of `experts` routed experts like `routed`: the same format, shape and quantization blocks
+// (the table's kernels take one), and a table of experts + 1 within the kernels' limits.
+bool shared_expert_fits_routed_table(const std::array<QuantMatrix, 3>& shared, const std::array<QuantMatrix, 3>& routed,
+                                     int64_t experts);
 
 void moe_route(CudaContext& ctx, MoeState& state, const core::Tensor& x, const LinearWeight& gate,
                const core::Tensor& bias, const RouterConfig& cfg, core::Tensor& ids, core::Tensor& weights);

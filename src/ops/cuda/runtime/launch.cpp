@@ -36,11 +36,7 @@ int expert_prefetch_blocks() {
 }
 
 bool expert_ring_enabled() {
-  static const bool on = [] {
-    const std::string v = core::env_value("TESSERA_EXPERT_RING").value_or("1");
-    TESSERA_CHECK(v == "0" || v == "1", "TESSERA_EXPERT_RING={}: expected 0 or 1", v);
-    return v == "1";
-  }();
+  static const bool on = core::env_flag("TESSERA_EXPERT_RING");
   return on;
 }
 
