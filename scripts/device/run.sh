@@ -9,6 +9,7 @@
 #   bash device_carry/run.sh itl                    ITL with Poisson arrivals, the step pacer on and off (issue 19)
 #   bash device_carry/run.sh prefetch               bench decode nvfp4 | fp8 with TESSERA_EXPERT_PREFETCH 0 / 4 / 8 / 16
 #   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING, TESSERA_EXPERT_WEIGHTS_A): MoE cases, bench A/B nvfp4 | fp8
+#   bash device_carry/run.sh prefill                bench prefill on issue 19's checkpoint, 2048- and 8192-token steps, and --trace
 #   bash device_carry/run.sh prefill-ratio          bench prefill of one Kimi-K2.5 MoE layer, NVFP4 experts against bf16 (issue 15)
 #   bash device_carry/run.sh verify [serve|dense]   what a kernel change owes before it is merged or made a default:
 #                                                   the golden fixtures, the quantized cases, the quantized MoE cases in
@@ -127,6 +128,22 @@ case "$what" in
           | grep -E "output tokens/s|TTFT|ITL" || true
       done
     done ;;
+  prefill)
+    # Issue 19: bench prefill on the issue's checkpoint shape (1 dense + 3 MoE layers, 64 experts, 64
+    # heads; 23.5 GB), at the default step size and at 8192-token steps, then where a 4096- and an
+    # 8192-token prompt's time goes (--trace: kernels summed by name, and the time none ran).
+    dir=/tmp/ck-dsv3-4l
+    [ -d "$dir" ] || tessera make-checkpoint --like deepseek-v3-bf16 --layers 4 --experts 64 --vocab 163840 \
+      --heads 64 --first-dense 1 --tokenizer "$TESSERA_FIXTURES/tokenizers/deepseek-v3" --out "$dir" 2>&1 | tail -2
+    for step in 2048 8192; do
+      echo "== bench prefill, --max-num-batched-tokens $step"
+      tessera bench prefill --device cuda --model "$dir" --prompt-lens 1024,4096,8192,16384,65536 --repeats 3 \
+        --max-num-batched-tokens $step --skip-self-check 2>&1 | tail -9 || true
+    done
+    echo "== bench prefill --trace, --max-num-batched-tokens 8192"
+    tessera bench prefill --device cuda --model "$dir" --prompt-lens 4096,8192 --repeats 1 \
+      --max-num-batched-tokens 8192 --skip-self-check --trace > "$OUT/prefill_trace.log" 2>&1 || true
+    sed -n '/kernels of one/,$p' "$OUT/prefill_trace.log" | cut -c1-170 ;;
   prefill-ratio)
     # Issue 15: prefill on NVFP4 routed experts against the same shapes in bf16 (goal >= 80%). One
     # Kimi-K2.5 MoE layer with all 384 experts (the 61-layer model's layers but one are MoE): the

@@ -41,5 +41,15 @@ TEST(BenchPrefill, RefusesPromptsThePlanCannotHold) {
   EXPECT_NE(out.find("--repeats 0"), std::string::npos) << out;
 }
 
+// --trace records CUDA kernels: on the CPU backend it is refused before loading, by flag name.
+TEST(BenchPrefill, TraceNeedsTheCudaDevice) {
+  int rc = 0;
+  const std::string out =
+      tessera("bench prefill --model " + test::fixture_model_dir("dsv3-tiny") + " --prompt-lens 8 --trace", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--trace"), std::string::npos) << out;
+  EXPECT_NE(out.find("--device cuda"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace tessera

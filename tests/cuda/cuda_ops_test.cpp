@@ -748,6 +748,35 @@ TEST(KernelTrace, BusyTimeIsTheUnionOfTheKernelsIntervals) {
   EXPECT_EQ(ops::cuda::busy_ns({{"same", 0, 5, 5}}), 0u);
 }
 
+// Totals by kernel name: while kernels overlap, each has an equal part of that time, so the shares
+// add up to the busy time; calls and running time are counted per call.
+TEST(KernelTrace, TotalsShareOverlapsEquallyAndSumToTheBusyTime) {
+  using ops::cuda::KernelSpan;
+  EXPECT_TRUE(ops::cuda::kernel_totals({}).empty());
+  // gemm [100, 200) and norm [150, 260) share 50 ns; gemm [300, 310) alone; norm [400, 420) inside
+  // attn [390, 500).
+  const std::vector<KernelSpan> spans = {{"norm", 0, 150, 260}, {"gemm", 0, 100, 200}, {"gemm", 1, 300, 310},
+                                         {"norm", 1, 400, 420}, {"attn", 0, 390, 500}, {"empty", 0, 450, 450}};
+  const auto totals = ops::cuda::kernel_totals(spans);
+  ASSERT_EQ(totals.size(), 4u);
+  // attn: 10 alone + 20 / 2 + 80 alone; norm: 50 / 2 + 60 alone + 20 / 2; gemm: 50 alone + 50 / 2 + 10.
+  EXPECT_EQ(totals[0].name, "attn");
+  EXPECT_DOUBLE_EQ(totals[0].share_ns, 100.0);
+  EXPECT_EQ(totals[1].name, "norm");
+  EXPECT_EQ(totals[1].calls, 2);
+  EXPECT_DOUBLE_EQ(totals[1].run_ns, 130.0);
+  EXPECT_DOUBLE_EQ(totals[1].share_ns, 95.0);
+  EXPECT_EQ(totals[2].name, "gemm");
+  EXPECT_EQ(totals[2].calls, 2);
+  EXPECT_DOUBLE_EQ(totals[2].run_ns, 110.0);
+  EXPECT_DOUBLE_EQ(totals[2].share_ns, 85.0);
+  EXPECT_EQ(totals[3].name, "empty");
+  EXPECT_DOUBLE_EQ(totals[3].share_ns, 0.0);
+  double sum = 0;
+  for (const auto& t : totals) sum += t.share_ns;
+  EXPECT_DOUBLE_EQ(sum, static_cast<double>(ops::cuda::busy_ns(spans)));
+}
+
 // The context split count: within the combine kernel's limit; at least half of the splits hold
 // positions (each token's splits are equal shares of whole tiles of 64 positions for the wgmma
 // kernel, 32 for the others: mla_split_chunk); and, since a recorded decode graph bakes the count

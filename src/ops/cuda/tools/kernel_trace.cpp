@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -80,6 +81,51 @@ uint64_t busy_ns(const std::vector<KernelSpan>& spans) {
     covered_to = end;
   }
   return busy;
+}
+
+std::vector<KernelTotal> kernel_totals(const std::vector<KernelSpan>& spans) {
+  // Sweep the starts and ends in time order (an end before a start at the same time), keeping the
+  // running spans; each stretch between two events goes to them in equal parts.
+  struct Event {
+    uint64_t t;
+    bool start;
+    size_t span;
+  };
+  std::vector<Event> events;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].end_ns <= spans[i].start_ns) continue;  // empty: runs no time
+    events.push_back({spans[i].start_ns, true, i});
+    events.push_back({spans[i].end_ns, false, i});
+  }
+  std::sort(events.begin(), events.end(),
+            [](const Event& a, const Event& b) { return a.t != b.t ? a.t < b.t : (!a.start && b.start); });
+  std::vector<double> share(spans.size(), 0.0);
+  std::vector<size_t> running;
+  uint64_t prev = 0;
+  for (const Event& e : events) {
+    if (!running.empty() && e.t > prev) {
+      const double part = static_cast<double>(e.t - prev) / static_cast<double>(running.size());
+      for (size_t r : running) share[r] += part;
+    }
+    prev = e.t;
+    if (e.start)
+      running.push_back(e.span);
+    else
+      running.erase(std::find(running.begin(), running.end(), e.span));
+  }
+  std::map<std::string, KernelTotal> by_name;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    KernelTotal& t = by_name[spans[i].name];
+    t.name = spans[i].name;
+    t.calls += 1;
+    t.run_ns += spans[i].end_ns > spans[i].start_ns ? static_cast<double>(spans[i].end_ns - spans[i].start_ns) : 0.0;
+    t.share_ns += share[i];
+  }
+  std::vector<KernelTotal> out;
+  for (auto& [name, t] : by_name) out.push_back(std::move(t));
+  std::stable_sort(out.begin(), out.end(),
+                   [](const KernelTotal& a, const KernelTotal& b) { return a.share_ns > b.share_ns; });
+  return out;
 }
 
 // "void tessera::ops::cuda::(anonymous namespace)::router_fused_kernel<12, false>(float const*, ...)"

@@ -26,6 +26,16 @@ std::string kernel_display_name(const char* mangled);
 // kernels count once, gaps with none running not at all). Any order.
 uint64_t busy_ns(const std::vector<KernelSpan>& spans);
 
+// A trace's spans summed by kernel name: calls, their running time (each call in full) and their
+// share of the busy time (busy_ns: while n kernels run at once, each has 1/n of that time, so the
+// shares of all names sum to busy_ns(spans)); largest share first, then by name.
+struct KernelTotal {
+  std::string name;
+  int64_t calls = 0;
+  double run_ns = 0, share_ns = 0;
+};
+std::vector<KernelTotal> kernel_totals(const std::vector<KernelSpan>& spans);
+
 // Records from construction until stop() (one trace at a time in a process). Throws core::Error
 // when CUPTI cannot be loaded, naming what was tried (TESSERA_CUPTI_LIBRARY names the library).
 class KernelTrace {

@@ -1,0 +1,33 @@
+// The bench commands' GPU-only modes through the tessera binary, on a tiny fixture checkpoint.
+// Skips itself without a GPU (TESSERA_REQUIRE_GPU=1 makes that a failure).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "ops/cuda/cuda_ops.h"
+#include "support/require_gpu.h"
+#include "support/test_support.h"
+
+namespace tessera {
+namespace {
+
+using test::tessera;
+
+// bench prefill --trace: after the table, one traced prompt per length, its kernels summed by name
+// with the time none ran; the shares of the rows are of the busy time, so they cannot exceed 100%.
+TEST(BenchCuda, PrefillTraceSumsTheKernelsOfEachPrompt) {
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
+  int rc = 0;
+  const std::string out = tessera("bench prefill --device cuda --model " + test::fixture_model_dir("dsv3-tiny") +
+                                      " --prompt-lens 8,40 --repeats 1 --skip-self-check --trace",
+                                  &rc);
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* line : {"kernels of one 8-token prompt", "kernels of one 40-token prompt", "none running",
+                           "share ms", "% busy", "calls"})
+    EXPECT_NE(out.find(line), std::string::npos) << line << " missing in:\n" << out;
+  // A kernel every prompt runs is named (the RMS norm before the first layer).
+  EXPECT_NE(out.find("rms_norm"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tessera
