@@ -130,8 +130,9 @@ case "$what" in
     done ;;
   prefill)
     # Issue 19: bench prefill on the issue's checkpoint shape (1 dense + 3 MoE layers, 64 experts, 64
-    # heads; 23.5 GB), at the default step size and at 8192-token steps, then where a 4096- and an
-    # 8192-token prompt's time goes (--trace: kernels summed by name, and the time none ran).
+    # heads; 23.5 GB), at the default step size and at 8192-token steps, the attention's auto and bf16
+    # precisions against split, then where a 4096- and an 8192-token prompt's time goes (--trace:
+    # kernels summed by name, and the time none ran).
     dir=/tmp/ck-dsv3-4l
     [ -d "$dir" ] || tessera make-checkpoint --like deepseek-v3-bf16 --layers 4 --experts 64 --vocab 163840 \
       --heads 64 --first-dense 1 --tokenizer "$TESSERA_FIXTURES/tokenizers/deepseek-v3" --out "$dir" 2>&1 | tail -2
@@ -139,6 +140,12 @@ case "$what" in
       echo "== bench prefill, --max-num-batched-tokens $step"
       tessera bench prefill --device cuda --model "$dir" --prompt-lens 1024,4096,8192,16384,65536 --repeats 3 \
         --max-num-batched-tokens $step --skip-self-check 2>&1 | tail -9 || true
+    done
+    for prec in auto bf16; do
+      echo "== bench prefill, --max-num-batched-tokens 8192, TESSERA_MLA_PREFILL_PRECISION=$prec"
+      TESSERA_MLA_PREFILL_PRECISION=$prec tessera bench prefill --device cuda --model "$dir" \
+        --prompt-lens 1024,4096,8192,16384,65536 --repeats 3 --max-num-batched-tokens 8192 --skip-self-check 2>&1 \
+        | tail -9 || true
     done
     echo "== bench prefill --trace, --max-num-batched-tokens 8192"
     tessera bench prefill --device cuda --model "$dir" --prompt-lens 4096,8192 --repeats 1 \

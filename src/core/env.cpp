@@ -35,7 +35,8 @@ constexpr std::array<EnvSwitch, 21> kSwitches{{
      "0: the quantized expert kernels use the activations as the MMA's A operand (16-pair tiles) instead of the "
      "weights (8-pair tiles; the ring kernels at every step size, the register-streaming ones at decode sizes) (A/B)"},
     {"TESSERA_MLA_PREFILL_PRECISION", "split",
-     "MLA prefill attention operands: split (bf16 hi + lo, near fp32) or bf16 (faster, less exact)"},
+     "MLA prefill attention operands: split (bf16 hi + lo, near fp32), bf16 (faster, less exact) or auto (split "
+     "for contexts of up to 2048 positions, bf16 beyond; an experiment until measured)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

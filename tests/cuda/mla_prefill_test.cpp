@@ -2,8 +2,8 @@
 // cores) against the CPU backend's fp32 mla_attention, through Ops::mla_attention, on ragged steps
 // that mix prefill chunks with and without cached prefixes and decode tokens (which keep the
 // absorbed path). Inputs are bf16-representable, so the differences left are the kernel's operand
-// precision and summation order. Both precisions run (TESSERA_MLA_PREFILL_PRECISION). Skips itself
-// without a GPU.
+// precision and summation order. Every precision runs (TESSERA_MLA_PREFILL_PRECISION; auto, split
+// or bf16 by the step's context, held to bf16's tolerances). Skips itself without a GPU.
 //
 // Tolerances, rel_rms over the step / for the worst token:
 //  - bf16 (q, K, V, P rounded to bf16): 1e-2 / 2.5e-2. A host emulation of the kernel's rounding
@@ -26,6 +26,7 @@
 #include "model/golden_util.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/mla_prefill.h"
 #include "support/require_gpu.h"
 
 namespace tessera {
@@ -38,7 +39,7 @@ struct Precision {
   const char* name;  // TESSERA_MLA_PREFILL_PRECISION
   double tol, token_tol;
 };
-const Precision kPrecisions[] = {{"split", 1e-4, 2e-4}, {"bf16", 1e-2, 2.5e-2}};
+const Precision kPrecisions[] = {{"split", 1e-4, 2e-4}, {"bf16", 1e-2, 2.5e-2}, {"auto", 1e-2, 2.5e-2}};
 
 struct Dims {
   int64_t heads, nope, rope, v, latent;
@@ -299,6 +300,34 @@ TEST_F(MlaPrefillTest, Fp8CacheMatchesTheCpuReadingTheSameBytes) {
     expect_matches_cpu("fp8 cache, passes of 64 positions", p);
   }
   fp8_scale_ = 0;
+}
+
+// The precision a step runs at, by its longest prefill context (host only: runs without a GPU).
+TEST(MlaPrefillPrecision, AutoIsSplitUpToItsContextAndBf16Beyond) {
+  using ops::cuda::kMlaPrefillSplitMaxContext;
+  using ops::cuda::mla_prefill_split_precision;
+  {
+    ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", "auto");
+    EXPECT_TRUE(mla_prefill_split_precision(1));
+    EXPECT_TRUE(mla_prefill_split_precision(kMlaPrefillSplitMaxContext));
+    EXPECT_FALSE(mla_prefill_split_precision(kMlaPrefillSplitMaxContext + 1));
+    EXPECT_FALSE(mla_prefill_split_precision(65536));
+  }
+  {
+    ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", "split");
+    EXPECT_TRUE(mla_prefill_split_precision(65536));
+  }
+  {
+    ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", "bf16");
+    EXPECT_FALSE(mla_prefill_split_precision(8));
+  }
+  ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", "fast");
+  try {
+    (void)mla_prefill_split_precision(8);
+    ADD_FAILURE() << "TESSERA_MLA_PREFILL_PRECISION=fast was taken";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected split, bf16 or auto"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(MlaPrefillTest, BadPrecisionSettingIsNamed) {

@@ -229,10 +229,11 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
 
 }  // namespace
 
-bool mla_prefill_split_precision() {
+bool mla_prefill_split_precision(int64_t context) {
   const std::string v = core::env_value("TESSERA_MLA_PREFILL_PRECISION").value_or("split");
-  TESSERA_CHECK(v == "split" || v == "bf16", "TESSERA_MLA_PREFILL_PRECISION='{}': expected split or bf16", v);
-  return v == "split";
+  TESSERA_CHECK(v == "split" || v == "bf16" || v == "auto",
+                "TESSERA_MLA_PREFILL_PRECISION='{}': expected split, bf16 or auto", v);
+  return v == "split" || (v == "auto" && context <= kMlaPrefillSplitMaxContext);
 }
 
 int64_t mla_prefill_pass_rows(const MlaDims& d, bool split) {
@@ -265,7 +266,11 @@ void run_mla_prefill_step(const MlaPrefillEnv& env, const Tensor& q, const KvLay
     decode_seqs.push_back({static_cast<int64_t>(decode_rows.size()), 1, s.start_pos, s.block_table});
     decode_rows.push_back(s.token_begin);
   }
-  if (!prefill.empty()) run_prefill(env, q, cache, kv_b, d, prefill, mla_prefill_split_precision(), out);
+  if (!prefill.empty()) {
+    int64_t context = 0;
+    for (const auto& s : prefill) context = std::max(context, s.start_pos + s.num_tokens);
+    run_prefill(env, q, cache, kv_b, d, prefill, mla_prefill_split_precision(context), out);
+  }
   if (decode_rows.empty()) return;
 
   // Decode tokens: compact their rows of q, run the caller's absorbed path, put the rows back.

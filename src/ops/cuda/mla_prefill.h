@@ -11,7 +11,11 @@
 // them to bf16 as bf16 transformers does (~3e-3 relative), about three times less tensor-core
 // work. Split is the default because the fixture models are chaotic: emulating the bf16 variant's
 // rounding on the CPU reference breaks the golden bf16-floor criterion on some prompts (a flip, not
-// drift), while ~16-bit operands leave every prompt where it was.
+// drift), while ~16-bit operands leave every prompt where it was. "auto" is split where it is cheap
+// and bf16 where attention is most of the work: split for steps whose longest prefill context is at
+// most kMlaPrefillSplitMaxContext positions (the fixtures' prompts, the first chunk of any prompt),
+// bf16 beyond (an 8192-token prompt spends about 40% of its prefill in split attention on the H200,
+// docs/PERFORMANCE.md); not yet the default, until measured.
 //
 // Memory: a pass holds at most `pass_rows` context positions (latents and K/V, bf16); longer
 // contexts, or several sequences that do not fit together, take several passes, and the softmax
@@ -47,9 +51,12 @@ struct MlaPrefillEnv {
 // out [Td, ...], seqs re-based on the compacted rows.
 using MlaDecodeFn = std::function<void(const core::Tensor& q, std::span<const AttentionSeq> seqs, core::Tensor& out)>;
 
-// The precision TESSERA_MLA_PREFILL_PRECISION asks for: true = split (default), false = bf16;
-// throws on any other value.
-bool mla_prefill_split_precision();
+// The longest prefill context (cached prefix + the step's tokens) that "auto" runs in split precision.
+constexpr int64_t kMlaPrefillSplitMaxContext = 2048;
+// Whether a step whose longest prefill context is `context` positions runs in split precision:
+// TESSERA_MLA_PREFILL_PRECISION split (default) always, bf16 never, auto up to
+// kMlaPrefillSplitMaxContext; throws on any other value, naming the variable.
+bool mla_prefill_split_precision(int64_t context);
 
 // Context positions a pass holds at most: TESSERA_MLA_PREFILL_PASS_ROWS when set (tests force
 // several passes with it), else as many as fit 256 MiB of K/V (128 heads x (128 + 128): 4096 in
