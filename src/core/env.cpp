@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 21> kSwitches{{
+constexpr std::array<EnvSwitch, 22> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -21,6 +21,9 @@ constexpr std::array<EnvSwitch, 21> kSwitches{{
     {"TESSERA_SHARED_EXPERT_FOLD", "0",
      "1: a shared expert held quantized in the routed experts' format and shape (DeepSeek-V3 FP8) runs as one more "
      "expert of their kernels instead of after them (an experiment, not yet measured: A/B)"},
+    {"TESSERA_QUANT_GEMV_PAIR", "0",
+     "1: two quantized projections of one token's input (DeepSeek-V3 FP8's q_a and kv_a) share one matrix-vector "
+     "launch (an experiment, not yet measured: A/B)"},
     {"TESSERA_EXPERT_PREFETCH", "0",
      "K blocks ahead the quantized MMA kernels (experts, dense NVFP4/FP8) ask L2 for their weights; 0: none "
      "(an experiment, A/B)"},

@@ -958,20 +958,34 @@ void add_linears(Table& tb) {
   struct P {
     const char* family;
     int64_t T, out1, out2, in;
+    std::string format = "bf16";  // both matrices' checkpoint format
   };
-  for (const P p : {P{kTiny, 1, 64, 48, 256}, P{kTiny, 3, 7, 5, 13}, P{kRagged, 50, 192, 80, 512},
-                    P{kKimi.family, 1, 1536, 576, 7168}, P{kKimi.family, 3, 1536, 576, 7168},
-                    P{kDsv3.family, 1, 1536, 576, 7168}, P{kDsv3.family, 2, 1536, 576, 7168}}) {
+  // Quantized pairs: DeepSeek-V3 FP8's q_a + kv_a and an NVFP4 pair at one token (one launch with
+  // TESSERA_QUANT_GEMV_PAIR=1), two tokens and widths the matrix-vector kernel does not take (two
+  // projections).
+  for (const P& p : {P{kTiny, 1, 64, 48, 256}, P{kTiny, 3, 7, 5, 13}, P{kRagged, 50, 192, 80, 512},
+                     P{kKimi.family, 1, 1536, 576, 7168}, P{kKimi.family, 3, 1536, 576, 7168},
+                     P{kDsv3.family, 1, 1536, 576, 7168}, P{kDsv3.family, 2, 1536, 576, 7168},
+                     P{kDsv3.family, 1, 1536, 576, 7168, "fp8-block"}, P{kDsv3.family, 2, 1536, 576, 7168, "fp8-block"},
+                     P{kTiny, 1, 64, 48, 256, "fp8-block"}, P{kRagged, 1, 6, 10, 160, "fp8-block"},
+                     P{kKimi.family, 1, 2048, 2048, 7168, "nvfp4"}, P{kTiny, 1, 64, 48, 256, "nvfp4"}}) {
+    const bool quant = p.format != "bf16";
     tb.add("linear_pair", p.family,
-           fmt::format("{}x({}, {})x{}{}", p.T, p.out1, p.out2, p.in, p.in == 7168 ? " q_a + kv_a" : ""), 1e-5,
-           [p](Ctx& c) {
+           fmt::format("{}x({}, {})x{}{}{}", p.T, p.out1, p.out2, p.in,
+                       p.in == 7168 && p.out2 == 576 ? " q_a + kv_a" : "", quant ? ", " + p.format : ""),
+           quant ? 4e-3 : 1e-5, [p](Ctx& c) {
              struct S {
                HostLinearPtr h1, h2;
                ops::LinearWeight w1, w2;
                Tensor x, o1, o2;
              };
              auto s = std::make_shared<S>();
-             s->h1 = bf16_linear(c.rng, p.out1, p.in), s->h2 = bf16_linear(c.rng, p.out2, p.in);
+             const auto make = [&](int64_t out) {
+               return p.format == "nvfp4"       ? nvfp4_linear(c.rng, out, p.in)
+                      : p.format == "fp8-block" ? fp8_block_linear(c.rng, out, p.in)
+                                                : bf16_linear(c.rng, out, p.in);
+             };
+             s->h1 = make(p.out1), s->h2 = make(p.out2);
              s->w1 = c.o().upload_linear(s->h1->w), s->w2 = c.o().upload_linear(s->h2->w);
              s->x = c.rand({p.T, p.in});
              s->o1 = c.o().empty({p.T, p.out1}), s->o2 = c.o().empty({p.T, p.out2});
@@ -988,9 +1002,9 @@ void add_linears(Table& tb) {
   }
   // The matrix-vector path (1-2 tokens, K a multiple of 256) keeps the normalised row in fp32; the
   // GEMM path rounds it to bf16 as every GEMM input (~2^-9 relative).
-  for (const P p : {P{kTiny, 1, 64, 0, 256}, P{kTiny, 3, 5, 0, 24}, P{kRagged, 50, 256, 0, 512},
-                    P{kKimi.family, 1, 64 * 192, 0, 1536}, P{kKimi.family, 4, 64 * 192, 0, 1536},
-                    P{kDsv3.family, 2, 128 * 192, 0, 1536}, P{kDsv3.family, 5, 128 * 192, 0, 1536}}) {
+  for (const P& p : {P{kTiny, 1, 64, 0, 256}, P{kTiny, 3, 5, 0, 24}, P{kRagged, 50, 256, 0, 512},
+                     P{kKimi.family, 1, 64 * 192, 0, 1536}, P{kKimi.family, 4, 64 * 192, 0, 1536},
+                     P{kDsv3.family, 2, 128 * 192, 0, 1536}, P{kDsv3.family, 5, 128 * 192, 0, 1536}}) {
     const bool fp32_row = p.T <= 2 && p.in % 256 == 0;
     tb.add("rms_norm_linear", p.family,
            fmt::format("{}x{}x{}{}", p.T, p.out1, p.in, p.in == 1536 ? " q_a norm + q_b" : ""), fp32_row ? 1e-5 : 4e-3,

@@ -1,5 +1,6 @@
 #include "ops/cuda/linear.h"
 
+#include "core/env.h"
 #include "core/error.h"
 #include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels/kernels.h"
@@ -89,10 +90,27 @@ void linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& ou
   ctx.gemm_bf16(ptr<__nv_bfloat16>(w.weight), ptr<__nv_bfloat16>(xb), ptr<float>(out), w.out, T, w.in);
 }
 
+bool quant_gemv_pair_on() {
+  static const bool on = core::env_flag("TESSERA_QUANT_GEMV_PAIR");
+  return on;
+}
+
 bool linear_pair(CudaContext& ctx, const Tensor& x, const LinearWeight& w1, Tensor& out1, const LinearWeight& w2,
                  Tensor& out2) {
   const int64_t T = x.dim(0);
-  if (quantized(w1) || quantized(w2)) return false;
+  if (quantized(w1) || quantized(w2)) {
+    // One token, where each would run on the matrix-vector kernel (quantized_linear): one launch
+    // for both (DeepSeek-V3 FP8's q_a + kv_a: 384 + 144 row groups, where kv_a alone is half a wave).
+    if (!(quantized(w1) && quantized(w2) && T == 1 && quant_gemv_pair_on())) return false;
+    const QuantMatrix a = quant_matrix(w1), b = quant_matrix(w2);
+    if (!quant_gemv_pair_supported(a, b)) return false;
+    check_linear_shapes(x, w1, out1);
+    check_linear_shapes(x, w2, out2);
+    launch_quant_gemv(a, ptr<float>(x), x.dim(1), T, ptr<float>(out1), ctx.num_sms(), ctx.stream(), &b,
+                      ptr<float>(out2));
+    TESSERA_CUDA_CHECK_LAUNCH();
+    return true;
+  }
   if (!(gemv_applies(T, w1.in, w1.out) && gemv_applies(T, w2.in, w2.out) && w1.in == w2.in)) return false;
   check_linear_shapes(x, w1, out1);
   check_linear_shapes(x, w2, out2);

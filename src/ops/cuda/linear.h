@@ -16,8 +16,12 @@ bool linear_ring_on(const DeviceCaps& caps);
 
 // out [T, out] = x [T, in] · Wᵀ, bf16 inputs, fp32 accumulate and output.
 void linear(CudaContext& ctx, const core::Tensor& x, const LinearWeight& w, core::Tensor& out);
-// Two projections of one input in one matrix-vector launch at decode (q_a and kv_a). False, with
-// nothing launched, when the shapes do not fit that kernel: the caller runs Ops::linear_pair.
+// Whether two quantized projections of one token share a matrix-vector launch in linear_pair
+// (TESSERA_QUANT_GEMV_PAIR=1; off by default until measured on a GPU).
+bool quant_gemv_pair_on();
+// Two projections of one input in one matrix-vector launch at decode (q_a and kv_a; quantized ones
+// at one token with quant_gemv_pair_on). False, with nothing launched, when the shapes do not fit
+// that kernel: the caller runs Ops::linear_pair.
 bool linear_pair(CudaContext& ctx, const core::Tensor& x, const LinearWeight& w1, core::Tensor& out1,
                  const LinearWeight& w2, core::Tensor& out2);
 // The norm folded into the matrix-vector kernel at decode: every block normalises the row itself.

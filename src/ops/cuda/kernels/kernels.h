@@ -395,9 +395,13 @@ constexpr int64_t quant_gemv_max_tokens(QuantFormat f) { return f == QuantFormat
 // Shapes the quantized matrix-vector kernels take: k a multiple of 32 (NVFP4) or 16 (FP8, and
 // block_cols a multiple of 16), n a multiple of 4.
 bool quant_gemv_supported(const QuantMatrix& w);
-// out [tokens, n] = x [tokens, k] · Wᵀ (x fp32, rows x_row apart), tokens <= kQuantGemvMaxTokens.
+// out [tokens, n] = x [tokens, k] · Wᵀ (x fp32, rows x_row apart), tokens <= kQuantGemvMaxTokens;
+// with w2 (one token), also out2 [1, w2->n] = x · W2ᵀ in the same launch (quant_gemv_pair_supported).
 void launch_quant_gemv(const QuantMatrix& w, const float* x, int64_t x_row, int64_t tokens, float* out, int num_sms,
-                       cudaStream_t s);
+                       cudaStream_t s, const QuantMatrix* w2 = nullptr, float* out2 = nullptr);
+// Whether two matrices can share one launch_quant_gemv (w2, out2 = x · W2ᵀ [tokens, w2.n]): both
+// supported, one format, one width and, for FP8, one block width.
+bool quant_gemv_pair_supported(const QuantMatrix& a, const QuantMatrix& b);
 // out [tokens, n] = x [tokens, k] · Wᵀ on tensor cores (quant/grouped_mma.cu), x given as x_hi + x_lo
 // (launch_f32_to_bf16_split: not rounded), tiles of 8 tokens, K split among warps for short
 // matrices; tokens <= kQuantMmaMaxTokens: at 16 tokens it ties with dequantizing for a cuBLASLt

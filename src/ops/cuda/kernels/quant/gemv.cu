@@ -14,6 +14,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "ops/cuda/kernels/common/stream_load.cuh"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/kernels/quant/quant_matrix.cuh"
@@ -171,11 +172,15 @@ __device__ __forceinline__ void stream_rows(const QuantMatrix* const (&W)[kStrea
 }
 
 // Dense: a block is kWarps / slices groups of kStreams rows, each group's K chunks split over
-// `slices` warps that meet in shared memory.
-template <QuantFormat F, int NT>
+// `slices` warps that meet in shared memory. kPair: rows [0, w.n) are w's, written to out, rows
+// [w.n, w.n + w2.n) the second matrix's, written to out2: two projections of one input in one
+// launch (w.n is a multiple of kStreams, so a group's rows are in one matrix); without it w2 and
+// out2 are not read, and the single-matrix instances compile as they did before pairs (the
+// selection costs registers: 123 -> 128 for FP8 at one token, and stack at 2-8 tokens).
+template <QuantFormat F, int NT, bool kPair>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    quant_gemv_kernel(QuantMatrix w, const float* __restrict__ x, int64_t x_row, int tokens, float* __restrict__ out,
-                      int slices) {
+    quant_gemv_kernel(QuantMatrix w, QuantMatrix w2, const float* __restrict__ x, int64_t x_row, int tokens,
+                      float* __restrict__ out, float* __restrict__ out2, int slices) {
   __shared__ float part[kWarps][kStreams][NT];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / slices, slice = warp % slices, groups = kWarps / slices;
@@ -185,9 +190,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   for (int s = 0; s < kStreams; ++s)
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[s][j] = 0.0f;
-  if (n0 < w.n) {
-    const QuantMatrix* W[kStreams] = {&w, &w, &w, &w};
-    const int row[kStreams] = {n0, n0 + 1, n0 + 2, n0 + 3};
+  const int rows = kPair ? w.n + w2.n : w.n;
+  if (n0 < rows) {
+    // The pair's matrix by value, field by field: the pointers below then address a local the
+    // compiler keeps in registers, not a parameter copied to the stack.
+    const bool second = kPair && n0 >= w.n;
+    const QuantMatrix m = second ? w2 : w;
+    const int r0 = second ? n0 - w.n : n0;
+    const QuantMatrix* W[kStreams] = {&m, &m, &m, &m};
+    if constexpr (!kPair) W[0] = W[1] = W[2] = W[3] = &w;
+    const int row[kStreams] = {r0, r0 + 1, r0 + 2, r0 + 3};
     const float* xr[NT];
 #pragma unroll
     for (int j = 0; j < NT; ++j) xr[j] = x + static_cast<int64_t>(j < tokens ? j : 0) * x_row;
@@ -206,10 +218,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   if (t < groups * kStreams * NT) {
     const int gi = t / (kStreams * NT), s = (t / NT) % kStreams, j = t % NT;
     const int n = (static_cast<int>(blockIdx.x) * groups + gi) * kStreams + s;
-    if (n < w.n && j < tokens) {
+    if (n < rows && j < tokens) {
       float v = 0.0f;
       for (int z = 0; z < slices; ++z) v += part[gi * slices + z][s][j];
-      out[static_cast<int64_t>(j) * w.n + n] = v;
+      if (!kPair || n < w.n)
+        out[static_cast<int64_t>(j) * w.n + n] = v;
+      else
+        out2[static_cast<int64_t>(j) * w2.n + (n - w.n)] = v;
     }
   }
 }
@@ -335,24 +350,26 @@ void launch_experts(const float* x, float* act, int64_t hidden, int64_t top_k, c
 }
 
 template <QuantFormat F>
-void launch_dense(const QuantMatrix& w, const float* x, int64_t x_row, int64_t tokens, float* out, int num_sms,
-                  cudaStream_t s) {
+void launch_dense(const QuantMatrix& w, const QuantMatrix& w2, const float* x, int64_t x_row, int64_t tokens,
+                  float* out, float* out2, int num_sms, cudaStream_t s) {
   // The K split whose grid best covers the GPU twice: few rows (kv_a: 144 row groups) take 8 warps
   // a group, many rows one.
-  const int64_t row_groups = w.n / kStreams;
+  const int64_t row_groups = (w.n + w2.n) / kStreams;
   int slices = 1;
   while (slices < kWarps && (row_groups * slices + kWarps - 1) / kWarps < 2 * num_sms) slices *= 2;
   const int groups = kWarps / slices;
   const dim3 grid(static_cast<unsigned>((row_groups + groups - 1) / groups));
   const int t = static_cast<int>(tokens);
-  if (tokens <= 1)
-    launch_dependent(quant_gemv_kernel<F, 1>, grid, kWarps * 32, 0, s, w, x, x_row, t, out, slices);
+  if (w2.n > 0)  // pairs: one token (launch_quant_gemv checked)
+    launch_dependent(quant_gemv_kernel<F, 1, true>, grid, kWarps * 32, 0, s, w, w2, x, x_row, t, out, out2, slices);
+  else if (tokens <= 1)
+    launch_dependent(quant_gemv_kernel<F, 1, false>, grid, kWarps * 32, 0, s, w, w2, x, x_row, t, out, out2, slices);
   else if (tokens <= 2)
-    launch_dependent(quant_gemv_kernel<F, 2>, grid, kWarps * 32, 0, s, w, x, x_row, t, out, slices);
+    launch_dependent(quant_gemv_kernel<F, 2, false>, grid, kWarps * 32, 0, s, w, w2, x, x_row, t, out, out2, slices);
   else if (tokens <= 4)
-    launch_dependent(quant_gemv_kernel<F, 4>, grid, kWarps * 32, 0, s, w, x, x_row, t, out, slices);
+    launch_dependent(quant_gemv_kernel<F, 4, false>, grid, kWarps * 32, 0, s, w, w2, x, x_row, t, out, out2, slices);
   else
-    launch_dependent(quant_gemv_kernel<F, 8>, grid, kWarps * 32, 0, s, w, x, x_row, t, out, slices);
+    launch_dependent(quant_gemv_kernel<F, 8, false>, grid, kWarps * 32, 0, s, w, w2, x, x_row, t, out, out2, slices);
 }
 
 }  // namespace
@@ -374,11 +391,21 @@ bool quant_gemv_supported(const QuantMatrix& w) {
 }
 
 void launch_quant_gemv(const QuantMatrix& w, const float* x, int64_t x_row, int64_t tokens, float* out, int num_sms,
-                       cudaStream_t s) {
+                       cudaStream_t s, const QuantMatrix* w2, float* out2) {
+  QuantMatrix none = w;
+  none.n = 0;  // no second matrix: no rows of it
+  const QuantMatrix& second = w2 != nullptr ? *w2 : none;
+  TESSERA_CHECK(w2 == nullptr || (tokens == 1 && out2 != nullptr && quant_gemv_pair_supported(w, *w2)),
+                "launch_quant_gemv: a second matrix needs one token, an output and the first one's format and width");
   if (w.format == QuantFormat::kNvfp4)
-    launch_dense<QuantFormat::kNvfp4>(w, x, x_row, tokens, out, num_sms, s);
+    launch_dense<QuantFormat::kNvfp4>(w, second, x, x_row, tokens, out, out2, num_sms, s);
   else
-    launch_dense<QuantFormat::kFp8Block>(w, x, x_row, tokens, out, num_sms, s);
+    launch_dense<QuantFormat::kFp8Block>(w, second, x, x_row, tokens, out, out2, num_sms, s);
+}
+
+bool quant_gemv_pair_supported(const QuantMatrix& a, const QuantMatrix& b) {
+  return quant_gemv_supported(a) && quant_gemv_supported(b) && a.format == b.format && a.k == b.k &&
+         a.block_cols == b.block_cols;
 }
 
 bool moe_quant_supported(const QuantMatrix& gate, const QuantMatrix& down, int64_t experts) {
