@@ -10,6 +10,7 @@
 #   bash device_carry/run.sh prefetch               bench decode nvfp4 | fp8 with TESSERA_EXPERT_PREFETCH 0 / 4 / 8 / 16
 #   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING, TESSERA_EXPERT_WEIGHTS_A): MoE cases, bench A/B nvfp4 | fp8
 #   bash device_carry/run.sh prefill                bench prefill on issue 19's checkpoint, 2048- and 8192-token steps, and --trace
+#   bash device_carry/run.sh offline                bench offline at batch 1 and 128 on issue 19's checkpoint, and batch 1 --trace
 #   bash device_carry/run.sh prefill-ratio          bench prefill of one Kimi-K2.5 MoE layer, NVFP4 experts against bf16 (issue 15)
 #   bash device_carry/run.sh verify [serve|dense]   what a kernel change owes before it is merged or made a default:
 #                                                   the golden fixtures, the quantized cases, the quantized MoE cases in
@@ -28,6 +29,14 @@
 #                                                   MoE kernel cases of both
 source "$(dirname "$0")/env.sh"
 what="${1:-tests}"; shift || true
+# Issue 19's checkpoint shape (1 dense + 3 MoE layers, 64 experts, hidden 7168, 64 heads; 23.5 GB),
+# written once per machine; prints its directory.
+issue19_checkpoint() {
+  local dir=/tmp/ck-dsv3-4l
+  [ -d "$dir" ] || tessera make-checkpoint --like deepseek-v3-bf16 --layers 4 --experts 64 --vocab 163840 \
+    --heads 64 --first-dense 1 --tokenizer "$TESSERA_FIXTURES/tokenizers/deepseek-v3" --out "$dir" 2>&1 | tail -2 >&2
+  echo "$dir"
+}
 # A suite's summary and its first failures.
 show() { tail -2 "$1"; grep -A6 "Failure" "$1" | head -14 || true; }
 case "$what" in
@@ -117,9 +126,7 @@ case "$what" in
     timeout 120 tessera bench comm --device cuda --sizes 4KiB,28KiB,256KiB,1MiB,4MiB 2>&1 | tail -20 || rc=1
     exit $rc ;;
   itl)
-    dir=/tmp/ck-dsv3-4l
-    [ -d "$dir" ] || tessera make-checkpoint --like deepseek-v3-bf16 --layers 4 --experts 64 --vocab 163840 \
-      --heads 64 --first-dense 1 --tokenizer "$TESSERA_FIXTURES/tokenizers/deepseek-v3" --out "$dir" 2>&1 | tail -2
+    dir=$(issue19_checkpoint)
     for stretch in 1 1.8; do
       for rate in 30 45; do
         echo "== --max-step-stretch $stretch, Poisson $rate req/s"
@@ -133,9 +140,7 @@ case "$what" in
     # heads; 23.5 GB), at the default step size and at 8192-token steps, the attention's auto and bf16
     # precisions against split, then where a 4096- and an 8192-token prompt's time goes (--trace:
     # kernels summed by name, and the time none ran).
-    dir=/tmp/ck-dsv3-4l
-    [ -d "$dir" ] || tessera make-checkpoint --like deepseek-v3-bf16 --layers 4 --experts 64 --vocab 163840 \
-      --heads 64 --first-dense 1 --tokenizer "$TESSERA_FIXTURES/tokenizers/deepseek-v3" --out "$dir" 2>&1 | tail -2
+    dir=$(issue19_checkpoint)
     for step in 2048 8192; do
       echo "== bench prefill, --max-num-batched-tokens $step"
       tessera bench prefill --device cuda --model "$dir" --prompt-lens 1024,4096,8192,16384,65536 --repeats 3 \
@@ -151,6 +156,21 @@ case "$what" in
     tessera bench prefill --device cuda --model "$dir" --prompt-lens 4096,8192 --repeats 1 \
       --max-num-batched-tokens 8192 --skip-self-check --trace > "$OUT/prefill_trace.log" 2>&1 || true
     sed -n '/kernels of one/,$p' "$OUT/prefill_trace.log" | cut -c1-170 ;;
+  offline)
+    # Issue 19's decode goals end to end: bench offline at batch 1 and 128 on its checkpoint, then
+    # batch 1 again with --trace (the time no kernel ran between the kernels: the host's share).
+    dir=$(issue19_checkpoint)
+    for c in 1 128; do
+      echo "== bench offline, concurrency $c"
+      tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len 128 --output-len 128 \
+        --num-requests $((c == 1 ? 4 : 256)) --concurrency $c --skip-self-check 2>&1 \
+        | grep -E "output tokens/s|TTFT|ITL|engine:" || true
+    done
+    echo "== bench offline --trace, concurrency 1"
+    tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len 128 --output-len 128 \
+      --num-requests 2 --concurrency 1 --skip-self-check --trace > "$OUT/offline_trace.log" 2>&1 || true
+    grep -E "ITL" "$OUT/offline_trace.log" || true
+    sed -n '/kernels of the run/,$p' "$OUT/offline_trace.log" | cut -c1-170 ;;
   prefill-ratio)
     # Issue 15: prefill on NVFP4 routed experts against the same shapes in bf16 (goal >= 80%). One
     # Kimi-K2.5 MoE layer with all 384 experts (the 61-layer model's layers but one are MoE): the

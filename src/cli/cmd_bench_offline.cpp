@@ -14,6 +14,11 @@
 #include "cli/model_options.h"
 #include "cli/self_check_flags.h"
 #include "core/error.h"
+#ifdef TESSERA_HAVE_CUDA
+#include <optional>
+
+#include "cli/trace_report.h"
+#endif
 
 namespace tessera::cli {
 namespace {
@@ -28,6 +33,7 @@ struct BenchArgs {
   int64_t concurrency = 0;  // 0: all at once
   double request_rate = 0;  // requests a second, Poisson arrivals; 0: no pacing
   uint64_t seed = 0;
+  bool trace = false;  // the timed run's kernels on the device clock, summed by name, and the time none ran
 };
 
 using Clock = std::chrono::steady_clock;
@@ -51,6 +57,8 @@ int run(const BenchArgs& a) {
   TESSERA_CHECK(a.num_requests > 0 && a.input_len > 0 && a.output_len > 0,
                 "bench offline: --num-requests, --input-len and --output-len must be positive");
   TESSERA_CHECK(a.request_rate >= 0, "bench offline: --request-rate {} is negative (0: no pacing)", a.request_rate);
+  TESSERA_CHECK(!a.trace || a.model.device == "cuda",
+                "bench offline: --trace records CUDA kernels: it needs --device cuda (got {})", a.model.device);
   std::unique_ptr<ops::Ops> backend = a.self_check.wrap(a.model.make_backend());
   const engine::RuntimePlan plan = plan_or_fail(a.model.model_dir, a.model, a.engine, *backend);
   model::LoadedModel m = model::load_model(plan.model, std::move(backend), stderr_load_progress());
@@ -86,6 +94,10 @@ int run(const BenchArgs& a) {
   int64_t output_tokens = 0;
   size_t next = 0;
   std::vector<Live> live;
+#ifdef TESSERA_HAVE_CUDA
+  std::optional<ops::cuda::KernelTrace> trace;
+  if (a.trace) trace.emplace();
+#endif
   eng.start();
   const auto t0 = Clock::now();
   while (next < requests.size() || !live.empty()) {
@@ -158,6 +170,13 @@ int run(const BenchArgs& a) {
     fmt::print("plan predicted {:.0f} MiB on the device ({}); measured {:.0f} MiB, {:+.1f}%\n", predicted / kMiB,
                plan.memory_budget, measured / kMiB, predicted > 0 ? 100 * (measured - predicted) / predicted : 0.0);
   }
+#ifdef TESSERA_HAVE_CUDA
+  if (trace)
+    print_kernel_totals(trace->stop(),
+                        fmt::format("kernels of the run ({} engine steps, {} output tokens; CUPTI's recording "
+                                    "slows the run a little: take rates from a run without --trace)",
+                                    met.steps, output_tokens));
+#endif
   return 0;
 }
 
@@ -178,6 +197,9 @@ CommandRegistration reg{
                        "--concurrency, at most that many in flight")
            ->capture_default_str();
        off->add_option("--seed", a->seed, "seed of the random prompts and of sampling")->capture_default_str();
+       off->add_flag("--trace", a->trace,
+                     "the run's kernels on the device clock, summed by name, and the time no kernel ran between "
+                     "them (the host's share of each step; CUDA: loads the toolkit's CUPTI library)");
        return [a] { return run(*a); };
      },
      "bench"}};

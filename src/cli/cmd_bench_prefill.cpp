@@ -16,8 +16,8 @@
 #include "core/error.h"
 #include "model/model_flops.h"
 #ifdef TESSERA_HAVE_CUDA
+#include "cli/trace_report.h"
 #include "ops/cuda/tools/kernel_bench.h"
-#include "ops/cuda/tools/kernel_trace.h"
 #endif
 
 namespace tessera::cli {
@@ -52,46 +52,6 @@ double time_to_first_token(engine::Engine& eng, int64_t len, int64_t vocab, std:
   TESSERA_CHECK(seconds >= 0, "bench prefill: the {}-token prompt ended without a token", len);
   return seconds;
 }
-
-#ifdef TESSERA_HAVE_CUDA
-// Where one prompt's prefill went, on the device clock: the span from its first kernel's start to
-// its last one's end, the time no kernel ran (the host between steps: scheduling, routing read back
-// for per-expert GEMMs, launches), and per kernel name its share of the busy time (overlaps split
-// evenly), calls and running time.
-void print_prefill_trace(const std::vector<ops::cuda::KernelSpan>& spans, int64_t len, double ttft) {
-  constexpr size_t kRows = 30;
-  if (spans.empty()) {
-    fmt::print("\n{}-token prompt: no kernel was traced\n", len);
-    return;
-  }
-  uint64_t first = spans.front().start_ns, last = spans.front().end_ns;
-  for (const auto& k : spans) {
-    first = std::min(first, k.start_ns);
-    last = std::max(last, k.end_ns);
-  }
-  const double span = static_cast<double>(last - first), busy = static_cast<double>(ops::cuda::busy_ns(spans));
-  fmt::print(
-      "\nkernels of one {}-token prompt (device clock; TTFT {:.1f} ms): span {:.2f} ms from the first kernel's start "
-      "to the last one's end, kernels running {:.2f} ms, none running {:.2f} ms ({:.1f}%), {} kernels\n",
-      len, ttft * 1e3, span / 1e6, busy / 1e6, (span - busy) / 1e6, 100 * (span - busy) / span, spans.size());
-  fmt::print("{:>9} {:>7} {:>7} {:>9} {:>9}  {}\n", "share ms", "% busy", "calls", "run ms", "µs a call", "kernel");
-  const std::vector<ops::cuda::KernelTotal> totals = ops::cuda::kernel_totals(spans);
-  double rest_share = 0, rest_run = 0;
-  int64_t rest_calls = 0;
-  for (size_t i = 0; i < totals.size(); ++i) {
-    const auto& t = totals[i];
-    if (i >= kRows) {
-      rest_share += t.share_ns, rest_run += t.run_ns, rest_calls += t.calls;
-      continue;
-    }
-    fmt::print("{:>9.3f} {:>6.1f}% {:>7} {:>9.3f} {:>9.1f}  {}\n", t.share_ns / 1e6, 100 * t.share_ns / busy, t.calls,
-               t.run_ns / 1e6, t.run_ns / 1e3 / static_cast<double>(t.calls), t.name.substr(0, 110));
-  }
-  if (totals.size() > kRows)
-    fmt::print("{:>9.3f} {:>6.1f}% {:>7} {:>9.3f} {:>9}  ({} other kernels)\n", rest_share / 1e6,
-               100 * rest_share / busy, rest_calls, rest_run / 1e6, "", totals.size() - kRows);
-}
-#endif
 
 int run(const PrefillArgs& a) {
   TESSERA_CHECK(!a.prompt_lens.empty(), "bench prefill: --prompt-lens is empty");
@@ -145,7 +105,7 @@ int run(const PrefillArgs& a) {
     for (int64_t len : a.prompt_lens) {
       ops::cuda::KernelTrace trace;
       const double s = time_to_first_token(eng, len, vocab, rng, fmt::format("prefill-{}-trace", len));
-      print_prefill_trace(trace.stop(), len, s);
+      print_kernel_totals(trace.stop(), fmt::format("kernels of one {}-token prompt (TTFT {:.1f} ms)", len, s * 1e3));
     }
 #endif
   eng.stop();

@@ -41,5 +41,15 @@ TEST(BenchOffline, RefusesANegativeRequestRate) {
   EXPECT_NE(out.find("--request-rate -1"), std::string::npos) << out;
 }
 
+// --trace records CUDA kernels: on the CPU backend it is refused before loading, by flag name.
+TEST(BenchOffline, TraceNeedsTheCudaDevice) {
+  int rc = 0;
+  const std::string out = tessera(
+      "bench offline --model " + test::fixture_model_dir("dsv3-tiny") + " --num-requests 2 --input-len 4 --trace", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--trace"), std::string::npos) << out;
+  EXPECT_NE(out.find("--device cuda"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace tessera

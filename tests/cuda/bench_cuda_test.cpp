@@ -29,5 +29,17 @@ TEST(BenchCuda, PrefillTraceSumsTheKernelsOfEachPrompt) {
   EXPECT_NE(out.find("rms_norm"), std::string::npos) << out;
 }
 
+// bench offline --trace: the run's kernels summed by name after the usual table.
+TEST(BenchCuda, OfflineTraceSumsTheRunsKernels) {
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
+  int rc = 0;
+  const std::string out = tessera("bench offline --device cuda --model " + test::fixture_model_dir("dsv3-tiny") +
+                                      " --num-requests 4 --input-len 8 --output-len 4 --skip-self-check --trace",
+                                  &rc);
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* line : {"output tokens/s", "kernels of the run", "none running", "share ms", "rms_norm"})
+    EXPECT_NE(out.find(line), std::string::npos) << line << " missing in:\n" << out;
+}
+
 }  // namespace
 }  // namespace tessera
