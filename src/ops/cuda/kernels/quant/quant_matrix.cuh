@@ -3,10 +3,12 @@
 // two that its group scale carries back (so the conversion is a few integer operations, exact):
 //   e2m1 (NVFP4)  the bf16 pair mma_pairs.h decodes from the device layout the loader repacks the
 //                 codes into (value · 2^-126), times 2^112 in bf16 (exact, normal): value · 2^-14
-//   e4m3 (FP8)    s eeee mmm -> fp16 bits (eeee mmm) << 7, sign << 15: value · 2^-8
-// (subnormal FP8 codes land on fp16 subnormals with the same factor), then to fp32 (exact). A
-// group's partial dot product is multiplied once by its scale · that power of two; NVFP4's
-// per-tensor global scale goes into the same factor.
+//   e4m3 (FP8)    on sm_89 and later one cvt.rn.f16x2.e4m3x2 a pair (exact, factor 1); before,
+//                 s eeee mmm -> fp16 bits (eeee mmm) << 7, sign << 15: value · 2^-8 (subnormal
+//                 codes land on fp16 subnormals with the same factor)
+// then to fp32 (exact). A group's partial dot product is multiplied once by its scale · that power
+// of two (Layout::kUnscale); NVFP4's per-tensor global scale goes into the same factor. Either FP8
+// path gives the same bits: a power of two moves through the products and sums exactly.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,6 +20,15 @@
 #include "ops/cuda/kernels/quant/mma_pairs.h"
 
 namespace tessera::ops::cuda::quant {
+
+// The hardware's e4m3 -> f16x2 conversion (sm_89+): ~2x fewer instructions a weight than the bit
+// placement below it, in the matrix-vector kernels' decode-bound inner loop. Decided per compiled
+// architecture (device code only reads it).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define TESSERA_FP8_HW_CVT 1
+#else
+#define TESSERA_FP8_HW_CVT 0
+#endif
 
 // Values one lane's 16-byte load holds, and the scale groups among them.
 template <QuantFormat F>
@@ -31,8 +42,8 @@ struct Layout<QuantFormat::kNvfp4> {
 template <>
 struct Layout<QuantFormat::kFp8Block> {
   static constexpr int kVals = 16;
-  static constexpr int kGroups = 1;          // block_cols is a multiple of 16: one fp32 scale
-  static constexpr float kUnscale = 256.0f;  // 2^8
+  static constexpr int kGroups = 1;  // block_cols is a multiple of 16: one fp32 scale
+  static constexpr float kUnscale = TESSERA_FP8_HW_CVT ? 1.0f : 256.0f;  // 2^8 with the bit placement
 };
 
 // An e4m3 byte as fp32 (exact; the scales of NVFP4 groups).
@@ -49,10 +60,16 @@ __device__ __forceinline__ float2 nvfp4_pair(uint32_t w, int i) {
   return __bfloat1622float2(v);
 }
 
-// Values [2i, 2i + 1] of an FP8 word (4 bytes, first value in the low byte) · 2^-8.
+// Values [2i, 2i + 1] of an FP8 word (4 bytes, first value in the low byte) / Layout::kUnscale.
 __device__ __forceinline__ float2 fp8_pair(uint32_t w, int i) {
   const uint32_t b = w >> (16 * i);
+#if TESSERA_FP8_HW_CVT
+  // The low byte becomes the low half (.x): the first value.
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<unsigned short>(b & 0xffffu)));
+#else
   const uint32_t h = ((b & 0x7fu) << 7) | ((b & 0x80u) << 8) | ((b & 0x7f00u) << 15) | ((b & 0x8000u) << 16);
+#endif
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
