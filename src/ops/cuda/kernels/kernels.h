@@ -397,8 +397,12 @@ constexpr int64_t quant_gemv_max_tokens(QuantFormat f) { return f == QuantFormat
 bool quant_gemv_supported(const QuantMatrix& w);
 // out [tokens, n] = x [tokens, k] · Wᵀ (x fp32, rows x_row apart), tokens <= kQuantGemvMaxTokens;
 // with w2 (one token), also out2 [1, w2->n] = x · W2ᵀ in the same launch (quant_gemv_pair_supported).
+// slices <= 0: quant_gemv_slices' choice (the benchmark passes 1, 2, 4 or 8 to compare).
 void launch_quant_gemv(const QuantMatrix& w, const float* x, int64_t x_row, int64_t tokens, float* out, int num_sms,
-                       cudaStream_t s, const QuantMatrix* w2 = nullptr, float* out2 = nullptr);
+                       cudaStream_t s, const QuantMatrix* w2 = nullptr, float* out2 = nullptr, int slices = 0);
+// The K split (warps sharing a group of 4 rows: 1, 2, 4 or 8) launch_quant_gemv picks for `rows`
+// output rows (both matrices' of a pair).
+int quant_gemv_slices(int64_t rows, int num_sms);
 // Whether two matrices can share one launch_quant_gemv (w2, out2 = x · W2ᵀ [tokens, w2.n]): both
 // supported, one format, one width and, for FP8, one block width.
 bool quant_gemv_pair_supported(const QuantMatrix& a, const QuantMatrix& b);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_registry.h"
@@ -281,6 +282,73 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
         if (c.n2 > 0) a.w2 = a.w + c.n * c.k;
         next = (next + 1) % copies;
         launch_gemv(a, 1, num_sms, 0, slices);
+      });
+      r.bytes = static_cast<double>(bytes) + c.k * 4.0 + rows * 4.0;
+      r.flops = 2.0 * static_cast<double>(rows) * c.k;
+      report(r);
+    }
+  }
+
+  // The quantized matrix-vector kernel at one token, DeepSeek-V3 FP8's attention projections (q_a and
+  // kv_a alone and as one launch's pair) and a Kimi-K2.5 NVFP4 expert's gate + up as a pair, for
+  // every K split (* = launch_quant_gemv's choice); weights rotated over >= 256 MB as above.
+  struct QuantGemvCase {
+    const char* name;
+    QuantFormat format;
+    int64_t n, n2, k;
+  };
+  constexpr QuantFormat kFp8 = QuantFormat::kFp8Block, kFp4 = QuantFormat::kNvfp4;
+  for (const QuantGemvCase& c :
+       {QuantGemvCase{"fp8 q_a", kFp8, 1536, 0, 7168}, QuantGemvCase{"fp8 kv_a", kFp8, 576, 0, 7168},
+        QuantGemvCase{"fp8 q_a+kv_a (one launch)", kFp8, 1536, 576, 7168},
+        QuantGemvCase{"fp8 q_b", kFp8, 24576, 0, 1536}, QuantGemvCase{"fp8 o_proj", kFp8, 7168, 0, 16384},
+        QuantGemvCase{"nvfp4 gate+up (one launch)", kFp4, 2048, 2048, 7168}}) {
+    const std::string base = fmt::format("qgemv t1 {} {}x{}", c.name, c.n + c.n2, c.k);
+    if (!wanted(base)) continue;
+    const bool fp4 = c.format == kFp4;
+    const int64_t rows = c.n + c.n2, row_bytes = fp4 ? c.k / 2 : c.k;
+    // Scales of one matrix of m rows: NVFP4 an e4m3 byte per 16 values, FP8 an fp32 per 128 x 128.
+    auto scale_bytes = [&](int64_t m) { return fp4 ? m * (c.k / 16) : ((m + 127) / 128) * ((c.k + 127) / 128) * 4; };
+    const int64_t bytes = rows * row_bytes + scale_bytes(c.n) + scale_bytes(c.n2);
+    const int copies = static_cast<int>(std::max<int64_t>(2, ((int64_t{256} << 20) + bytes - 1) / bytes));
+    std::vector<std::unique_ptr<DeviceMem>> w;
+    std::vector<std::pair<QuantMatrix, QuantMatrix>> mats;
+    for (int i = 0; i < copies; ++i) {
+      w.push_back(std::make_unique<DeviceMem>(bytes));
+      auto* p = static_cast<uint8_t*>(w.back()->p);
+      fill_random_fp8(p, static_cast<size_t>(rows * row_bytes), 30 + i);  // any bytes decode (no NaN codes)
+      auto matrix = [&](uint8_t* data, void* scale, int64_t m) {
+        QuantMatrix q;
+        q.data = data;
+        q.scale = scale;
+        q.format = c.format;
+        q.n = static_cast<int32_t>(m);
+        q.k = static_cast<int32_t>(c.k);
+        q.scale_cols = static_cast<int32_t>(fp4 ? c.k / 16 : (c.k + 127) / 128);
+        q.global_scale = fp4 ? 0.01f : 1.0f;
+        return q;
+      };
+      uint8_t* scales = p + rows * row_bytes;
+      if (fp4)
+        fill_random_fp8(scales, static_cast<size_t>(scale_bytes(c.n) + scale_bytes(c.n2)), 40 + i);
+      else
+        fill_random_f32(scales, static_cast<size_t>((scale_bytes(c.n) + scale_bytes(c.n2)) / 4), 40 + i);
+      mats.emplace_back(matrix(p, scales, c.n), matrix(p + c.n * row_bytes, scales + scale_bytes(c.n), c.n2));
+    }
+    DeviceMem x(c.k * 4), out(rows * 4);
+    fill_random_f32(x.p, c.k, 13);
+    int num_sms = 0;
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
+    const int chosen = quant_gemv_slices(rows, num_sms);
+    for (int slices = 1; slices <= 8; slices *= 2) {
+      int next = 0;
+      KernelBenchRow r;
+      r.name = fmt::format("{} (slices {}){}", base, slices, slices == chosen ? " *" : "");
+      r.seconds = time_it(o.iterations, [&] {
+        const auto& [a, b] = mats[static_cast<size_t>(next)];
+        next = (next + 1) % copies;
+        launch_quant_gemv(a, x.as<float>(), c.k, 1, out.as<float>(), num_sms, 0, c.n2 > 0 ? &b : nullptr,
+                          out.as<float>() + c.n, slices);
       });
       r.bytes = static_cast<double>(bytes) + c.k * 4.0 + rows * 4.0;
       r.flops = 2.0 * static_cast<double>(rows) * c.k;

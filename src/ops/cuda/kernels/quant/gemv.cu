@@ -351,12 +351,9 @@ void launch_experts(const float* x, float* act, int64_t hidden, int64_t top_k, c
 
 template <QuantFormat F>
 void launch_dense(const QuantMatrix& w, const QuantMatrix& w2, const float* x, int64_t x_row, int64_t tokens,
-                  float* out, float* out2, int num_sms, cudaStream_t s) {
-  // The K split whose grid best covers the GPU twice: few rows (kv_a: 144 row groups) take 8 warps
-  // a group, many rows one.
+                  float* out, float* out2, int num_sms, cudaStream_t s, int slices) {
+  if (slices <= 0) slices = quant_gemv_slices(w.n + w2.n, num_sms);
   const int64_t row_groups = (w.n + w2.n) / kStreams;
-  int slices = 1;
-  while (slices < kWarps && (row_groups * slices + kWarps - 1) / kWarps < 2 * num_sms) slices *= 2;
   const int groups = kWarps / slices;
   const dim3 grid(static_cast<unsigned>((row_groups + groups - 1) / groups));
   const int t = static_cast<int>(tokens);
@@ -390,17 +387,28 @@ bool quant_gemv_supported(const QuantMatrix& w) {
   return w.k % Layout<QuantFormat::kFp8Block>::kVals == 0 && w.block_cols % 16 == 0 && w.block_rows >= 1;
 }
 
+int quant_gemv_slices(int64_t rows, int num_sms) {
+  // The K split whose grid best covers the GPU twice: few rows (kv_a: 144 row groups) take 8 warps
+  // a group, many rows one.
+  const int64_t row_groups = rows / kStreams;
+  int slices = 1;
+  while (slices < kWarps && (row_groups * slices + kWarps - 1) / kWarps < 2 * num_sms) slices *= 2;
+  return slices;
+}
+
 void launch_quant_gemv(const QuantMatrix& w, const float* x, int64_t x_row, int64_t tokens, float* out, int num_sms,
-                       cudaStream_t s, const QuantMatrix* w2, float* out2) {
+                       cudaStream_t s, const QuantMatrix* w2, float* out2, int slices) {
   QuantMatrix none = w;
   none.n = 0;  // no second matrix: no rows of it
   const QuantMatrix& second = w2 != nullptr ? *w2 : none;
   TESSERA_CHECK(w2 == nullptr || (tokens == 1 && out2 != nullptr && quant_gemv_pair_supported(w, *w2)),
                 "launch_quant_gemv: a second matrix needs one token, an output and the first one's format and width");
+  TESSERA_CHECK(slices <= 0 || slices == 1 || slices == 2 || slices == 4 || slices == kWarps,
+                "launch_quant_gemv: K split {} is not 1, 2, 4 or 8", slices);
   if (w.format == QuantFormat::kNvfp4)
-    launch_dense<QuantFormat::kNvfp4>(w, second, x, x_row, tokens, out, out2, num_sms, s);
+    launch_dense<QuantFormat::kNvfp4>(w, second, x, x_row, tokens, out, out2, num_sms, s, slices);
   else
-    launch_dense<QuantFormat::kFp8Block>(w, second, x, x_row, tokens, out, out2, num_sms, s);
+    launch_dense<QuantFormat::kFp8Block>(w, second, x, x_row, tokens, out, out2, num_sms, s, slices);
 }
 
 bool quant_gemv_pair_supported(const QuantMatrix& a, const QuantMatrix& b) {
