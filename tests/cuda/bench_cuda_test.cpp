@@ -41,5 +41,18 @@ TEST(BenchCuda, OfflineTraceSumsTheRunsKernels) {
     EXPECT_NE(out.find(line), std::string::npos) << line << " missing in:\n" << out;
 }
 
+// bench kernels --filter qgemv: every quantized matrix-vector shape at the four K splits, one of
+// them marked as the kernel's own choice.
+TEST(BenchCuda, QuantGemvRowsAtEveryKSplit) {
+  if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
+  int rc = 0;
+  const std::string out = tessera("bench kernels --device cuda --filter qgemv --iterations 2", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* row : {"qgemv t1 fp8 q_a+kv_a (one launch) 2112x7168 (slices 8)", "qgemv t1 fp8 o_proj 7168x16384",
+                          "qgemv t1 nvfp4 gate+up (one launch) 4096x7168 (slices 1)"})
+    EXPECT_NE(out.find(row), std::string::npos) << row << " missing in:\n" << out;
+  EXPECT_NE(out.find(" *"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace tessera
