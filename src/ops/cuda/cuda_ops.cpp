@@ -91,7 +91,7 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring, bool linear_ring,
                 kGroupedMoeMaxTokens)
           : fmt::format(
                 "{} stored; {} {}quant_linear_mma_kernel (2-{} tokens, activations as two bf16 halves; widths "
-                "multiples of 128), quant_gemv_kernel (1 token, or up to {} where the MMA kernel does not fit), "
+                "multiples of 128), quant_gemv_kernel (1 token{}, or up to {} where the MMA kernel does not fit), "
                 "dequantized + cuBLASLt GEMM beyond",
                 g.format_name, mv,
                 linear_ring ? fmt::format("quant_linear_ring_kernel ({}-{} tokens, matrices of {} rows or more: the "
@@ -100,7 +100,9 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring, bool linear_ring,
                                           "TESSERA_LINEAR_RING=0 turns it off), else ",
                                           kLinearRingMinTokens, kQuantMmaMaxTokens, kLinearRingMinRows)
                             : "",
-                kQuantMmaMaxTokens, quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
+                kQuantMmaMaxTokens,
+                quant_gemv_pair_on() ? "; q_a and kv_a as one launch, TESSERA_QUANT_GEMV_PAIR=1" : "",
+                quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
   return {"weights: " + g.name, kernel,
           size + (nvfp4 ? "; each 4-byte word of codes bit-permuted in place at load for the decode" : "") +
               "; dequantized in registers, fp32 accumulation",
