@@ -2,6 +2,7 @@
 // Skips itself without a GPU (TESSERA_REQUIRE_GPU=1 makes that a failure).
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
 
 #include "ops/cuda/cuda_ops.h"
@@ -13,8 +14,13 @@ namespace {
 
 using test::tessera;
 
+// Every one of `lines` appears in the command's output.
+void expect_lines(const std::string& out, std::initializer_list<const char*> lines) {
+  for (const char* line : lines) EXPECT_NE(out.find(line), std::string::npos) << line << " missing in:\n" << out;
+}
+
 // bench prefill --trace: after the table, one traced prompt per length, its kernels summed by name
-// with the time none ran; the shares of the rows are of the busy time, so they cannot exceed 100%.
+// with the time none ran.
 TEST(BenchCuda, PrefillTraceSumsTheKernelsOfEachPrompt) {
   if (!ops::cuda::cuda_available()) TESSERA_SKIP_UNLESS_REQUIRED("no CUDA device");
   int rc = 0;
@@ -22,9 +28,8 @@ TEST(BenchCuda, PrefillTraceSumsTheKernelsOfEachPrompt) {
                                       " --prompt-lens 8,40 --repeats 1 --skip-self-check --trace",
                                   &rc);
   ASSERT_EQ(rc, 0) << out;
-  for (const char* line : {"kernels of one 8-token prompt", "kernels of one 40-token prompt", "none running",
-                           "share ms", "% busy", "calls"})
-    EXPECT_NE(out.find(line), std::string::npos) << line << " missing in:\n" << out;
+  expect_lines(out, {"kernels of one 8-token prompt", "kernels of one 40-token prompt", "none running", "share ms",
+                     "% busy", "calls"});
   // A kernel every prompt runs is named (the RMS norm before the first layer).
   EXPECT_NE(out.find("rms_norm"), std::string::npos) << out;
 }
@@ -37,8 +42,7 @@ TEST(BenchCuda, OfflineTraceSumsTheRunsKernels) {
                                       " --num-requests 4 --input-len 8 --output-len 4 --skip-self-check --trace",
                                   &rc);
   ASSERT_EQ(rc, 0) << out;
-  for (const char* line : {"output tokens/s", "kernels of the run", "none running", "share ms", "rms_norm"})
-    EXPECT_NE(out.find(line), std::string::npos) << line << " missing in:\n" << out;
+  expect_lines(out, {"output tokens/s", "kernels of the run", "none running", "share ms", "rms_norm"});
 }
 
 // bench kernels --filter qgemv: every quantized matrix-vector shape at the four K splits, one of
@@ -48,9 +52,8 @@ TEST(BenchCuda, QuantGemvRowsAtEveryKSplit) {
   int rc = 0;
   const std::string out = tessera("bench kernels --device cuda --filter qgemv --iterations 2", &rc);
   ASSERT_EQ(rc, 0) << out;
-  for (const char* row : {"qgemv t1 fp8 q_a+kv_a (one launch) 2112x7168 (slices 8)", "qgemv t1 fp8 o_proj 7168x16384",
-                          "qgemv t1 nvfp4 gate+up (one launch) 4096x7168 (slices 1)"})
-    EXPECT_NE(out.find(row), std::string::npos) << row << " missing in:\n" << out;
+  expect_lines(out, {"qgemv t1 fp8 q_a+kv_a (one launch) 2112x7168 (slices 8)", "qgemv t1 fp8 o_proj 7168x16384",
+                     "qgemv t1 nvfp4 gate+up (one launch) 4096x7168 (slices 1)"});
   EXPECT_NE(out.find(" *"), std::string::npos) << out;
 }
 

@@ -175,8 +175,8 @@ __device__ __forceinline__ void stream_rows(const QuantMatrix* const (&W)[kStrea
 // `slices` warps that meet in shared memory. kPair: rows [0, w.n) are w's, written to out, rows
 // [w.n, w.n + w2.n) the second matrix's, written to out2: two projections of one input in one
 // launch (w.n is a multiple of kStreams, so a group's rows are in one matrix); without it w2 and
-// out2 are not read, and the single-matrix instances compile as they did before pairs (the
-// selection costs registers: 123 -> 128 for FP8 at one token, and stack at 2-8 tokens).
+// out2 are not read, and the single-matrix instances compile as they did before pairs (selecting
+// the matrix costs registers, and stack at 2-8 tokens).
 template <QuantFormat F, int NT, bool kPair>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     quant_gemv_kernel(QuantMatrix w, QuantMatrix w2, const float* __restrict__ x, int64_t x_row, int tokens,
@@ -196,9 +196,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     // compiler keeps in registers, not a parameter copied to the stack.
     const bool second = kPair && n0 >= w.n;
     const QuantMatrix m = second ? w2 : w;
+    const QuantMatrix& mat = kPair ? m : w;
     const int r0 = second ? n0 - w.n : n0;
-    const QuantMatrix* W[kStreams] = {&m, &m, &m, &m};
-    if constexpr (!kPair) W[0] = W[1] = W[2] = W[3] = &w;
+    const QuantMatrix* W[kStreams] = {&mat, &mat, &mat, &mat};
     const int row[kStreams] = {r0, r0 + 1, r0 + 2, r0 + 3};
     const float* xr[NT];
 #pragma unroll
