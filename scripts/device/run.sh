@@ -18,6 +18,8 @@
 #                                                   cases); `verify serve`: serve_check.sh on
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
+#   bash device_carry/run.sh pending                the goldens and quantized cases with the fold and the pair on and off,
+#                                                   and bench decode fp8 with each (all that waits for a GPU, one call)
 #   bash device_carry/run.sh fold                   TESSERA_SHARED_EXPERT_FOLD=1: goldens, quantized MoE cases, bench decode fp8 A/B
 #   bash device_carry/run.sh linear                 the dense quantized projections' cases (bench kernels --filter linear,
 #                                                   Kimi-K2.5 and DeepSeek-V3 shapes) with TESSERA_LINEAR_RING=0 and 1,
@@ -220,6 +222,39 @@ case "$what" in
       TESSERA_EXPERT_RING=$1 TESSERA_EXPERT_WEIGHTS_A=$2 TESSERA_SHARED_EXPERT_FOLD=$3 timeout 100 \
         "$KIT/bin/backend_ops_tests" --gtest_filter="$moe" --gtest_brief=1 > "$OUT/verify_moe_$1$2$3.log" 2>&1 || rc=1
       show "$OUT/verify_moe_$1$2$3.log"
+    done
+    exit $rc ;;
+  pending)
+    # Everything written without a GPU, checked and timed in one call when device time is short:
+    # the goldens and quantized cases (the defaults, the shared expert folded, q_a + kv_a paired),
+    # then bench decode fp8 with TESSERA_SHARED_EXPERT_FOLD x TESSERA_QUANT_GEMV_PAIR alternated.
+    rc=0
+    for f in 0 1; do
+      echo "== goldens and fixture models, TESSERA_SHARED_EXPERT_FOLD=$f"
+      TESSERA_SHARED_EXPERT_FOLD=$f timeout 150 "$KIT/bin/cuda_tests" --gtest_filter='*CudaGolden*:*FixtureModels*' \
+        --gtest_brief=1 > "$OUT/pending_goldens_$f.log" 2>&1 || rc=1
+      show "$OUT/pending_goldens_$f.log"
+    done
+    list=$("$KIT/bin/backend_ops_tests" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}')
+    quant=$(echo "$list" | grep -iE "CudaAgainstCpu.*(nvfp4|fp8|quant)" | grep -viE "moe" | tr '\n' ':')
+    moe=$(echo "$list" | grep -iE "CudaAgainstCpu.*moe" | grep -iE "nvfp4|fp8" | tr '\n' ':')
+    echo "== quantized cases but MoE, TESSERA_QUANT_GEMV_PAIR=0 then 1"
+    for p in 0 1; do
+      TESSERA_QUANT_GEMV_PAIR=$p timeout 120 "$KIT/bin/backend_ops_tests" --gtest_filter="$quant" --gtest_brief=1 \
+        > "$OUT/pending_quant_$p.log" 2>&1 || rc=1
+      show "$OUT/pending_quant_$p.log"
+    done
+    for f in 0 1; do
+      echo "== quantized MoE cases, TESSERA_SHARED_EXPERT_FOLD=$f"
+      TESSERA_SHARED_EXPERT_FOLD=$f timeout 100 "$KIT/bin/backend_ops_tests" --gtest_filter="$moe" --gtest_brief=1 \
+        > "$OUT/pending_moe_$f.log" 2>&1 || rc=1
+      show "$OUT/pending_moe_$f.log"
+    done
+    for v in "0 0" "1 1" "1 0" "0 1" "0 0" "1 1"; do
+      set -- $v
+      echo "== fp8, TESSERA_SHARED_EXPERT_FOLD=$1 TESSERA_QUANT_GEMV_PAIR=$2"
+      TESSERA_SHARED_EXPERT_FOLD=$1 TESSERA_QUANT_GEMV_PAIR=$2 timeout 60 tessera bench decode --device cuda \
+        --synthetic kimi-k2.5 --weights fp8 --layers 3 --batch 1,16,128 --steps 20 2>&1 | grep -E "^ +(1|16|128) " || true
     done
     exit $rc ;;
   fold)
