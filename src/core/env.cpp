@@ -21,9 +21,9 @@ constexpr std::array<EnvSwitch, 22> kSwitches{{
     {"TESSERA_SHARED_EXPERT_FOLD", "0",
      "1: a shared expert held quantized in the routed experts' format and shape (DeepSeek-V3 FP8) runs as one more "
      "expert of their kernels instead of after them (an experiment, not yet measured: A/B)"},
-    {"TESSERA_QUANT_GEMV_PAIR", "0",
-     "1: two quantized projections of one token's input (DeepSeek-V3 FP8's q_a and kv_a) share one matrix-vector "
-     "launch (an experiment, not yet measured: A/B)"},
+    {"TESSERA_QUANT_GEMV_PAIR", "1",
+     "0: two quantized projections of one token's input (DeepSeek-V3 FP8's q_a and kv_a) run as two matrix-vector "
+     "launches instead of one (A/B)"},
     {"TESSERA_EXPERT_PREFETCH", "0",
      "K blocks ahead the quantized MMA kernels (experts, dense NVFP4/FP8) ask L2 for their weights; 0: none "
      "(an experiment, A/B)"},
@@ -37,9 +37,9 @@ constexpr std::array<EnvSwitch, 22> kSwitches{{
     {"TESSERA_EXPERT_WEIGHTS_A", "1",
      "0: the quantized expert kernels use the activations as the MMA's A operand (16-pair tiles) instead of the "
      "weights (8-pair tiles; the ring kernels at every step size, the register-streaming ones at decode sizes) (A/B)"},
-    {"TESSERA_MLA_PREFILL_PRECISION", "split",
-     "MLA prefill attention operands: split (bf16 hi + lo, near fp32), bf16 (faster, less exact) or auto (split "
-     "for contexts of up to 2048 positions, bf16 beyond; an experiment until measured)"},
+    {"TESSERA_MLA_PREFILL_PRECISION", "auto",
+     "MLA prefill attention operands: auto (split for contexts of up to 2048 positions, bf16 beyond), split "
+     "(bf16 hi + lo, near fp32, at every length) or bf16 (faster, less exact, at every length)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

@@ -316,6 +316,10 @@ TEST(MlaPrefillPrecision, AutoIsSplitUpToItsContextAndBf16Beyond) {
   {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", "split");
     EXPECT_TRUE(mla_prefill_split_precision(65536));
+    // Unset: auto's rule (the default).
+    unsetenv("TESSERA_MLA_PREFILL_PRECISION");
+    EXPECT_TRUE(mla_prefill_split_precision(kMlaPrefillSplitMaxContext));
+    EXPECT_FALSE(mla_prefill_split_precision(kMlaPrefillSplitMaxContext + 1));
   }
   {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", "bf16");

@@ -960,8 +960,8 @@ void add_linears(Table& tb) {
     int64_t T, out1, out2, in;
     std::string format = "bf16";  // both matrices' checkpoint format
   };
-  // Quantized pairs: DeepSeek-V3 FP8's q_a + kv_a and an NVFP4 pair at one token (one launch with
-  // TESSERA_QUANT_GEMV_PAIR=1), two tokens and widths the matrix-vector kernel does not take (two
+  // Quantized pairs: DeepSeek-V3 FP8's q_a + kv_a and an NVFP4 pair at one token (one launch unless
+  // TESSERA_QUANT_GEMV_PAIR=0), two tokens and widths the matrix-vector kernel does not take (two
   // projections).
   for (const P& p : {P{kTiny, 1, 64, 48, 256}, P{kTiny, 3, 7, 5, 13}, P{kRagged, 50, 192, 80, 512},
                      P{kKimi.family, 1, 1536, 576, 7168}, P{kKimi.family, 3, 1536, 576, 7168},

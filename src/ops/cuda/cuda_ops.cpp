@@ -100,8 +100,7 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring, bool linear_ring,
                                           "TESSERA_LINEAR_RING=0 turns it off), else ",
                                           kLinearRingMinTokens, kQuantMmaMaxTokens, kLinearRingMinRows)
                             : "",
-                kQuantMmaMaxTokens,
-                quant_gemv_pair_on() ? "; q_a and kv_a as one launch, TESSERA_QUANT_GEMV_PAIR=1" : "",
+                kQuantMmaMaxTokens, quant_gemv_pair_on() ? "; q_a and kv_a as one launch at one token" : "",
                 quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
   return {"weights: " + g.name, kernel,
           size + (nvfp4 ? "; each 4-byte word of codes bit-permuted in place at load for the decode" : "") +

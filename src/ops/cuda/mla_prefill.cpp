@@ -230,7 +230,7 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
 }  // namespace
 
 bool mla_prefill_split_precision(int64_t context) {
-  const std::string v = core::env_value("TESSERA_MLA_PREFILL_PRECISION").value_or("split");
+  const std::string v = core::env_value("TESSERA_MLA_PREFILL_PRECISION").value_or("auto");
   TESSERA_CHECK(v == "split" || v == "bf16" || v == "auto",
                 "TESSERA_MLA_PREFILL_PRECISION='{}': expected split, bf16 or auto", v);
   return v == "split" || (v == "auto" && context <= kMlaPrefillSplitMaxContext);

@@ -6,16 +6,16 @@
 // qk = nope + rope, v (mla_prefill.cu). The step's decode tokens are compacted and handed back to
 // the caller's absorbed path, then put back in place.
 //
-// Precision (TESSERA_MLA_PREFILL_PRECISION): "split" (default) carries q, K, V and P as bf16 hi + lo
+// Precision (TESSERA_MLA_PREFILL_PRECISION): "split" carries q, K, V and P as bf16 hi + lo
 // pairs, three MMAs a product, ~2^-16 relative (within ~1e-5 of fp32 attention); "bf16" rounds
 // them to bf16 as bf16 transformers does (~3e-3 relative), about three times less tensor-core
-// work. Split is the default because the fixture models are chaotic: emulating the bf16 variant's
+// work. Split is kept for short contexts because the fixture models are chaotic: emulating the bf16 variant's
 // rounding on the CPU reference breaks the golden bf16-floor criterion on some prompts (a flip, not
-// drift), while ~16-bit operands leave every prompt where it was. "auto" is split where it is cheap
-// and bf16 where attention is most of the work: split for steps whose longest prefill context is at
+// drift), while ~16-bit operands leave every prompt where it was. "auto" (the default) is split where it is
+// cheap and bf16 where attention is most of the work: split for steps whose longest prefill context is at
 // most kMlaPrefillSplitMaxContext positions (the fixtures' prompts, the first chunk of any prompt),
 // bf16 beyond (an 8192-token prompt spends about 40% of its prefill in split attention on the H200,
-// docs/PERFORMANCE.md); not yet the default, until measured.
+// docs/PERFORMANCE.md; auto made it 19% faster at 8192 tokens and 50% at 16384 on an H100).
 //
 // Memory: a pass holds at most `pass_rows` context positions (latents and K/V, bf16); longer
 // contexts, or several sequences that do not fit together, take several passes, and the softmax
@@ -54,7 +54,7 @@ using MlaDecodeFn = std::function<void(const core::Tensor& q, std::span<const At
 // The longest prefill context (cached prefix + the step's tokens) that "auto" runs in split precision.
 constexpr int64_t kMlaPrefillSplitMaxContext = 2048;
 // Whether a step whose longest prefill context is `context` positions runs in split precision:
-// TESSERA_MLA_PREFILL_PRECISION split (default) always, bf16 never, auto up to
+// TESSERA_MLA_PREFILL_PRECISION split always, bf16 never, auto (default) up to
 // kMlaPrefillSplitMaxContext; throws on any other value, naming the variable.
 bool mla_prefill_split_precision(int64_t context);
 
