@@ -80,13 +80,27 @@ void linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& ou
   check_linear_shapes(x, w, out);
   if (T == 0) return;
   if (quantized(w)) return quantized_linear(ctx, x, w, out);
-  if (gemv_applies(T, w.in, w.out)) {
+  if (!linear_takes_bf16(T, w)) {
     launch_gemv(gemv_args(x, w, out), 1, ctx.num_sms(), ctx.stream());
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }
   Tensor xb = ctx.alloc(DType::kBF16, {T, w.in});
   launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), ctx.stream());
+  linear_bf16(ctx, xb, w, out);
+}
+
+bool linear_takes_bf16(int64_t tokens, const LinearWeight& w) {
+  return !quantized(w) && !gemv_applies(tokens, w.in, w.out);
+}
+
+void linear_bf16(CudaContext& ctx, const Tensor& xb, const LinearWeight& w, Tensor& out) {
+  const int64_t T = xb.dim(0);
+  TESSERA_CHECK(xb.dtype() == DType::kBF16 && xb.rank() == 2 && xb.dim(1) == w.in && out.dim(0) == T &&
+                    out.dim(1) == w.out && linear_takes_bf16(T, w),
+                "linear_bf16 {}: input [{}, {}] {} for [{}, {}] {} at {} tokens", w.name, xb.dim(0), xb.dim(1),
+                core::dtype_name(xb.dtype()), w.out, w.in, w.format_name(), T);
+  if (T == 0) return;
   ctx.gemm_bf16(ptr<__nv_bfloat16>(w.weight), ptr<__nv_bfloat16>(xb), ptr<float>(out), w.out, T, w.in);
 }
 

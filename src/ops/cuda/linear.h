@@ -16,8 +16,14 @@ bool linear_ring_on(const DeviceCaps& caps);
 
 // out [T, out] = x [T, in] · Wᵀ, bf16 inputs, fp32 accumulate and output.
 void linear(CudaContext& ctx, const core::Tensor& x, const LinearWeight& w, core::Tensor& out);
+// Whether linear runs a step of `tokens` as one cuBLASLt GEMM over x rounded to bf16 (a dense weight,
+// beyond the matrix-vector kernel): then a caller that makes the activations itself may write them
+// in bf16 and call linear_bf16, saving the fp32 pass and the conversion (same bits).
+bool linear_takes_bf16(int64_t tokens, const LinearWeight& w);
+// linear's GEMM over activations already rounded to bf16 (xb [T, in] bf16; linear_takes_bf16(T, w)).
+void linear_bf16(CudaContext& ctx, const core::Tensor& xb, const LinearWeight& w, core::Tensor& out);
 // Whether two quantized projections of one token share a matrix-vector launch in linear_pair
-// (TESSERA_QUANT_GEMV_PAIR=1; off by default until measured on a GPU).
+// (default; TESSERA_QUANT_GEMV_PAIR=0 runs them as two launches, for A/B).
 bool quant_gemv_pair_on();
 // Two projections of one input in one matrix-vector launch at decode (q_a and kv_a; quantized ones
 // at one token with quant_gemv_pair_on). False, with nothing launched, when the shapes do not fit

@@ -25,6 +25,8 @@ void launch_add_rms_norm(float* x, const float* add, int64_t rows, int64_t width
                          float* out, cudaStream_t s);
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t s);
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s);
+// The same values rounded to bf16 as launch_f32_to_bf16 rounds them (a GEMM's input, one pass fewer).
+void launch_silu_mul_bf16(const float* gate, const float* up, __nv_bfloat16* out, int64_t n, cudaStream_t s);
 // Interleaved-pair rotation; cos/sin [rows, half].
 void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const float* sin, int64_t half,
                  int64_t col_begin, int64_t col_stride, int64_t count, cudaStream_t s);
@@ -42,6 +44,9 @@ void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int6
 void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
                              float* out, cudaStream_t s);
 void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out, cudaStream_t s);
+// out[i, :] = bf16(x[rows[i], :]), rounded as launch_f32_to_bf16 rounds (a GEMM's gathered input).
+void launch_gather_rows_bf16(const float* x, int64_t width, const int32_t* rows, int64_t n, __nv_bfloat16* out,
+                             cudaStream_t s);
 
 // --- attention/attention.cu ---
 // Per-token metadata of a step, uploaded once per attention call.

@@ -91,9 +91,15 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
   if (i < n) x[i] += y[i];
 }
 
-__global__ void silu_mul_kernel(const float* g, const float* u, float* out, int64_t n) {
+// A value stored as float, or rounded to nearest bf16 (the rounding launch_f32_to_bf16 does, so a
+// kernel writing bf16 gives the bits that writing fp32 and converting gave).
+__device__ inline void store_as(float* p, float v) { *p = v; }
+__device__ inline void store_as(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+template <class Out>
+__global__ void silu_mul_kernel(const float* g, const float* u, Out* out, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = g[i] / (1.0f + __expf(-g[i])) * u[i];
+  if (i < n) store_as(out + i, g[i] / (1.0f + __expf(-g[i])) * u[i]);
 }
 
 __global__ void rope_kernel(float* x, int64_t width, const float* cos, const float* sin, int64_t half,
@@ -124,12 +130,12 @@ __global__ void f32_to_bf16_split_kernel(const float* in, __nv_bfloat16* hi, __n
   lo[i] = __float2bfloat16_rn(in[i] - __bfloat162float(h));
 }
 
-template <class Index>
-__global__ void gather_rows_kernel(const float* x, int64_t width, const Index* rows, float* out) {
+template <class Index, class Out>
+__global__ void gather_rows_kernel(const float* x, int64_t width, const Index* rows, Out* out) {
   const int64_t i = blockIdx.x;
   const float* src = x + static_cast<int64_t>(rows[i]) * width;
 #pragma unroll 8
-  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) out[i * width + j] = src[j];
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) store_as(out + i * width + j, src[j]);
 }
 
 __global__ void scatter_add_rows_kernel(const float* y, int64_t width, const int32_t* rows, const float* weights,
@@ -228,7 +234,11 @@ void launch_add(float* x, const float* y, int64_t n, cudaStream_t s) {
 }
 
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {
-  if (n > 0) launch_plain(silu_mul_kernel, blocks_for(n), kThreads, 0, s, gate, up, out, n);
+  if (n > 0) launch_plain(silu_mul_kernel<float>, blocks_for(n), kThreads, 0, s, gate, up, out, n);
+}
+
+void launch_silu_mul_bf16(const float* gate, const float* up, __nv_bfloat16* out, int64_t n, cudaStream_t s) {
+  if (n > 0) launch_plain(silu_mul_kernel<__nv_bfloat16>, blocks_for(n), kThreads, 0, s, gate, up, out, n);
 }
 
 void launch_rope(float* x, int64_t rows, int64_t width, const float* cos, const float* sin, int64_t half,
@@ -253,11 +263,19 @@ void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16*
 
 void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s) {
   if (n > 0)
-    launch_plain(gather_rows_kernel<int64_t>, static_cast<unsigned>(n), kRowThreads, 0, s, x, width, rows, out);
+    launch_plain(gather_rows_kernel<int64_t, float>, static_cast<unsigned>(n), kRowThreads, 0, s, x, width, rows, out);
 }
 
 void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out, cudaStream_t s) {
-  if (n > 0) launch_plain(gather_rows_kernel<int32_t>, static_cast<unsigned>(n), kThreads, 0, s, x, width, rows, out);
+  if (n > 0)
+    launch_plain(gather_rows_kernel<int32_t, float>, static_cast<unsigned>(n), kThreads, 0, s, x, width, rows, out);
+}
+
+void launch_gather_rows_bf16(const float* x, int64_t width, const int32_t* rows, int64_t n, __nv_bfloat16* out,
+                             cudaStream_t s) {
+  if (n > 0)
+    launch_plain(gather_rows_kernel<int32_t, __nv_bfloat16>, static_cast<unsigned>(n), kThreads, 0, s, x, width, rows,
+                 out);
 }
 
 void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
