@@ -22,6 +22,7 @@ TEST(BenchPrefill, ReportsARowPerPromptLength) {
   EXPECT_NE(out.find("\n       8 "), std::string::npos) << out;
   EXPECT_NE(out.find("\n      40 "), std::string::npos) << out;
   EXPECT_NE(out.find("median of 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("after a warm-up prompt of each length"), std::string::npos) << out;
   // No GEMM ceiling on the CPU: no MFU figure, and no ceiling line.
   EXPECT_EQ(out.find("ceiling:"), std::string::npos) << out;
 }
