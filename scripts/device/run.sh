@@ -18,8 +18,8 @@
 #                                                   cases); `verify serve`: serve_check.sh on
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
-#   bash device_carry/run.sh pending                the goldens and quantized cases with the fold and the pair on and off,
-#                                                   and bench decode fp8 with each (all that waits for a GPU, one call)
+#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked and timed in one call
+#                                                   (now: the 128-row MLA prefill blocks)
 #   bash device_carry/run.sh fold                   TESSERA_SHARED_EXPERT_FOLD=1: goldens, quantized MoE cases, bench decode fp8 A/B
 #   bash device_carry/run.sh linear                 the dense quantized projections' cases (bench kernels --filter linear,
 #                                                   Kimi-K2.5 and DeepSeek-V3 shapes) with TESSERA_LINEAR_RING=0 and 1,
@@ -139,8 +139,8 @@ case "$what" in
     done ;;
   prefill)
     # Issue 19: bench prefill on the issue's checkpoint shape (1 dense + 3 MoE layers, 64 experts, 64
-    # heads; 23.5 GB), at the default step size and at 8192-token steps, the attention's auto and bf16
-    # precisions against split, then where a 4096- and an 8192-token prompt's time goes (--trace:
+    # heads; 23.5 GB), at the default step size and at 8192-token steps, split precision and the
+    # 128-row attention blocks against the default (auto, 64 rows), then where a 4096- and an 8192-token prompt's time goes (--trace:
     # kernels summed by name, and the time none ran).
     dir=$(issue19_checkpoint)
     for step in 2048 8192; do
@@ -148,9 +148,10 @@ case "$what" in
       tessera bench prefill --device cuda --model "$dir" --prompt-lens 1024,4096,8192,16384,65536 --repeats 3 \
         --max-num-batched-tokens $step --skip-self-check 2>&1 | tail -9 || true
     done
-    for prec in auto bf16; do
-      echo "== bench prefill, --max-num-batched-tokens 8192, TESSERA_MLA_PREFILL_PRECISION=$prec"
-      TESSERA_MLA_PREFILL_PRECISION=$prec tessera bench prefill --device cuda --model "$dir" \
+    for v in "split 64" "auto 128"; do
+      set -- $v
+      echo "== bench prefill, --max-num-batched-tokens 8192, TESSERA_MLA_PREFILL_PRECISION=$1 TESSERA_MLA_PREFILL_QUERY_ROWS=$2"
+      TESSERA_MLA_PREFILL_PRECISION=$1 TESSERA_MLA_PREFILL_QUERY_ROWS=$2 tessera bench prefill --device cuda --model "$dir" \
         --prompt-lens 1024,4096,8192,16384,65536 --repeats 3 --max-num-batched-tokens 8192 --skip-self-check 2>&1 \
         | tail -9 || true
     done
@@ -225,37 +226,25 @@ case "$what" in
     done
     exit $rc ;;
   pending)
-    # Everything written without a GPU, checked and timed in one call when device time is short:
-    # the goldens and quantized cases (the defaults, the shared expert folded, q_a + kv_a paired),
-    # then bench decode fp8 with TESSERA_SHARED_EXPERT_FOLD x TESSERA_QUANT_GEMV_PAIR alternated.
+    # What waits for a GPU (session of 2026-12-06): the MLA prefill tests with the 128-row blocks
+    # (TESSERA_MLA_PREFILL_QUERY_ROWS=128, bf16 precision) among the precisions, the goldens, then
+    # bench prefill on issue 19's checkpoint with 64- and 128-row blocks alternated, and the trace of
+    # an 8192-token prompt with 128.
     rc=0
-    for f in 0 1; do
-      echo "== goldens and fixture models, TESSERA_SHARED_EXPERT_FOLD=$f"
-      TESSERA_SHARED_EXPERT_FOLD=$f timeout 150 "$KIT/bin/cuda_tests" --gtest_filter='*CudaGolden*:*FixtureModels*' \
-        --gtest_brief=1 > "$OUT/pending_goldens_$f.log" 2>&1 || rc=1
-      show "$OUT/pending_goldens_$f.log"
+    echo "== MLA prefill tests, goldens and fixture models"
+    timeout 200 "$KIT/bin/cuda_tests" --gtest_filter='*MlaPrefill*:*CudaGolden*:*FixtureModels*' --gtest_brief=1 \
+      > "$OUT/pending_tests.log" 2>&1 || rc=1
+    show "$OUT/pending_tests.log"
+    dir=$(issue19_checkpoint)
+    for rows in 64 128 64 128; do
+      echo "== bench prefill, TESSERA_MLA_PREFILL_QUERY_ROWS=$rows"
+      TESSERA_MLA_PREFILL_QUERY_ROWS=$rows timeout 120 tessera bench prefill --device cuda --model "$dir" \
+        --prompt-lens 4096,8192,16384 --repeats 3 --max-num-batched-tokens 8192 --skip-self-check 2>&1 \
+        | grep -E "^ +[0-9]+ " || true
     done
-    list=$("$KIT/bin/backend_ops_tests" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}')
-    quant=$(echo "$list" | grep -iE "CudaAgainstCpu.*(nvfp4|fp8|quant)" | grep -viE "moe" | tr '\n' ':')
-    moe=$(echo "$list" | grep -iE "CudaAgainstCpu.*moe" | grep -iE "nvfp4|fp8" | tr '\n' ':')
-    echo "== quantized cases but MoE, TESSERA_QUANT_GEMV_PAIR=0 then 1"
-    for p in 0 1; do
-      TESSERA_QUANT_GEMV_PAIR=$p timeout 120 "$KIT/bin/backend_ops_tests" --gtest_filter="$quant" --gtest_brief=1 \
-        > "$OUT/pending_quant_$p.log" 2>&1 || rc=1
-      show "$OUT/pending_quant_$p.log"
-    done
-    for f in 0 1; do
-      echo "== quantized MoE cases, TESSERA_SHARED_EXPERT_FOLD=$f"
-      TESSERA_SHARED_EXPERT_FOLD=$f timeout 100 "$KIT/bin/backend_ops_tests" --gtest_filter="$moe" --gtest_brief=1 \
-        > "$OUT/pending_moe_$f.log" 2>&1 || rc=1
-      show "$OUT/pending_moe_$f.log"
-    done
-    for v in "0 0" "1 1" "1 0" "0 1" "0 0" "1 1"; do
-      set -- $v
-      echo "== fp8, TESSERA_SHARED_EXPERT_FOLD=$1 TESSERA_QUANT_GEMV_PAIR=$2"
-      TESSERA_SHARED_EXPERT_FOLD=$1 TESSERA_QUANT_GEMV_PAIR=$2 timeout 60 tessera bench decode --device cuda \
-        --synthetic kimi-k2.5 --weights fp8 --layers 3 --batch 1,16,128 --steps 20 2>&1 | grep -E "^ +(1|16|128) " || true
-    done
+    TESSERA_MLA_PREFILL_QUERY_ROWS=128 timeout 120 tessera bench prefill --device cuda --model "$dir" --prompt-lens 8192 \
+      --repeats 1 --max-num-batched-tokens 8192 --skip-self-check --trace > "$OUT/pending_trace.log" 2>&1 || true
+    sed -n '/kernels of one/,$p' "$OUT/pending_trace.log" | cut -c1-160 | head -16
     exit $rc ;;
   fold)
     # The FP8 shared expert in the routed experts' kernels (TESSERA_SHARED_EXPERT_FOLD=1) against

@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 22> kSwitches{{
+constexpr std::array<EnvSwitch, 23> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -40,6 +40,9 @@ constexpr std::array<EnvSwitch, 22> kSwitches{{
     {"TESSERA_MLA_PREFILL_PRECISION", "auto",
      "MLA prefill attention operands: auto (split for contexts of up to 2048 positions, bf16 beyond), split "
      "(bf16 hi + lo, near fp32, at every length) or bf16 (faster, less exact, at every length)"},
+    {"TESSERA_MLA_PREFILL_QUERY_ROWS", "64",
+     "query rows an MLA prefill attention block takes in bf16 precision: 64 or 128 (K and V read once for twice the "
+     "rows; an experiment, not yet measured: A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

@@ -26,6 +26,7 @@
 #include "model/golden_util.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernels/attention/mla_prefill_kernels.h"
 #include "ops/cuda/mla_prefill.h"
 #include "support/require_gpu.h"
 
@@ -38,8 +39,10 @@ using core::Tensor;
 struct Precision {
   const char* name;  // TESSERA_MLA_PREFILL_PRECISION
   double tol, token_tol;
+  const char* query_rows = "64";  // TESSERA_MLA_PREFILL_QUERY_ROWS (128: the 8-warp bf16 blocks)
 };
-const Precision kPrecisions[] = {{"split", 1e-4, 2e-4}, {"bf16", 1e-2, 2.5e-2}, {"auto", 1e-2, 2.5e-2}};
+const Precision kPrecisions[] = {
+    {"split", 1e-4, 2e-4}, {"bf16", 1e-2, 2.5e-2}, {"auto", 1e-2, 2.5e-2}, {"bf16", 1e-2, 2.5e-2, "128"}};
 
 struct Dims {
   int64_t heads, nope, rope, v, latent;
@@ -159,7 +162,7 @@ class MlaPrefillTest : public ::testing::Test {
 
   // GPU against CPU over the step and per token; prints both measures for the record.
   void expect_matches_cpu(const std::string& what, const Precision& p) {
-    expect_matches_cpu(what + " (" + p.name + ")", p.tol, p.token_tol);
+    expect_matches_cpu(what + " (" + p.name + ", " + p.query_rows + "-row blocks)", p.tol, p.token_tol);
   }
   // Only the prefill rows are held to `tol`/`token_tol`: the step's decode tokens run the absorbed
   // tensor-core decode kernel, which rounds q and p to bf16 (held to kDecodeTokenTol).
@@ -223,6 +226,7 @@ const std::vector<Seq> kRagged = {{0, 5}, {70, 1}, {3, 40}, {0, 1}, {128, 1}, {0
 TEST_F(MlaPrefillTest, MatchesCpuOnRaggedBatchesWithCachedPrefixes) {
   for (const Precision& p : kPrecisions) {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
+    ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
     for (const Dims& d : kDims) {
       for (int64_t page : {64, 16}) {
         build(d, page, kRagged, 1.0f);
@@ -235,6 +239,7 @@ TEST_F(MlaPrefillTest, MatchesCpuOnRaggedBatchesWithCachedPrefixes) {
 TEST_F(MlaPrefillTest, LongContextsAndSharpAttention) {
   for (const Precision& p : kPrecisions) {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
+    ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
     for (float q_scale : {1.0f, 3.0f}) {
       build(kDims[0], 64, {{1800, 200}, {0, 1}, {900, 3}, {0, 700}}, q_scale);
       expect_matches_cpu("2k context, q scale " + std::to_string(q_scale).substr(0, 3), p);
@@ -250,6 +255,7 @@ TEST_F(MlaPrefillTest, SeveralPassesCarryTheSoftmaxState) {
   const std::vector<Seq> seqs = {{0, 150}, {130, 70}, {0, 1}, {37, 2}, {250, 5}, {0, 64}};
   for (const Precision& p : kPrecisions) {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
+    ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
     for (const char* rows : {"100", "64", "1"}) {
       ScopedEnv env("TESSERA_MLA_PREFILL_PASS_ROWS", rows);
       for (const Dims& d : {kDims[0], kDims[2]}) {
@@ -263,6 +269,7 @@ TEST_F(MlaPrefillTest, SeveralPassesCarryTheSoftmaxState) {
 TEST_F(MlaPrefillTest, PrefillOnlyDecodeOnlyAndEmptySequences) {
   for (const Precision& p : kPrecisions) {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
+    ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
     for (const Dims& d : {kDims[0], kDims[1]}) {
       build(d, 64, {{0, 33}, {10, 20}}, 1.0f);
       expect_matches_cpu("prefill only", p);
@@ -284,6 +291,7 @@ TEST_F(MlaPrefillTest, PrefillOnlyDecodeOnlyAndEmptySequences) {
 TEST_F(MlaPrefillTest, Fp8CacheMatchesTheCpuReadingTheSameBytes) {
   for (const Precision& p : kPrecisions) {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
+    ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
     for (float scale : {1.0f, 0.37f}) {
       fp8_scale_ = scale;
       for (const Dims& d : kDims) {
@@ -334,6 +342,32 @@ TEST(MlaPrefillPrecision, AutoIsSplitUpToItsContextAndBf16Beyond) {
   }
 }
 
+// The attention block's height (host only): 128 query rows only where asked for and in bf16
+// precision (split's hi and lo copies of 128 rows would not fit), its shared memory by hand from the
+// layout (Q 128 x (192 + 8), K 64 x 200, V 64 x (128 + 8), bf16), and a bad setting named.
+TEST(MlaPrefillQueryRows, OneHundredTwentyEightOnlyInBf16AndWhenAsked) {
+  using ops::cuda::mla_prefill_query_rows;
+  using ops::cuda::mla_prefill_query_rows_setting;
+  EXPECT_EQ(mla_prefill_query_rows(false, 128), 128);
+  EXPECT_EQ(mla_prefill_query_rows(true, 128), 64);
+  EXPECT_EQ(mla_prefill_query_rows(false, 64), 64);
+  EXPECT_EQ(ops::cuda::mla_prefill_attend_smem_bytes(128, 64, 128, false, 128), (128 * 200 + 64 * 200 + 64 * 136) * 2);
+  EXPECT_EQ(ops::cuda::mla_prefill_attend_smem_bytes(128, 64, 128, false, 64), (64 * 200 + 64 * 200 + 64 * 136) * 2);
+  {
+    ScopedEnv rows("TESSERA_MLA_PREFILL_QUERY_ROWS", "128");
+    EXPECT_EQ(mla_prefill_query_rows_setting(), 128);
+    unsetenv("TESSERA_MLA_PREFILL_QUERY_ROWS");
+    EXPECT_EQ(mla_prefill_query_rows_setting(), 64);
+  }
+  ScopedEnv rows("TESSERA_MLA_PREFILL_QUERY_ROWS", "96");
+  try {
+    (void)mla_prefill_query_rows_setting();
+    ADD_FAILURE() << "TESSERA_MLA_PREFILL_QUERY_ROWS=96 was taken";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TESSERA_MLA_PREFILL_QUERY_ROWS='96'"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(MlaPrefillTest, BadPrecisionSettingIsNamed) {
   ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", "fp8");
   build(kDims[1], 64, {{0, 5}}, 1.0f);
@@ -352,6 +386,7 @@ TEST_F(MlaPrefillTest, CausalMaskIsExact) {
     ScopedEnv env("TESSERA_MLA_PREFILL_PASS_ROWS", rows);
     for (const Precision& p : kPrecisions) {
       ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
+      ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
       for (const Dims& d : {kDims[0], kDims[2]}) {
         build(d, 64, {{0, 150}, {300, 90}, {20, 1}}, 3.0f);
         const auto before = run_gpu();

@@ -353,9 +353,11 @@ MlaPlan plan_mla(const DeviceCaps& caps, const MlaShape& shape, const KernelOver
     p.prefill = MlaPrefillKernel::kDecompressed;
     p.prefill_row = {"mla prefill",
                      shape.fp8_cache ? "gather latents (fp8 -> bf16, exact) + kv_b GEMM (cuBLASLt, alpha = KV scale) "
-                                       "+ mla_prefill_attend (mma.sync, split bf16 operands)"
-                                     : "gather latents + kv_b GEMM (cuBLASLt) + mla_prefill_attend (mma.sync, split "
-                                       "bf16 operands)",
+                                       "+ mla_prefill_attend (mma.sync; TESSERA_MLA_PREFILL_PRECISION, default auto: "
+                                       "split bf16 operands up to 2048 context positions, bf16 beyond)"
+                                     : "gather latents + kv_b GEMM (cuBLASLt) + mla_prefill_attend (mma.sync; "
+                                       "TESSERA_MLA_PREFILL_PRECISION, default auto: split bf16 operands up to 2048 "
+                                       "context positions, bf16 beyond)",
                      fmt::format("qk {} + {}, v {}: {}", shape.nope, shape.rope, shape.v,
                                  smem_of(mla_prefill_attend_smem_bytes(shape.nope, shape.rope, shape.v, true), caps)),
                      true};

@@ -27,7 +27,7 @@ using core::Tensor;
 namespace {
 
 constexpr int64_t kPassKvBytes = int64_t{256} << 20;
-constexpr int64_t kQueryTileRows = 64;  // query rows an attention block takes (mla_prefill.cu)
+constexpr int64_t kMinPassRows = 64;  // a pass holds at least this many context positions
 
 struct Pass {
   int64_t rows = 0;            // context positions held, over all chunks
@@ -40,11 +40,12 @@ struct Pass {
 int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
 
 // Slices every prefill sequence's context [0, start_pos + num_tokens) into chunks of at most
-// `pass_rows` positions and packs them into passes in order. Tiles: each chunk's query rows by 64,
+// `pass_rows` positions and packs them into passes in order. Tiles: each chunk's query rows by
+// `query_rows` (the attention block's height),
 // dropping those that see none of the chunk's keys unless the chunk must finish them; heaviest
 // tiles first so that the long causal rows start early.
 std::vector<Pass> plan_passes(std::span<const AttentionSeq> prefill, const std::vector<int32_t>& table_offsets,
-                              int64_t pass_rows) {
+                              int64_t pass_rows, int64_t query_rows) {
   std::vector<Pass> passes(1);
   for (size_t i = 0; i < prefill.size(); ++i) {
     const AttentionSeq& s = prefill[i];
@@ -65,8 +66,8 @@ std::vector<Pass> plan_passes(std::span<const AttentionSeq> prefill, const std::
     std::vector<std::pair<int64_t, PrefillTile>> weighted;
     for (size_t c = 0; c < p.chunks.size(); ++c) {
       const PrefillChunk& ch = p.chunks[c];
-      for (int64_t q0 = 0; q0 < ch.n_q; q0 += kQueryTileRows) {
-        const int64_t last_pos = ch.start_pos + std::min<int64_t>(q0 + kQueryTileRows, ch.n_q) - 1;
+      for (int64_t q0 = 0; q0 < ch.n_q; q0 += query_rows) {
+        const int64_t last_pos = ch.start_pos + std::min<int64_t>(q0 + query_rows, ch.n_q) - 1;
         const int64_t keys = std::min<int64_t>(ch.c1, last_pos + 1) - ch.c0;
         if (keys <= 0 && !(ch.flags & kChunkLast)) continue;
         weighted.push_back({keys, {i32(static_cast<int64_t>(c)), i32(q0)}});
@@ -157,7 +158,8 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
     const int64_t pages = (s.start_pos + s.num_tokens + cache.page_size - 1) / cache.page_size;
     plan.insert(plan.end(), s.block_table.begin(), s.block_table.begin() + pages);
   }
-  std::vector<Pass> passes = plan_passes(prefill, table_offsets, mla_prefill_pass_rows(d, split));
+  const int64_t query_rows = mla_prefill_query_rows(split, mla_prefill_query_rows_setting());
+  std::vector<Pass> passes = plan_passes(prefill, table_offsets, mla_prefill_pass_rows(d, split), query_rows);
   bool carries_state = false;
   int64_t buf_rows = 0;
   for (Pass& p : passes) {
@@ -221,7 +223,8 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
                         static_cast<int>(d.v),
                         static_cast<int>(d.latent),
                         d.scale,
-                        kv_scale};
+                        kv_scale,
+                        static_cast<int>(query_rows)};
     launch_mla_prefill_attend(a, static_cast<int64_t>(p.tiles.size()), env.stream);
     TESSERA_CUDA_CHECK_LAUNCH();
   }
@@ -236,6 +239,12 @@ bool mla_prefill_split_precision(int64_t context) {
   return v == "split" || (v == "auto" && context <= kMlaPrefillSplitMaxContext);
 }
 
+int64_t mla_prefill_query_rows_setting() {
+  const std::string v = core::env_value("TESSERA_MLA_PREFILL_QUERY_ROWS").value_or("64");
+  TESSERA_CHECK(v == "64" || v == "128", "TESSERA_MLA_PREFILL_QUERY_ROWS='{}': expected 64 or 128", v);
+  return v == "128" ? 128 : 64;
+}
+
 int64_t mla_prefill_pass_rows(const MlaDims& d, bool split) {
   if (const auto env = core::env_value("TESSERA_MLA_PREFILL_PASS_ROWS")) {
     const char* v = env->c_str();
@@ -247,7 +256,7 @@ int64_t mla_prefill_pass_rows(const MlaDims& d, bool split) {
   }
   // K/V bytes a context position takes: bf16, or fp32 + hi + lo.
   const int64_t row_bytes = d.heads * (d.nope + d.v) * (split ? 8 : 2);
-  return std::max<int64_t>(kQueryTileRows, kPassKvBytes / std::max<int64_t>(row_bytes, 1));
+  return std::max<int64_t>(kMinPassRows, kPassKvBytes / std::max<int64_t>(row_bytes, 1));
 }
 
 void run_mla_prefill_step(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& cache, const LinearWeight& kv_b,

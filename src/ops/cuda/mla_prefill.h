@@ -63,6 +63,11 @@ bool mla_prefill_split_precision(int64_t context);
 // bf16, 1024 in split precision, which keeps fp32 K/V and its hi and lo parts).
 int64_t mla_prefill_pass_rows(const MlaDims& d, bool split);
 
+// Query rows an attention block asks for: TESSERA_MLA_PREFILL_QUERY_ROWS, 64 (default) or 128 (bf16
+// precision only, mla_prefill_query_rows: K and V read once for twice the rows; an experiment until
+// measured); throws on any other value, naming the variable.
+int64_t mla_prefill_query_rows_setting();
+
 // mla_attention for a step with a prefill chunk, where the plan (kernel_registry.h: plan_mla) chose
 // the decompressed path. q [T, heads * (nope + rope)] fp32, cache
 // pages bf16 or fp8 e4m3 (U8, read as q · cache.scale) [pages, page, latent + rope] (already

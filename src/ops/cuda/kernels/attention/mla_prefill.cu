@@ -2,11 +2,17 @@
 // attention over decompressed K = [K_nope | k_pe] and V on tensor cores (mma.sync m16n8k16 bf16 ->
 // fp32, ldmatrix, cp.async: SM80, SM90, SM100, SM120).
 //
-// Attention block: 4 warps, 64 query rows (16 a warp) of one sequence and one head; key tiles of 64
-// rows (32 in split precision). Q, K and V are bf16 in shared memory (rows padded by 16 bytes so
-// that ldmatrix is free of bank conflicts); split precision keeps a hi and a lo copy of each. For
-// 192/128: bf16 64 x 200 x 2 x 2 + 64 x 136 x 2 = 67 KB; split (64 + 32) x 200 x 2 x 2 + 32 x 136
-// x 2 x 2 = 92 KB; both under the 99 KB a block may use on SM120. K(j+1) streams in (cp.async)
+// Attention block: 16 query rows a warp, 64 rows (4 warps) or, in bf16 precision with
+// TESSERA_MLA_PREFILL_QUERY_ROWS=128, 128 rows (8 warps), of one sequence and one head; key tiles of
+// 64 rows (32 in split precision). A block reads its keys' K and V once for all of its rows, so 128
+// rows halve the K/V bytes a FLOP (640 bytes a key and head at 192/128), which bound the 64-row
+// kernel at ~160 TFLOP/s on an H100 (docs/PERFORMANCE.md); 128 x 200 x 2 + 64 x 200 x 2 + 64 x 136
+// x 2 = 94 KB of shared memory still fits SM120; its registers are held to 128 (two blocks, 16 warps
+// an SM, at 64 bytes of spills, where ptxas alone takes 164 and one block). Q, K and V are bf16 in
+// shared memory (rows padded by 16 bytes so that ldmatrix is free of bank conflicts); split
+// precision keeps a hi and a lo copy of each. For 192/128 and 64 rows: bf16 64 x 200 x 2 x 2 + 64 x
+// 136 x 2 = 67 KB; split (64 + 32) x 200 x 2 x 2 + 32 x 136 x 2 x 2 = 92 KB; all under the 99 KB a
+// block may use on SM120. K(j+1) streams in (cp.async)
 // during softmax and P·V of tile j, V(j) during Q·Kᵀ(j). Each warp owns its 16 rows outright, so
 // the online softmax (fp32, exp2 domain) needs only quad shuffles. Operand precision: see
 // PrefillAttendArgs (bf16 rounds q, K, V and P as bf16 transformers does; split is ~2^-16).
@@ -23,9 +29,9 @@ namespace tessera::ops::cuda {
 
 namespace {
 
-constexpr int kRowsQ = 64;  // query rows a block
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
+constexpr int kRowsWarp = 16;  // query rows a warp (one m16 MMA tile)
+// Threads of a block of `rows` query rows.
+__host__ __device__ constexpr int threads_for(int rows) { return 32 * rows / kRowsWarp; }
 constexpr int kPad = 8;  // bf16 per shared row
 
 using namespace mma;
@@ -44,9 +50,11 @@ template <bool SPLIT>
 constexpr int kRowsKOf = SPLIT ? 32 : 64;
 
 // QK, DV: the padded head dims of this instance (multiples of 16); the real nope + rope and v are
-// <= them and the padding columns are zero in shared memory. SPLIT: see PrefillAttendArgs.
-template <int QK, int DV, bool SPLIT>
-__global__ void __launch_bounds__(kThreads) prefill_attend_kernel(PrefillAttendArgs a) {
+// <= them and the padding columns are zero in shared memory. SPLIT: see PrefillAttendArgs. ROWS:
+// query rows a block (64 or 128).
+template <int QK, int DV, bool SPLIT, int ROWS>
+__global__ void __launch_bounds__(threads_for(ROWS), ROWS == 128 ? 2 : 1) prefill_attend_kernel(PrefillAttendArgs a) {
+  constexpr int kRowsQ = ROWS, kThreads = threads_for(ROWS);
   constexpr int kRowsK = kRowsKOf<SPLIT>;
   constexpr int kQs = QK + kPad, kVs = DV + kPad;  // shared row strides (bf16)
   constexpr int kNt = kRowsK / 8;                  // 8-key column blocks of S
@@ -307,10 +315,10 @@ __global__ void __launch_bounds__(kThreads) prefill_attend_kernel(PrefillAttendA
   }
 }
 
-template <int QK, int DV, bool SPLIT>
+template <int QK, int DV, bool SPLIT, int ROWS>
 constexpr int64_t smem_bytes() {
   constexpr int64_t parts = SPLIT ? 2 : 1, rows_k_ = kRowsKOf<SPLIT>;
-  return parts * (kRowsQ * (QK + kPad) + rows_k_ * (QK + kPad) + rows_k_ * (DV + kPad)) * 2;
+  return parts * (ROWS * (QK + kPad) + rows_k_ * (QK + kPad) + rows_k_ * (DV + kPad)) * 2;
 }
 
 // The compiled shapes, cheapest first; a model's dims run on the first that covers them.
@@ -325,27 +333,31 @@ int pick_shape(int64_t qk, int64_t v) {
   return -1;
 }
 
-template <int QK, int DV, bool SPLIT>
+template <int QK, int DV, bool SPLIT, int ROWS>
 void launch_shape(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s) {
-  constexpr int64_t smem = smem_bytes<QK, DV, SPLIT>();
+  constexpr int64_t smem = smem_bytes<QK, DV, SPLIT, ROWS>();
   static_assert(smem <= 99 * 1024, "the prefill kernel must fit SM120's 99 KB of shared memory a block");
   // Above the 48 KB default for the larger shapes; within every target's opt-in limit.
-  allow_dynamic_smem(prefill_attend_kernel<QK, DV, SPLIT>, static_cast<int>(smem));
+  allow_dynamic_smem(prefill_attend_kernel<QK, DV, SPLIT, ROWS>, static_cast<int>(smem));
   dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(a.heads));
-  launch_plain(prefill_attend_kernel<QK, DV, SPLIT>, grid, kThreads, smem, s, a);
+  launch_plain(prefill_attend_kernel<QK, DV, SPLIT, ROWS>, grid, threads_for(ROWS), smem, s, a);
 }
 
+// Split precision keeps 64 rows (its hi and lo copies of 128 would not fit).
 template <int QK, int DV>
 void launch_precision(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s) {
   if (a.split)
-    launch_shape<QK, DV, true>(a, num_tiles, s);
+    launch_shape<QK, DV, true, 64>(a, num_tiles, s);
+  else if (a.query_rows == 128)
+    launch_shape<QK, DV, false, 128>(a, num_tiles, s);
   else
-    launch_shape<QK, DV, false>(a, num_tiles, s);
+    launch_shape<QK, DV, false, 64>(a, num_tiles, s);
 }
 
 template <int QK, int DV>
-int64_t smem_for(bool split) {
-  return split ? smem_bytes<QK, DV, true>() : smem_bytes<QK, DV, false>();
+int64_t smem_for(bool split, int64_t rows) {
+  return split ? smem_bytes<QK, DV, true, 64>()
+               : (rows == 128 ? smem_bytes<QK, DV, false, 128>() : smem_bytes<QK, DV, false, 64>());
 }
 
 // Eight consecutive cache values of a row as 8 bf16 (one 16-byte vector): a bf16 cache as it is,
@@ -416,18 +428,18 @@ bool mla_prefill_attend_supported(int64_t nope, int64_t rope, int64_t v, int64_t
   return multiples && nope > 0 && v > 0 && pick_shape(nope + rope, v) >= 0;
 }
 
-int64_t mla_prefill_attend_smem_bytes(int64_t nope, int64_t rope, int64_t v, bool split) {
+int64_t mla_prefill_attend_smem_bytes(int64_t nope, int64_t rope, int64_t v, bool split, int64_t rows) {
   switch (pick_shape(nope + rope, v)) {
     case 0:
-      return smem_for<32, 32>(split);
+      return smem_for<32, 32>(split, rows);
     case 1:
-      return smem_for<64, 32>(split);
+      return smem_for<64, 32>(split, rows);
     case 2:
-      return smem_for<64, 64>(split);
+      return smem_for<64, 64>(split, rows);
     case 3:
-      return smem_for<128, 128>(split);
+      return smem_for<128, 128>(split, rows);
     case 4:
-      return smem_for<192, 128>(split);
+      return smem_for<192, 128>(split, rows);
     default:
       return 0;
   }
@@ -444,6 +456,8 @@ void launch_mla_gather_latents_fp8(const uint8_t* cache, int64_t page, int64_t e
                                    cudaStream_t s) {
   launch_gather(cache, page, entry, tables, chunks, num_chunks, max_rows, lat, s);
 }
+
+int64_t mla_prefill_query_rows(bool split, int64_t wanted) { return !split && wanted == 128 ? 128 : 64; }
 
 void launch_mla_prefill_attend(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s) {
   if (num_tiles == 0) return;

@@ -53,8 +53,12 @@ void launch_mla_gather_latents_fp8(const uint8_t* cache, int64_t page, int64_t e
 // The attention kernel handles qk = nope + rope <= 192 and v <= 128 (padded up to the nearest
 // compiled tile shape) with nope, rope, v and latent multiples of 8.
 bool mla_prefill_attend_supported(int64_t nope, int64_t rope, int64_t v, int64_t latent);
-// Dynamic shared memory of the kernel chosen for these dims (0 when unsupported).
-int64_t mla_prefill_attend_smem_bytes(int64_t nope, int64_t rope, int64_t v, bool split);
+// Dynamic shared memory of the kernel chosen for these dims and query rows a block (0 when
+// unsupported).
+int64_t mla_prefill_attend_smem_bytes(int64_t nope, int64_t rope, int64_t v, bool split, int64_t rows = 64);
+// Query rows an attention block takes: 128 where `wanted` says so and the precision has that
+// instance (bf16), else 64. The host tiles each chunk's rows by it (PrefillTile::q0).
+int64_t mla_prefill_query_rows(bool split, int64_t wanted);
 
 // Two precisions of the MMA operands:
 //  - bf16: q, K, V and P rounded to bf16 (unit roundoff 2^-8), one MMA per product;
@@ -76,6 +80,7 @@ struct PrefillAttendArgs {
   // Multiplies q's rope part (fp32, before any rounding): the fp8 cache's scale, since the k_pe
   // read from `lat` is unscaled there (see launch_mla_gather_latents_fp8); 1 for a bf16 cache.
   float q_rope_scale = 1.0f;
+  int query_rows = 64;  // mla_prefill_query_rows: the tiles' height
 };
 inline void add_fields(Signature& s, const PrefillAttendArgs& a) {
   static_assert(sizeof(PrefillAttendArgs) == 104, "a field was added: add it to the signature");
@@ -84,7 +89,7 @@ inline void add_fields(Signature& s, const PrefillAttendArgs& a) {
         static_cast<const void*>(a.kv_lo), static_cast<const void*>(a.chunks), static_cast<const void*>(a.tiles),
         static_cast<const void*>(a.out), static_cast<const void*>(a.ml)})
     s.add(p);
-  for (int v : {int{a.split}, a.heads, a.nope, a.rope, a.v, a.latent}) s.add(v);
+  for (int v : {int{a.split}, a.heads, a.nope, a.rope, a.v, a.latent, a.query_rows}) s.add(v);
   s.add(a.scale);
   s.add(a.q_rope_scale);
 }
