@@ -188,25 +188,26 @@ void moe_experts_per_expert(CudaContext& ctx, const Tensor& x, const std::vector
     Tensor d_w = ctx.upload_async(DType::kF32, {n}, wts[e].data());
     Tensor y = ctx.alloc(DType::kF32, {n, H});
     const ExpertWeights& w = experts[e];
-    if (linear_takes_bf16(n, w.gate) && linear_takes_bf16(n, w.up) && linear_takes_bf16(n, w.down)) {
-      Tensor xb = ctx.alloc(DType::kBF16, {n, H});
-      launch_gather_rows_bf16(ptr<float>(x), H, ptr<int32_t>(d_rows), n, ptr<__nv_bfloat16>(xb), stream);
-      Tensor g = ctx.alloc(DType::kF32, {n, inter}), u = ctx.alloc(DType::kF32, {n, inter}),
-             act = ctx.alloc(DType::kBF16, {n, inter});
-      linear_bf16(ctx, xb, w.gate, g);
-      linear_bf16(ctx, xb, w.up, u);
-      launch_silu_mul_bf16(ptr<float>(g), ptr<float>(u), ptr<__nv_bfloat16>(act), g.numel(), stream);
-      linear_bf16(ctx, act, w.down, y);
-    } else {
-      Tensor xin = ctx.alloc(DType::kF32, {n, H});
+    // The GEMMs' inputs in bf16 where every projection takes them so, else fp32 for linear.
+    const bool bf16 = linear_takes_bf16(n, w.gate) && linear_takes_bf16(n, w.up) && linear_takes_bf16(n, w.down);
+    const DType in_type = bf16 ? DType::kBF16 : DType::kF32;
+    const auto project = [&](const Tensor& in, const LinearWeight& lw, Tensor& o) {
+      bf16 ? linear_bf16(ctx, in, lw, o) : linear(ctx, in, lw, o);
+    };
+    Tensor xin = ctx.alloc(in_type, {n, H});
+    if (bf16)
+      launch_gather_rows_bf16(ptr<float>(x), H, ptr<int32_t>(d_rows), n, ptr<__nv_bfloat16>(xin), stream);
+    else
       launch_gather_rows_i32(ptr<float>(x), H, ptr<int32_t>(d_rows), n, ptr<float>(xin), stream);
-      Tensor g = ctx.alloc(DType::kF32, {n, inter}), u = ctx.alloc(DType::kF32, {n, inter}),
-             act = ctx.alloc(DType::kF32, {n, inter});
-      linear(ctx, xin, w.gate, g);
-      linear(ctx, xin, w.up, u);
+    Tensor g = ctx.alloc(DType::kF32, {n, inter}), u = ctx.alloc(DType::kF32, {n, inter}),
+           act = ctx.alloc(in_type, {n, inter});
+    project(xin, w.gate, g);
+    project(xin, w.up, u);
+    if (bf16)
+      launch_silu_mul_bf16(ptr<float>(g), ptr<float>(u), ptr<__nv_bfloat16>(act), g.numel(), stream);
+    else
       silu_mul(ctx, g, u, act);
-      linear(ctx, act, w.down, y);
-    }
+    project(act, w.down, y);
     launch_scatter_add_rows(ptr<float>(y), H, ptr<int32_t>(d_rows), ptr<float>(d_w), n, ptr<float>(out), stream);
     TESSERA_CUDA_CHECK_LAUNCH();
   }
