@@ -125,7 +125,18 @@ bool linear_pair(CudaContext& ctx, const Tensor& x, const LinearWeight& w1, Tens
     TESSERA_CUDA_CHECK_LAUNCH();
     return true;
   }
-  if (!(gemv_applies(T, w1.in, w1.out) && gemv_applies(T, w2.in, w2.out) && w1.in == w2.in)) return false;
+  if (w1.in != w2.in) return false;
+  if (linear_takes_bf16(T, w1) && linear_takes_bf16(T, w2)) {
+    // Two GEMMs over x rounded to bf16 once (prefill: one conversion of the step's rows fewer).
+    check_linear_shapes(x, w1, out1);
+    check_linear_shapes(x, w2, out2);
+    Tensor xb = ctx.alloc(DType::kBF16, {T, w1.in});
+    launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), ctx.stream());
+    linear_bf16(ctx, xb, w1, out1);
+    linear_bf16(ctx, xb, w2, out2);
+    return true;
+  }
+  if (!(gemv_applies(T, w1.in, w1.out) && gemv_applies(T, w2.in, w2.out))) return false;
   check_linear_shapes(x, w1, out1);
   check_linear_shapes(x, w2, out2);
   GemvArgs g = gemv_args(x, w1, out1);

@@ -26,8 +26,9 @@ void linear_bf16(CudaContext& ctx, const core::Tensor& xb, const LinearWeight& w
 // (default; TESSERA_QUANT_GEMV_PAIR=0 runs them as two launches, for A/B).
 bool quant_gemv_pair_on();
 // Two projections of one input in one matrix-vector launch at decode (q_a and kv_a; quantized ones
-// at one token with quant_gemv_pair_on). False, with nothing launched, when the shapes do not fit
-// that kernel: the caller runs Ops::linear_pair.
+// at one token with quant_gemv_pair_on), or, where both are bf16 GEMMs (linear_takes_bf16), as two
+// GEMMs over one bf16 copy of x. False, with nothing launched, when neither applies: the caller runs
+// Ops::linear_pair.
 bool linear_pair(CudaContext& ctx, const core::Tensor& x, const LinearWeight& w1, core::Tensor& out1,
                  const LinearWeight& w2, core::Tensor& out2);
 // The norm folded into the matrix-vector kernel at decode: every block normalises the row itself.
