@@ -19,7 +19,7 @@
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
 #   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked and timed in one call
-#                                                   (now: the 128-row MLA prefill blocks)
+#                                                   (now: the 128-row MLA prefill blocks, the GEMM algorithm buckets)
 #   bash device_carry/run.sh fold                   TESSERA_SHARED_EXPERT_FOLD=1: goldens, quantized MoE cases, bench decode fp8 A/B
 #   bash device_carry/run.sh linear                 the dense quantized projections' cases (bench kernels --filter linear,
 #                                                   Kimi-K2.5 and DeepSeek-V3 shapes) with TESSERA_LINEAR_RING=0 and 1,
@@ -226,24 +226,36 @@ case "$what" in
     done
     exit $rc ;;
   pending)
-    # What waits for a GPU (session of 2026-12-06): the MLA prefill tests with the 128-row blocks
-    # (TESSERA_MLA_PREFILL_QUERY_ROWS=128, bf16 precision) among the precisions, the goldens, then
-    # bench prefill on issue 19's checkpoint with 64- and 128-row blocks alternated, and the trace of
-    # an 8192-token prompt with 128.
+    # What waits for a GPU (session of 2026-12-06): the 128-row MLA prefill blocks
+    # (TESSERA_MLA_PREFILL_QUERY_ROWS=128) in the MLA prefill tests, the GEMM algorithm buckets
+    # (TESSERA_GEMM_ALGO_BUCKETS=1) in the conformance cases that run cuBLASLt, then bench prefill on
+    # issue 19's checkpoint: buckets off / on at 2048-token steps, 64 / 128 rows at 8192, alternated,
+    # and the trace of an 8192-token prompt with both on.
     rc=0
     echo "== MLA prefill tests, goldens and fixture models"
     timeout 200 "$KIT/bin/cuda_tests" --gtest_filter='*MlaPrefill*:*CudaGolden*:*FixtureModels*' --gtest_brief=1 \
       > "$OUT/pending_tests.log" 2>&1 || rc=1
     show "$OUT/pending_tests.log"
+    echo "== linear, MoE and MLA cases, TESSERA_GEMM_ALGO_BUCKETS=1"
+    TESSERA_GEMM_ALGO_BUCKETS=1 timeout 200 "$KIT/bin/backend_ops_tests" \
+      --gtest_filter='*CudaAgainstCpu*linear*:*CudaAgainstCpu*moe*:*CudaAgainstCpu*mla*' --gtest_brief=1 \
+      > "$OUT/pending_buckets.log" 2>&1 || rc=1
+    show "$OUT/pending_buckets.log"
     dir=$(issue19_checkpoint)
+    for b in 0 1 0 1; do
+      echo "== bench prefill, 2048-token steps, TESSERA_GEMM_ALGO_BUCKETS=$b"
+      TESSERA_GEMM_ALGO_BUCKETS=$b timeout 120 tessera bench prefill --device cuda --model "$dir" \
+        --prompt-lens 4096,16384 --repeats 3 --skip-self-check 2>&1 | grep -E "^ +[0-9]+ " || true
+    done
     for rows in 64 128 64 128; do
-      echo "== bench prefill, TESSERA_MLA_PREFILL_QUERY_ROWS=$rows"
+      echo "== bench prefill, 8192-token steps, TESSERA_MLA_PREFILL_QUERY_ROWS=$rows"
       TESSERA_MLA_PREFILL_QUERY_ROWS=$rows timeout 120 tessera bench prefill --device cuda --model "$dir" \
         --prompt-lens 4096,8192,16384 --repeats 3 --max-num-batched-tokens 8192 --skip-self-check 2>&1 \
         | grep -E "^ +[0-9]+ " || true
     done
-    TESSERA_MLA_PREFILL_QUERY_ROWS=128 timeout 120 tessera bench prefill --device cuda --model "$dir" --prompt-lens 8192 \
-      --repeats 1 --max-num-batched-tokens 8192 --skip-self-check --trace > "$OUT/pending_trace.log" 2>&1 || true
+    TESSERA_MLA_PREFILL_QUERY_ROWS=128 TESSERA_GEMM_ALGO_BUCKETS=1 timeout 120 tessera bench prefill --device cuda \
+      --model "$dir" --prompt-lens 8192 --repeats 1 --max-num-batched-tokens 8192 --skip-self-check --trace \
+      > "$OUT/pending_trace.log" 2>&1 || true
     sed -n '/kernels of one/,$p' "$OUT/pending_trace.log" | cut -c1-160 | head -16
     exit $rc ;;
   fold)

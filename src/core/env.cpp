@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 23> kSwitches{{
+constexpr std::array<EnvSwitch, 24> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -48,6 +48,9 @@ constexpr std::array<EnvSwitch, 23> kSwitches{{
     {"TESSERA_ALL_REDUCE", "auto",
      "ranks on a GPU each: auto (one-shot over peer memory up to the size it measured faster at start-up, NCCL "
      "above), nccl, or one-shot (every message its buffers hold) (A/B)"},
+    {"TESSERA_GEMM_ALGO_BUCKETS", "0",
+     "1: a cuBLASLt GEMM of a new token count borrows the algorithm chosen for its bucket (four an octave) instead of "
+     "asking the heuristic again (an experiment, not yet measured: A/B)"},
     {"TESSERA_DEVICE_POOL", "", "exact: one cudaMalloc per tensor, for compute-sanitizer (slow; no CUDA graphs)"},
     {"TESSERA_NUM_THREADS", "", "CPU backend threads (default: every hardware thread)"},
     {"TESSERA_CUPTI_LIBRARY", "", "path of libcupti.so for bench decode --trace, tried before the usual names"},

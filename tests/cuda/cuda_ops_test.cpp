@@ -18,6 +18,7 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/runtime/context.h"
 #include "ops/cuda/tools/kernel_trace.h"
 #include "support/require_gpu.h"
 
@@ -726,6 +727,24 @@ TEST_F(CudaOpsTest, MoeBlockWithTheSharedExpertBesideTheRouter) {
 
 // The names a kernel trace prints (a pure function: runs without a GPU). The mangled names are the
 // device kernels' own, as CUPTI reports them.
+// TESSERA_GEMM_ALGO_BUCKETS: which token count's algorithm a GEMM borrows (host only). Each
+// expected bucket worked out by hand: n itself up to 64, then the octave (o, 2o] cut in four steps
+// of o / 4, rounded up.
+TEST(GemmAlgoColumns, ExactUpTo64ThenFourBucketsAnOctave) {
+  using ops::cuda::gemm_algo_columns;
+  for (int64_t n : {1, 2, 17, 63, 64}) EXPECT_EQ(gemm_algo_columns(n), n) << n;
+  const std::pair<int64_t, int64_t> cases[] = {{65, 80},     {80, 80},     {81, 96},     {127, 128},   {128, 128},
+                                               {129, 160},   {200, 224},   {256, 256},   {257, 320},   {1000, 1024},
+                                               {1025, 1280}, {2047, 2048}, {8192, 8192}, {8193, 10240}};
+  for (const auto& [n, bucket] : cases) EXPECT_EQ(gemm_algo_columns(n), bucket) << n;
+  // Never below n, and at most a quarter of an octave above it.
+  for (int64_t n = 65; n <= 20000; ++n) {
+    const int64_t b = gemm_algo_columns(n);
+    ASSERT_GE(b, n);
+    ASSERT_LE(b - n, n / 4) << n;
+  }
+}
+
 TEST(KernelTrace, DisplayNamesDropNamespacesAndParameters) {
   EXPECT_EQ(ops::cuda::kernel_display_name("_ZN7tessera3ops4cuda38_GLOBAL__N__4a7726d9_6_moe_cu_81d1cf6319router_"
                                            "fused_kernelILi12ELb0EEEvPKfllPK13__nv_bfloat16lPfS5_lllbfPiS9_Pj"),

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/runtime/cuda_check.h"
@@ -60,12 +61,7 @@ CudaContext::CudaContext(const std::string& kernels, bool step_graphs, int devic
 }
 
 CudaContext::~CudaContext() {
-  for (auto& [key, p] : gemm_plans_) {
-    cublasLtMatrixLayoutDestroy(p.la);
-    cublasLtMatrixLayoutDestroy(p.lb);
-    cublasLtMatrixLayoutDestroy(p.lc);
-    cublasLtMatmulDescDestroy(p.op);
-  }
+  for (auto& [key, p] : gemm_plans_) destroy_descriptors(p);
   cublasLtDestroy(lt_);
   if (side_stream_ != nullptr) {
     cudaEventDestroy(fork_);
@@ -143,9 +139,7 @@ Ops::DeviceMemory CudaContext::device_memory() {
   return m;
 }
 
-const CudaContext::GemmPlan& CudaContext::gemm_plan(const GemmShape& g) {
-  auto it = gemm_plans_.find(g.key());
-  if (it != gemm_plans_.end()) return it->second;
+CudaContext::GemmPlan CudaContext::gemm_descriptors(const GemmShape& g) {
   GemmPlan p;
   TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -155,11 +149,6 @@ const CudaContext::GemmPlan& CudaContext::gemm_plan(const GemmShape& g) {
       cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
   TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, g.k, g.n, g.ldb));
   TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, g.m, g.n, g.ldc));
-  cublasLtMatmulPreference_t pref;
-  TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  size_t ws = kWorkspaceBytes;
-  TESSERA_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   if (g.batch > 1) {
     const int32_t count = static_cast<int32_t>(g.batch);
     const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {
@@ -170,6 +159,25 @@ const CudaContext::GemmPlan& CudaContext::gemm_plan(const GemmShape& g) {
       TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                                             &stride, sizeof(stride)));
     }
+  }
+  return p;
+}
+
+void CudaContext::destroy_descriptors(GemmPlan& p) {
+  cublasLtMatrixLayoutDestroy(p.la);
+  cublasLtMatrixLayoutDestroy(p.lb);
+  cublasLtMatrixLayoutDestroy(p.lc);
+  cublasLtMatmulDescDestroy(p.op);
+  p = GemmPlan{};
+}
+
+cublasLtMatmulAlgo_t CudaContext::gemm_heuristic(const GemmPlan& p, const GemmShape& g) {
+  cublasLtMatmulPreference_t pref;
+  TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = kWorkspaceBytes;
+  TESSERA_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  if (g.batch > 1) {
     // Per-head operands start at offsets that are only 16-byte aligned.
     const uint32_t align = 16;
     for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -181,7 +189,47 @@ const CudaContext::GemmPlan& CudaContext::gemm_plan(const GemmShape& g) {
   TESSERA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.la, p.lb, p.lc, p.lc, pref, 1, &heur, &found));
   cublasLtMatmulPreferenceDestroy(pref);
   TESSERA_CHECK(found > 0, "cuBLASLt has no bf16 GEMM algorithm for m={} n={} k={} batch={}", g.m, g.n, g.k, g.batch);
-  p.algo = heur.algo;
+  return heur.algo;
+}
+
+int64_t gemm_algo_columns(int64_t n) {
+  if (n <= 64) return n;
+  int64_t octave = 64;  // octave < n <= 2 * octave
+  while (2 * octave < n) octave *= 2;
+  const int64_t step = octave / 4;
+  return (n + step - 1) / step * step;
+}
+
+bool gemm_algo_buckets_on() {
+  static const bool on = core::env_flag("TESSERA_GEMM_ALGO_BUCKETS");
+  return on;
+}
+
+const CudaContext::GemmPlan& CudaContext::gemm_plan(const GemmShape& g) {
+  auto it = gemm_plans_.find(g.key());
+  if (it != gemm_plans_.end()) return it->second;
+  GemmPlan p = gemm_descriptors(g);
+  GemmShape bucket = g;
+  bucket.n = gemm_algo_columns(g.n);
+  bool borrowed = false;
+  if (gemm_algo_buckets_on() && g.batch == 1 && bucket.n != g.n) {
+    // The algorithm the heuristic picks for the bucket's width, asked once per bucket; kept for this
+    // width only where cuBLASLt confirms that it runs it within the workspace.
+    auto a = gemm_bucket_algos_.find(bucket.key());
+    if (a == gemm_bucket_algos_.end()) {
+      GemmPlan b = gemm_descriptors(bucket);
+      const cublasLtMatmulAlgo_t algo = gemm_heuristic(b, bucket);
+      destroy_descriptors(b);
+      a = gemm_bucket_algos_.emplace(bucket.key(), algo).first;
+    }
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(lt_, p.op, p.la, p.lb, p.lc, p.lc, &a->second, &check) == CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= kWorkspaceBytes) {
+      p.algo = a->second;
+      borrowed = true;
+    }
+  }
+  if (!borrowed) p.algo = gemm_heuristic(p, g);
   return gemm_plans_.emplace(g.key(), p).first->second;
 }
 

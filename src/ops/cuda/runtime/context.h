@@ -65,6 +65,15 @@ struct GemmShape {
   Key key() const { return {trans_a, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c}; }
 };
 
+// The token count (a GEMM's n) whose algorithm a GEMM of n tokens borrows with
+// TESSERA_GEMM_ALGO_BUCKETS=1: n itself up to 64, then the next of four steps an octave (80, 96, 112,
+// 128, 160, ...). Per-expert prefill GEMMs see a new n at almost every call (the routing decides
+// it), and each new n cost a heuristic query of tens of microseconds on the host, three an expert:
+// at 2048-token steps about what the expert's GEMMs take on the GPU.
+int64_t gemm_algo_columns(int64_t n);
+// Whether TESSERA_GEMM_ALGO_BUCKETS=1 (default 0 until measured on a GPU).
+bool gemm_algo_buckets_on();
+
 // The attention metadata of a step's sequences on the device (CudaContext::upload_meta).
 struct StepMeta {
   core::Tensor info;        // TokenInfo per token
@@ -153,10 +162,15 @@ class CudaContext {
     cublasLtMatmulAlgo_t algo{};
   };
   // The descriptors and the heuristic's algorithm are cached per shape: asking cuBLASLt costs tens
-  // of microseconds, more than a decode-sized GEMM takes.
+  // of microseconds, more than a decode-sized GEMM takes. With TESSERA_GEMM_ALGO_BUCKETS=1 a shape
+  // of a new token count borrows the algorithm of its bucket (gemm_algo_columns), asked once.
   const GemmPlan& gemm_plan(const GemmShape& g);
+  static GemmPlan gemm_descriptors(const GemmShape& g);
+  static void destroy_descriptors(GemmPlan& p);
+  cublasLtMatmulAlgo_t gemm_heuristic(const GemmPlan& p, const GemmShape& g);
 
   std::map<GemmShape::Key, GemmPlan> gemm_plans_;
+  std::map<GemmShape::Key, cublasLtMatmulAlgo_t> gemm_bucket_algos_;
   KernelOverrides overrides_;                           // --kernels / TESSERA_KERNELS
   int device_ = 0;                                      // the device this backend runs on
   DeviceCaps caps_;                                     // and its properties
