@@ -95,6 +95,13 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
 // kernel writing bf16 gives the bits that writing fp32 and converting gave).
 __device__ inline void store_as(float* p, float v) { *p = v; }
 __device__ inline void store_as(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+// Four consecutive values the same way (16 bytes of float, or 8 of bf16: p aligned to that).
+__device__ inline void store4_as(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ inline void store4_as(__nv_bfloat16* p, float4 v) {
+  const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+  *reinterpret_cast<uint2*>(p) =
+      make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
+}
 
 template <class Out>
 __global__ void silu_mul_kernel(const float* g, const float* u, Out* out, int64_t n) {
@@ -130,20 +137,60 @@ __global__ void f32_to_bf16_split_kernel(const float* in, __nv_bfloat16* hi, __n
   lo[i] = __float2bfloat16_rn(in[i] - __bfloat162float(h));
 }
 
-template <class Index, class Out>
-__global__ void gather_rows_kernel(const float* x, int64_t width, const Index* rows, Out* out) {
+// VEC: 16-byte loads (width a multiple of 4, rows 16-byte aligned: rows_vectorizable), whose
+// loads a thread issues ahead of its stores; otherwise one value at a time. The same values either way.
+template <class Index, class Out, bool VEC>
+__global__ void gather_rows_kernel(const float* __restrict__ x, int64_t width, const Index* __restrict__ rows,
+                                   Out* __restrict__ out) {
   const int64_t i = blockIdx.x;
   const float* src = x + static_cast<int64_t>(rows[i]) * width;
+  Out* dst = out + i * width;
+  if constexpr (VEC) {
+#pragma unroll 4
+    for (int64_t j = threadIdx.x; j < width / 4; j += blockDim.x)
+      store4_as(dst + 4 * j, reinterpret_cast<const float4*>(src)[j]);
+  } else {
 #pragma unroll 8
-  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) store_as(out + i * width + j, src[j]);
+    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) store_as(dst + j, src[j]);
+  }
 }
 
-__global__ void scatter_add_rows_kernel(const float* y, int64_t width, const int32_t* rows, const float* weights,
-                                        float* out) {
+// A token's row appears once in `rows` (an expert's tokens), so no two threads add to one value.
+template <bool VEC>
+__global__ void scatter_add_rows_kernel(const float* __restrict__ y, int64_t width, const int32_t* __restrict__ rows,
+                                        const float* __restrict__ weights, float* __restrict__ out) {
   const int64_t i = blockIdx.x;
   float* dst = out + static_cast<int64_t>(rows[i]) * width;
+  const float* src = y + i * width;
   const float w = weights[i];
-  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) dst[j] += w * y[i * width + j];
+  if constexpr (VEC) {
+#pragma unroll 4
+    for (int64_t j = threadIdx.x; j < width / 4; j += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(src)[j];
+      float4 d = reinterpret_cast<float4*>(dst)[j];
+      d.x += w * v.x;
+      d.y += w * v.y;
+      d.z += w * v.z;
+      d.w += w * v.w;
+      reinterpret_cast<float4*>(dst)[j] = d;
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) dst[j] += w * src[j];
+  }
+}
+
+// Whether rows of `width` floats at these bases take the 16-byte path.
+bool rows_vectorizable(int64_t width, const void* a, const void* b) {
+  return width % 4 == 0 && (reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) % 16 == 0;
+}
+
+template <class Index, class Out>
+void launch_gather(const float* x, int64_t width, const Index* rows, int64_t n, Out* out, int threads, cudaStream_t s) {
+  if (n <= 0) return;
+  if (rows_vectorizable(width, x, out))
+    launch_plain(gather_rows_kernel<Index, Out, true>, static_cast<unsigned>(n), threads, 0, s, x, width, rows, out);
+  else
+    launch_plain(gather_rows_kernel<Index, Out, false>, static_cast<unsigned>(n), threads, 0, s, x, width, rows, out);
 }
 
 // Deterministic pseudo-random values in [-scale, scale) from a hash of the index (benchmark data).
@@ -262,26 +309,26 @@ void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16*
 }
 
 void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s) {
-  if (n > 0)
-    launch_plain(gather_rows_kernel<int64_t, float>, static_cast<unsigned>(n), kRowThreads, 0, s, x, width, rows, out);
+  launch_gather(x, width, rows, n, out, kRowThreads, s);
 }
 
 void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out, cudaStream_t s) {
-  if (n > 0)
-    launch_plain(gather_rows_kernel<int32_t, float>, static_cast<unsigned>(n), kThreads, 0, s, x, width, rows, out);
+  launch_gather(x, width, rows, n, out, kThreads, s);
 }
 
 void launch_gather_rows_bf16(const float* x, int64_t width, const int32_t* rows, int64_t n, __nv_bfloat16* out,
                              cudaStream_t s) {
-  if (n > 0)
-    launch_plain(gather_rows_kernel<int32_t, __nv_bfloat16>, static_cast<unsigned>(n), kThreads, 0, s, x, width, rows,
-                 out);
+  launch_gather(x, width, rows, n, out, kThreads, s);
 }
 
 void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
                              float* out, cudaStream_t s) {
-  if (n > 0)
-    launch_plain(scatter_add_rows_kernel, static_cast<unsigned>(n), kThreads, 0, s, y, width, rows, weights, out);
+  if (n <= 0) return;
+  if (rows_vectorizable(width, y, out))
+    launch_plain(scatter_add_rows_kernel<true>, static_cast<unsigned>(n), kThreads, 0, s, y, width, rows, weights, out);
+  else
+    launch_plain(scatter_add_rows_kernel<false>, static_cast<unsigned>(n), kThreads, 0, s, y, width, rows, weights,
+                 out);
 }
 
 }  // namespace tessera::ops::cuda
