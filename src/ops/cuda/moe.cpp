@@ -170,22 +170,34 @@ void moe_experts_per_expert(CudaContext& ctx, const Tensor& x, const std::vector
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), ids.raw(), h_ids.size() * 4, cudaMemcpyDeviceToHost, stream));
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(h_w.data(), weights.raw(), h_w.size() * 4, cudaMemcpyDeviceToHost, stream));
   ctx.sync();
-  std::vector<std::vector<int32_t>> rows(experts.size());
-  std::vector<std::vector<float>> wts(experts.size());
-  for (int64_t i = 0; i < T * K; ++i) {
-    const int32_t e = h_ids[static_cast<size_t>(i)];
-    TESSERA_CHECK(e >= 0 && static_cast<size_t>(e) < experts.size(), "moe_experts: expert id {} out of range", e);
-    rows[static_cast<size_t>(e)].push_back(static_cast<int32_t>(i / K));
-    wts[static_cast<size_t>(e)].push_back(h_w[static_cast<size_t>(i)]);
+  // The (token, weight) pairs sorted by expert, in token order within one (a counting sort), and
+  // uploaded once for the step rather than twice an expert.
+  const size_t E = experts.size(), P = static_cast<size_t>(T * K);
+  std::vector<size_t> begin(E + 1, 0);
+  for (size_t i = 0; i < P; ++i) {
+    const int32_t e = h_ids[i];
+    TESSERA_CHECK(e >= 0 && static_cast<size_t>(e) < E, "moe_experts: expert id {} out of range", e);
+    ++begin[static_cast<size_t>(e) + 1];
   }
+  for (size_t e = 0; e < E; ++e) begin[e + 1] += begin[e];
+  std::vector<int32_t> h_rows(P);
+  std::vector<float> h_wts(P);
+  std::vector<size_t> next(begin.begin(), begin.end() - 1);
+  for (size_t i = 0; i < P; ++i) {
+    const size_t at = next[static_cast<size_t>(h_ids[i])]++;
+    h_rows[at] = static_cast<int32_t>(static_cast<int64_t>(i) / K);
+    h_wts[at] = h_w[i];
+  }
+  const Tensor all_rows = ctx.upload_async(DType::kI32, {static_cast<int64_t>(P)}, h_rows.data());
+  const Tensor all_wts = ctx.upload_async(DType::kF32, {static_cast<int64_t>(P)}, h_wts.data());
   if (admit_op("memset", out.raw(), 0, out.nbytes(), stream))
     TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream));
-  for (size_t e = 0; e < experts.size(); ++e) {
-    const int64_t n = static_cast<int64_t>(rows[e].size());
+  for (size_t e = 0; e < E; ++e) {
+    const int64_t n = static_cast<int64_t>(begin[e + 1] - begin[e]);
     if (n == 0 || !experts[e].held()) continue;  // another tensor-parallel rank's expert
     const int64_t inter = experts[e].gate.out;
-    Tensor d_rows = ctx.upload_async(DType::kI32, {n}, rows[e].data());
-    Tensor d_w = ctx.upload_async(DType::kF32, {n}, wts[e].data());
+    const int32_t* d_rows = all_rows.data<int32_t>() + begin[e];
+    const float* d_w = all_wts.data<float>() + begin[e];
     Tensor y = ctx.alloc(DType::kF32, {n, H});
     const ExpertWeights& w = experts[e];
     // The GEMMs' inputs in bf16 where every projection takes them so, else fp32 for linear.
@@ -196,9 +208,9 @@ void moe_experts_per_expert(CudaContext& ctx, const Tensor& x, const std::vector
     };
     Tensor xin = ctx.alloc(in_type, {n, H});
     if (bf16)
-      launch_gather_rows_bf16(ptr<float>(x), H, ptr<int32_t>(d_rows), n, ptr<__nv_bfloat16>(xin), stream);
+      launch_gather_rows_bf16(ptr<float>(x), H, d_rows, n, ptr<__nv_bfloat16>(xin), stream);
     else
-      launch_gather_rows_i32(ptr<float>(x), H, ptr<int32_t>(d_rows), n, ptr<float>(xin), stream);
+      launch_gather_rows_i32(ptr<float>(x), H, d_rows, n, ptr<float>(xin), stream);
     Tensor g = ctx.alloc(DType::kF32, {n, inter}), u = ctx.alloc(DType::kF32, {n, inter}),
            act = ctx.alloc(in_type, {n, inter});
     project(xin, w.gate, g);
@@ -208,7 +220,7 @@ void moe_experts_per_expert(CudaContext& ctx, const Tensor& x, const std::vector
     else
       silu_mul(ctx, g, u, act);
     project(act, w.down, y);
-    launch_scatter_add_rows(ptr<float>(y), H, ptr<int32_t>(d_rows), ptr<float>(d_w), n, ptr<float>(out), stream);
+    launch_scatter_add_rows(ptr<float>(y), H, d_rows, d_w, n, ptr<float>(out), stream);
     TESSERA_CUDA_CHECK_LAUNCH();
   }
 }
