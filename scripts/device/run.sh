@@ -18,8 +18,9 @@
 #                                                   cases); `verify serve`: serve_check.sh on
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
-#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked and timed in one call
-#                                                   (now: the 128-row MLA prefill blocks, the GEMM algorithm buckets)
+#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: the 128-row MLA
+#                                                   prefill blocks, the GEMM algorithm buckets, the per-expert path's changes)
+#   bash device_carry/run.sh pending-time           and timed: bench prefill with each switch alternated, and a trace
 #   bash device_carry/run.sh fold                   TESSERA_SHARED_EXPERT_FOLD=1: goldens, quantized MoE cases, bench decode fp8 A/B
 #   bash device_carry/run.sh linear                 the dense quantized projections' cases (bench kernels --filter linear,
 #                                                   Kimi-K2.5 and DeepSeek-V3 shapes) with TESSERA_LINEAR_RING=0 and 1,
@@ -226,21 +227,27 @@ case "$what" in
     done
     exit $rc ;;
   pending)
-    # What waits for a GPU (session of 2026-12-06): the 128-row MLA prefill blocks
-    # (TESSERA_MLA_PREFILL_QUERY_ROWS=128) in the MLA prefill tests, the GEMM algorithm buckets
-    # (TESSERA_GEMM_ALGO_BUCKETS=1) in the conformance cases that run cuBLASLt, then bench prefill on
-    # issue 19's checkpoint: buckets off / on at 2048-token steps, 64 / 128 rows at 8192, alternated,
-    # and the trace of an 8192-token prompt with both on.
+    # What waits for a GPU (session of 2026-12-06), checked: the MLA prefill tests (with the 128-row
+    # blocks, TESSERA_MLA_PREFILL_QUERY_ROWS=128, among their precisions), the goldens, and the
+    # conformance cases that run the per-expert path, linear_pair and cuBLASLt, by default and with
+    # the GEMM algorithm buckets (TESSERA_GEMM_ALGO_BUCKETS=1). Then `run.sh pending-time`.
     rc=0
     echo "== MLA prefill tests, goldens and fixture models"
     timeout 200 "$KIT/bin/cuda_tests" --gtest_filter='*MlaPrefill*:*CudaGolden*:*FixtureModels*' --gtest_brief=1 \
       > "$OUT/pending_tests.log" 2>&1 || rc=1
     show "$OUT/pending_tests.log"
-    echo "== linear, MoE and MLA cases, TESSERA_GEMM_ALGO_BUCKETS=1"
-    TESSERA_GEMM_ALGO_BUCKETS=1 timeout 200 "$KIT/bin/backend_ops_tests" \
-      --gtest_filter='*CudaAgainstCpu*linear*:*CudaAgainstCpu*moe*:*CudaAgainstCpu*mla*' --gtest_brief=1 \
-      > "$OUT/pending_buckets.log" 2>&1 || rc=1
-    show "$OUT/pending_buckets.log"
+    for b in 0 1; do
+      echo "== linear, MoE and MLA cases, TESSERA_GEMM_ALGO_BUCKETS=$b"
+      TESSERA_GEMM_ALGO_BUCKETS=$b timeout 200 "$KIT/bin/backend_ops_tests" \
+        --gtest_filter='*CudaAgainstCpu*linear*:*CudaAgainstCpu*moe*:*CudaAgainstCpu*mla*' --gtest_brief=1 \
+        > "$OUT/pending_cases_$b.log" 2>&1 || rc=1
+      show "$OUT/pending_cases_$b.log"
+    done
+    exit $rc ;;
+  pending-time)
+    # And timed: bench prefill on issue 19's checkpoint, the GEMM algorithm buckets off / on at
+    # 2048-token steps and 64- / 128-row attention blocks at 8192, alternated, then the trace of an
+    # 8192-token prompt with both on.
     dir=$(issue19_checkpoint)
     for b in 0 1 0 1; do
       echo "== bench prefill, 2048-token steps, TESSERA_GEMM_ALGO_BUCKETS=$b"
@@ -256,8 +263,7 @@ case "$what" in
     TESSERA_MLA_PREFILL_QUERY_ROWS=128 TESSERA_GEMM_ALGO_BUCKETS=1 timeout 120 tessera bench prefill --device cuda \
       --model "$dir" --prompt-lens 8192 --repeats 1 --max-num-batched-tokens 8192 --skip-self-check --trace \
       > "$OUT/pending_trace.log" 2>&1 || true
-    sed -n '/kernels of one/,$p' "$OUT/pending_trace.log" | cut -c1-160 | head -16
-    exit $rc ;;
+    sed -n '/kernels of one/,$p' "$OUT/pending_trace.log" | cut -c1-160 | head -16 ;;
   fold)
     # The FP8 shared expert in the routed experts' kernels (TESSERA_SHARED_EXPERT_FOLD=1) against
     # after them: the goldens and the quantized MoE cases with it on, then bench decode fp8
