@@ -36,6 +36,13 @@ GemvArgs gemv_args(const Tensor& x, const LinearWeight& w, Tensor& out) {
           static_cast<int>(x.dim(0))};
 }
 
+// x [T, in] fp32 rounded to nearest bf16: a cuBLASLt GEMM's input.
+Tensor rounded_to_bf16(CudaContext& ctx, const Tensor& x) {
+  Tensor xb = ctx.alloc(DType::kBF16, {x.dim(0), x.dim(1)});
+  launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), ctx.stream());
+  return xb;
+}
+
 bool quantized(const LinearWeight& w) { return w.format != LinearWeight::Format::kDense; }
 
 // Over the checkpoint's bytes up to kQuantMmaMaxTokens: on sm_90a, for 2 tokens or more and wide
@@ -66,8 +73,7 @@ void quantized_linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, 
     return;
   }
   const Tensor wb = dequantized_bf16(ctx, w);
-  Tensor xb = ctx.alloc(DType::kBF16, {T, w.in});
-  launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), ctx.stream());
+  const Tensor xb = rounded_to_bf16(ctx, x);
   ctx.gemm_bf16(ptr<__nv_bfloat16>(wb), ptr<__nv_bfloat16>(xb), ptr<float>(out), w.out, T, w.in);
 }
 
@@ -85,8 +91,7 @@ void linear(CudaContext& ctx, const Tensor& x, const LinearWeight& w, Tensor& ou
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }
-  Tensor xb = ctx.alloc(DType::kBF16, {T, w.in});
-  launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), ctx.stream());
+  const Tensor xb = rounded_to_bf16(ctx, x);
   linear_bf16(ctx, xb, w, out);
 }
 
@@ -130,8 +135,7 @@ bool linear_pair(CudaContext& ctx, const Tensor& x, const LinearWeight& w1, Tens
     // Two GEMMs over x rounded to bf16 once (prefill: one conversion of the step's rows fewer).
     check_linear_shapes(x, w1, out1);
     check_linear_shapes(x, w2, out2);
-    Tensor xb = ctx.alloc(DType::kBF16, {T, w1.in});
-    launch_f32_to_bf16(ptr<float>(x), ptr<__nv_bfloat16>(xb), x.numel(), ctx.stream());
+    const Tensor xb = rounded_to_bf16(ctx, x);
     linear_bf16(ctx, xb, w1, out1);
     linear_bf16(ctx, xb, w2, out2);
     return true;

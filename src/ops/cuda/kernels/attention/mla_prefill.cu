@@ -12,9 +12,9 @@
 // shared memory (rows padded by 16 bytes so that ldmatrix is free of bank conflicts); split
 // precision keeps a hi and a lo copy of each. For 192/128 and 64 rows: bf16 64 x 200 x 2 x 2 + 64 x
 // 136 x 2 = 67 KB; split (64 + 32) x 200 x 2 x 2 + 32 x 136 x 2 x 2 = 92 KB; all under the 99 KB a
-// block may use on SM120. K(j+1) streams in (cp.async)
-// during softmax and P·V of tile j, V(j) during Q·Kᵀ(j). Each warp owns its 16 rows outright, so
-// the online softmax (fp32, exp2 domain) needs only quad shuffles. Operand precision: see
+// block may use on SM120. K(j+1) streams in (cp.async) during softmax and P·V of tile j, V(j) during
+// Q·Kᵀ(j). Each warp owns its 16 rows outright, so the online softmax (fp32, exp2 domain) needs only
+// quad shuffles. Operand precision: see
 // PrefillAttendArgs (bf16 rounds q, K, V and P as bf16 transformers does; split is ~2^-16).
 #include <algorithm>
 #include <cfloat>
