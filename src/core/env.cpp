@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 24> kSwitches{{
+constexpr std::array<EnvSwitch, 25> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -43,6 +43,9 @@ constexpr std::array<EnvSwitch, 24> kSwitches{{
     {"TESSERA_MLA_PREFILL_QUERY_ROWS", "64",
      "query rows an MLA prefill attention block takes in bf16 precision: 64 or 128 (K and V read once for twice the "
      "rows; an experiment, not yet measured: A/B)"},
+    {"TESSERA_MLA_PREFILL_WGMMA", "0",
+     "1: MLA prefill attention in bf16 precision on Hopper's warpgroup MMA (SM90, DeepSeek-V3 head dims; 128 query "
+     "rows a block) instead of mma.sync (an experiment, not yet run on a GPU: A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

@@ -40,9 +40,13 @@ struct Precision {
   const char* name;  // TESSERA_MLA_PREFILL_PRECISION
   double tol, token_tol;
   const char* query_rows = "64";  // TESSERA_MLA_PREFILL_QUERY_ROWS (128: the 8-warp bf16 blocks)
+  const char* wgmma = "0";        // TESSERA_MLA_PREFILL_WGMMA (1: the Hopper kernel at DeepSeek-V3's dims)
 };
-const Precision kPrecisions[] = {
-    {"split", 1e-4, 2e-4}, {"bf16", 1e-2, 2.5e-2}, {"auto", 1e-2, 2.5e-2}, {"bf16", 1e-2, 2.5e-2, "128"}};
+const Precision kPrecisions[] = {{"split", 1e-4, 2e-4},
+                                 {"bf16", 1e-2, 2.5e-2},
+                                 {"auto", 1e-2, 2.5e-2},
+                                 {"bf16", 1e-2, 2.5e-2, "128"},
+                                 {"bf16", 1e-2, 2.5e-2, "64", "1"}};
 
 struct Dims {
   int64_t heads, nope, rope, v, latent;
@@ -162,7 +166,8 @@ class MlaPrefillTest : public ::testing::Test {
 
   // GPU against CPU over the step and per token; prints both measures for the record.
   void expect_matches_cpu(const std::string& what, const Precision& p) {
-    expect_matches_cpu(what + " (" + p.name + ", " + p.query_rows + "-row blocks)", p.tol, p.token_tol);
+    const std::string kernel = std::string(p.wgmma) == "1" ? ", wgmma where it applies" : "";
+    expect_matches_cpu(what + " (" + p.name + ", " + p.query_rows + "-row blocks" + kernel + ")", p.tol, p.token_tol);
   }
   // Only the prefill rows are held to `tol`/`token_tol`: the step's decode tokens run the absorbed
   // tensor-core decode kernel, which rounds q and p to bf16 (held to kDecodeTokenTol).
@@ -227,6 +232,7 @@ TEST_F(MlaPrefillTest, MatchesCpuOnRaggedBatchesWithCachedPrefixes) {
   for (const Precision& p : kPrecisions) {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
     ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
+    ScopedEnv wgmma("TESSERA_MLA_PREFILL_WGMMA", p.wgmma);
     for (const Dims& d : kDims) {
       for (int64_t page : {64, 16}) {
         build(d, page, kRagged, 1.0f);
@@ -240,6 +246,7 @@ TEST_F(MlaPrefillTest, LongContextsAndSharpAttention) {
   for (const Precision& p : kPrecisions) {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
     ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
+    ScopedEnv wgmma("TESSERA_MLA_PREFILL_WGMMA", p.wgmma);
     for (float q_scale : {1.0f, 3.0f}) {
       build(kDims[0], 64, {{1800, 200}, {0, 1}, {900, 3}, {0, 700}}, q_scale);
       expect_matches_cpu("2k context, q scale " + std::to_string(q_scale).substr(0, 3), p);
@@ -256,6 +263,7 @@ TEST_F(MlaPrefillTest, SeveralPassesCarryTheSoftmaxState) {
   for (const Precision& p : kPrecisions) {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
     ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
+    ScopedEnv wgmma("TESSERA_MLA_PREFILL_WGMMA", p.wgmma);
     for (const char* rows : {"100", "64", "1"}) {
       ScopedEnv env("TESSERA_MLA_PREFILL_PASS_ROWS", rows);
       for (const Dims& d : {kDims[0], kDims[2]}) {
@@ -270,6 +278,7 @@ TEST_F(MlaPrefillTest, PrefillOnlyDecodeOnlyAndEmptySequences) {
   for (const Precision& p : kPrecisions) {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
     ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
+    ScopedEnv wgmma("TESSERA_MLA_PREFILL_WGMMA", p.wgmma);
     for (const Dims& d : {kDims[0], kDims[1]}) {
       build(d, 64, {{0, 33}, {10, 20}}, 1.0f);
       expect_matches_cpu("prefill only", p);
@@ -292,6 +301,7 @@ TEST_F(MlaPrefillTest, Fp8CacheMatchesTheCpuReadingTheSameBytes) {
   for (const Precision& p : kPrecisions) {
     ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
     ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
+    ScopedEnv wgmma("TESSERA_MLA_PREFILL_WGMMA", p.wgmma);
     for (float scale : {1.0f, 0.37f}) {
       fp8_scale_ = scale;
       for (const Dims& d : kDims) {
@@ -368,6 +378,21 @@ TEST(MlaPrefillQueryRows, OneHundredTwentyEightOnlyInBf16AndWhenAsked) {
   }
 }
 
+// The Hopper kernel (host only): only where asked for, in bf16 precision, at DeepSeek-V3's head
+// dims (nope 128, rope 64, v 128) and with sm_90a code on an SM90 GPU; its shared memory by hand
+// (Q 128 x 192, two stages of K 128 x 192 and V 128 x 128, bf16, and 1 KB of alignment slack).
+TEST(MlaPrefillWgmma, OnlyWhereAskedInBf16AtDeepSeekDimsOnSm90a) {
+  using ops::cuda::mla_prefill_uses_wgmma;
+  const ops::MlaDims dsv3{16, 128, 64, 128, 512, 0.07f}, tiny{4, 32, 16, 32, 64, 0.1f};
+  EXPECT_TRUE(mla_prefill_uses_wgmma(true, false, dsv3, true));
+  EXPECT_FALSE(mla_prefill_uses_wgmma(false, false, dsv3, true));  // not asked for
+  EXPECT_FALSE(mla_prefill_uses_wgmma(true, true, dsv3, true));    // split precision
+  EXPECT_FALSE(mla_prefill_uses_wgmma(true, false, dsv3, false));  // no sm_90a
+  EXPECT_FALSE(mla_prefill_uses_wgmma(true, false, tiny, true));   // other head dims
+  EXPECT_FALSE(mla_prefill_uses_wgmma(true, false, {16, 128, 64, 64, 512, 0.07f}, true));
+  EXPECT_EQ(ops::cuda::mla_prefill_wgmma_smem_bytes(), (128 * 192 + 2 * (128 * 192 + 128 * 128)) * 2 + 1024);
+}
+
 TEST_F(MlaPrefillTest, BadPrecisionSettingIsNamed) {
   ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", "fp8");
   build(kDims[1], 64, {{0, 5}}, 1.0f);
@@ -387,6 +412,7 @@ TEST_F(MlaPrefillTest, CausalMaskIsExact) {
     for (const Precision& p : kPrecisions) {
       ScopedEnv precision("TESSERA_MLA_PREFILL_PRECISION", p.name);
       ScopedEnv query_rows("TESSERA_MLA_PREFILL_QUERY_ROWS", p.query_rows);
+      ScopedEnv wgmma("TESSERA_MLA_PREFILL_WGMMA", p.wgmma);
       for (const Dims& d : {kDims[0], kDims[2]}) {
         build(d, 64, {{0, 150}, {300, 90}, {20, 1}}, 3.0f);
         const auto before = run_gpu();

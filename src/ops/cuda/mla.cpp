@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/mla_prefill.h"
 #include "ops/cuda/runtime/cuda_check.h"
@@ -194,7 +195,8 @@ void mla_attention(CudaContext& ctx, const Tensor& q, const KvLayerView& cache, 
         CudaContext::kWorkspaceBytes,
         stream,
         [&ctx](DType t, core::Shape s) { return ctx.alloc(t, std::move(s)); },
-        [&ctx](DType t, core::Shape s, const void* host) { return ctx.upload_async(t, std::move(s), host); }};
+        [&ctx](DType t, core::Shape s, const void* host) { return ctx.upload_async(t, std::move(s), host); },
+        ctx.caps().sm == 90 && has_sm90a_code()};
     return run_mla_prefill_step(env, q, cache, kv_b, d, seqs, out,
                                 [&](const Tensor& qd, std::span<const AttentionSeq> sd, Tensor& od) {
                                   mla_attention(ctx, qd, cache, kv_b, d, sd, od);

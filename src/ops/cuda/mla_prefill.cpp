@@ -158,7 +158,9 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
     const int64_t pages = (s.start_pos + s.num_tokens + cache.page_size - 1) / cache.page_size;
     plan.insert(plan.end(), s.block_table.begin(), s.block_table.begin() + pages);
   }
-  const int64_t query_rows = mla_prefill_query_rows(split, mla_prefill_query_rows_setting());
+  // Read each step, as the other settings here (tests switch them between steps).
+  const bool wgmma = mla_prefill_uses_wgmma(core::env_flag("TESSERA_MLA_PREFILL_WGMMA"), split, d, env.sm90a);
+  const int64_t query_rows = wgmma ? 128 : mla_prefill_query_rows(split, mla_prefill_query_rows_setting());
   std::vector<Pass> passes = plan_passes(prefill, table_offsets, mla_prefill_pass_rows(d, split), query_rows);
   bool carries_state = false;
   int64_t buf_rows = 0;
@@ -225,7 +227,10 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
                         d.scale,
                         kv_scale,
                         static_cast<int>(query_rows)};
-    launch_mla_prefill_attend(a, static_cast<int64_t>(p.tiles.size()), env.stream);
+    if (wgmma)
+      launch_mla_prefill_attend_wgmma(a, static_cast<int64_t>(p.tiles.size()), env.stream);
+    else
+      launch_mla_prefill_attend(a, static_cast<int64_t>(p.tiles.size()), env.stream);
     TESSERA_CUDA_CHECK_LAUNCH();
   }
 }
@@ -237,6 +242,10 @@ bool mla_prefill_split_precision(int64_t context) {
   TESSERA_CHECK(v == "split" || v == "bf16" || v == "auto",
                 "TESSERA_MLA_PREFILL_PRECISION='{}': expected split, bf16 or auto", v);
   return v == "split" || (v == "auto" && context <= kMlaPrefillSplitMaxContext);
+}
+
+bool mla_prefill_uses_wgmma(bool wanted, bool split, const MlaDims& d, bool sm90a) {
+  return wanted && !split && sm90a && mla_prefill_wgmma_shape(d.nope, d.rope, d.v) && d.latent % 8 == 0;
 }
 
 int64_t mla_prefill_query_rows_setting() {

@@ -45,6 +45,8 @@ struct MlaPrefillEnv {
   // A device tensor holding a copy of host bytes, queued on the stream (the backend stages them in
   // pinned memory, so the host buffer may be freed at once and the copy is truly asynchronous).
   std::function<core::Tensor(core::DType, core::Shape, const void*)> upload;
+  // Whether the GPU runs this build's sm_90a kernels (an SM90 GPU, and the build has sm_90a code).
+  bool sm90a = false;
 };
 
 // Runs the step's decode sequences (one new token each) through the absorbed path: q [Td, ...],
@@ -67,6 +69,11 @@ int64_t mla_prefill_pass_rows(const MlaDims& d, bool split);
 // precision only, mla_prefill_query_rows: K and V read once for twice the rows; an experiment until
 // measured); throws on any other value, naming the variable.
 int64_t mla_prefill_query_rows_setting();
+
+// Whether a step's attention runs on the Hopper warpgroup kernel (sm90_prefill_wgmma.cu):
+// TESSERA_MLA_PREFILL_WGMMA=1 (`wanted`), bf16 precision, DeepSeek-V3's head dims and sm_90a (an
+// experiment until measured); else the mma.sync kernel.
+bool mla_prefill_uses_wgmma(bool wanted, bool split, const MlaDims& d, bool sm90a);
 
 // mla_attention for a step with a prefill chunk, where the plan (kernel_registry.h: plan_mla) chose
 // the decompressed path. q [T, heads * (nope + rope)] fp32, cache

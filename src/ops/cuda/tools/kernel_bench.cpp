@@ -14,6 +14,7 @@
 
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_registry.h"
+#include "ops/cuda/kernels/attention/mla_prefill_kernels.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/runtime/cuda_check.h"
 
@@ -90,6 +91,16 @@ void fill_random_f32(void* p, size_t n, uint64_t seed) {
   TESSERA_CUDA_CHECK(cudaMemcpy(p, h.data(), n * 4, cudaMemcpyHostToDevice));
 }
 
+// A 1 M-value pattern of fill_random_f32, repeated by doubling device-to-device copies (a prefill's
+// q of gigabytes would take seconds to generate on the host).
+void fill_repeated_f32(void* p, size_t n, uint64_t seed) {
+  const size_t first = std::min<size_t>(n, size_t{1} << 20);
+  fill_random_f32(p, first, seed);
+  auto* d = static_cast<float*>(p);
+  for (size_t filled = first; filled < n; filled *= 2)
+    TESSERA_CUDA_CHECK(cudaMemcpy(d + filled, d, std::min(filled, n - filled) * 4, cudaMemcpyDeviceToDevice));
+}
+
 double gemm_tflops(int64_t m, int64_t n, int64_t k, int iters) {
   cublasLtHandle_t lt;
   TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt));
@@ -123,6 +134,68 @@ double gemm_tflops(int64_t m, int64_t n, int64_t k, int iters) {
   cublasLtMatmulDescDestroy(op);
   cublasLtDestroy(lt);
   return 2.0 * m * n * k / t / 1e12;
+}
+
+// MLA prefill attention (mla_prefill_kernels.h) of one prompt of `context` tokens from scratch,
+// causal, at Kimi-K2.5's head dims (qk 128 + 64, v 128, latent 512), in bf16 precision: the
+// mma.sync kernel with blocks of 64 and of 128 query rows, and the Hopper wgmma kernel where this
+// GPU and build run it. Its inputs as the prefill path leaves them: q fp32, the pass's latents and
+// decompressed K_nope | V in bf16. FLOPs: (qk + v) x 2 a visible (query, key) pair and head.
+template <class Wanted, class Report>
+void bench_mla_prefill(const KernelBenchOptions& o, const DeviceCaps& caps, const Wanted& wanted,
+                       const Report& report) {
+  constexpr int64_t nope = 128, rope = 64, v = 128, latent = 512, entry = latent + rope;
+  const bool sm90a = caps.sm == 90 && has_sm90a_code();
+  for (int64_t heads : o.heads)
+    for (int64_t n : o.contexts)
+      for (const char* variant : {"mma64", "mma128", "wgmma"}) {
+        const std::string name = fmt::format("mla_prefill {} h{} ctx{}", variant, heads, n);
+        const bool wgmma = std::string(variant) == "wgmma";
+        if (!wanted(name) || (wgmma && !sm90a)) continue;
+        const int64_t rows = std::string(variant) == "mma64" ? 64 : 128;
+        DeviceMem q(n * heads * (nope + rope) * 4), lat(n * entry * 2), kv(n * heads * (nope + v) * 2),
+            out(n * heads * v * 4);
+        fill_repeated_f32(q.p, static_cast<size_t>(n * heads * (nope + rope)), 21);
+        fill_random_bf16(lat.p, static_cast<size_t>(n * entry), 22);
+        fill_random_bf16(kv.p, static_cast<size_t>(n * heads * (nope + v)), 23);
+        const PrefillChunk chunk{0, static_cast<int32_t>(n), 0, 0, static_cast<int32_t>(n), 0,
+                                 0, kChunkFirst | kChunkLast};
+        std::vector<PrefillTile> tiles;
+        for (int64_t q0 = 0; q0 < n; q0 += rows) tiles.push_back({0, static_cast<int32_t>(q0)});
+        DeviceMem d_chunk(sizeof(PrefillChunk)), d_tiles(tiles.size() * sizeof(PrefillTile));
+        TESSERA_CUDA_CHECK(cudaMemcpy(d_chunk.p, &chunk, sizeof(chunk), cudaMemcpyHostToDevice));
+        TESSERA_CUDA_CHECK(
+            cudaMemcpy(d_tiles.p, tiles.data(), tiles.size() * sizeof(PrefillTile), cudaMemcpyHostToDevice));
+        PrefillAttendArgs a{q.as<float>(),
+                            lat.as<__nv_bfloat16>(),
+                            kv.as<__nv_bfloat16>(),
+                            nullptr,
+                            false,
+                            d_chunk.as<PrefillChunk>(),
+                            d_tiles.as<PrefillTile>(),
+                            out.as<float>(),
+                            nullptr,
+                            static_cast<int>(heads),
+                            static_cast<int>(nope),
+                            static_cast<int>(rope),
+                            static_cast<int>(v),
+                            static_cast<int>(latent),
+                            0.0721687836f,
+                            1.0f,
+                            static_cast<int>(rows)};
+        const int64_t num_tiles = static_cast<int64_t>(tiles.size());
+        KernelBenchRow r;
+        r.name = name;
+        r.seconds = time_it(o.iterations, [&] {
+          if (wgmma)
+            launch_mla_prefill_attend_wgmma(a, num_tiles, 0);
+          else
+            launch_mla_prefill_attend(a, num_tiles, 0);
+        });
+        r.bytes = static_cast<double>(n) * (heads * ((nope + rope) * 4 + (nope + v) * 2 + v * 4) + entry * 2);
+        r.flops = 2.0 * static_cast<double>(nope + rope + v) * heads * (static_cast<double>(n) * (n + 1) / 2);
+        report(r);
+      }
 }
 
 }  // namespace
@@ -232,6 +305,8 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
               report(r);
             }
           }
+
+  bench_mla_prefill(o, caps, wanted, report);
 
   // Decode matrix-vector products of one token at Kimi-K2.5's attention shapes, for every K split
   // (the row marked * is launch_gemv's own choice). The weights rotate over copies of >= 256 MB in
