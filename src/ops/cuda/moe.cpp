@@ -155,51 +155,39 @@ const uint8_t* held_mask(CudaContext& ctx, MoeState& state, const std::vector<Ex
   return static_cast<const uint8_t*>(slot.second.raw());
 }
 
-// Routing read back to the host, then per expert a gather, three cuBLASLt GEMMs and a weighted
-// scatter-add. Where every projection of the expert is one bf16 GEMM at its token count
-// (linear_takes_bf16: dense weights, beyond the matrix-vector kernel; prefill) the gather and the
-// activation write bf16 themselves: one read of x's rows for gate and up together, no fp32 copies
-// converted before each GEMM (an 8192-token prefill spent 15 of 117 ms converting them), the same
-// bits.
-void moe_experts_per_expert(CudaContext& ctx, const Tensor& x, const std::vector<ExpertWeights>& experts,
-                            const Tensor& ids, const Tensor& weights, Tensor& out) {
-  const int64_t T = x.dim(0), H = x.dim(1), K = ids.dim(1);
+// The pairs sorted by expert on the device (launch_moe_prepare), only the experts' pair counts read
+// back to the host, then per expert a gather of its tokens' rows and three cuBLASLt GEMMs whose
+// output rows land in the step's sorted order, and one combine adding each token's slots (the
+// grouped path's, in slot order). Where every projection of the expert is one bf16 GEMM at its
+// token count (linear_takes_bf16: dense weights, beyond the matrix-vector kernel; prefill) the
+// gather and the activation write bf16 themselves: one read of x's rows for gate and up together, no
+// fp32 copies converted before each GEMM (an 8192-token prefill spent 15 of 117 ms converting
+// them), the same bits. Against a weighted scatter-add an expert (which read and wrote `out`'s rows
+// once an expert: 7.1 ms of that prefill) the combine writes `out` once.
+void moe_experts_per_expert(CudaContext& ctx, MoeState& state, const Tensor& x,
+                            const std::vector<ExpertWeights>& experts, const Tensor& ids, const Tensor& weights,
+                            Tensor& out) {
+  const int64_t T = x.dim(0), H = x.dim(1), K = ids.dim(1), E = static_cast<int64_t>(experts.size()), P = T * K;
   const cudaStream_t stream = ctx.stream();
-  std::vector<int32_t> h_ids(static_cast<size_t>(T * K));
-  std::vector<float> h_w(static_cast<size_t>(T * K));
-  TESSERA_CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), ids.raw(), h_ids.size() * 4, cudaMemcpyDeviceToHost, stream));
-  TESSERA_CUDA_CHECK(cudaMemcpyAsync(h_w.data(), weights.raw(), h_w.size() * 4, cudaMemcpyDeviceToHost, stream));
+  TESSERA_CHECK(E <= 1024, "moe_experts: {} routed experts; the expert sort takes at most 1024", E);
+  const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(K), -1, held_mask(ctx, state, experts)};
+  Tensor meta = ctx.alloc(DType::kI32, {2 * E + 2 + 2 * P});
+  int32_t* m = ptr<int32_t>(meta);
+  MoeGroupedScratch sort{nullptr, m, m + E + 1, m + 2 * E + 1, m + 2 * E + 2, nullptr, nullptr, nullptr};
+  sort.pair_row = m + 2 * E + 2 + P;
+  launch_moe_prepare(ptr<float>(x), T, H, slots, E, sort, stream);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  std::vector<int32_t> begin(static_cast<size_t>(E + 1));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(begin.data(), sort.offsets, begin.size() * 4, cudaMemcpyDeviceToHost, stream));
   ctx.sync();
-  // The (token, weight) pairs sorted by expert, in token order within one (a counting sort), and
-  // uploaded once for the step rather than twice an expert.
-  const size_t E = experts.size(), P = static_cast<size_t>(T * K);
-  std::vector<size_t> begin(E + 1, 0);
-  for (size_t i = 0; i < P; ++i) {
-    const int32_t e = h_ids[i];
-    TESSERA_CHECK(e >= 0 && static_cast<size_t>(e) < E, "moe_experts: expert id {} out of range", e);
-    ++begin[static_cast<size_t>(e) + 1];
-  }
-  for (size_t e = 0; e < E; ++e) begin[e + 1] += begin[e];
-  std::vector<int32_t> h_rows(P);
-  std::vector<float> h_wts(P);
-  std::vector<size_t> next(begin.begin(), begin.end() - 1);
-  for (size_t i = 0; i < P; ++i) {
-    const size_t at = next[static_cast<size_t>(h_ids[i])]++;
-    h_rows[at] = static_cast<int32_t>(static_cast<int64_t>(i) / K);
-    h_wts[at] = h_w[i];
-  }
-  const Tensor all_rows = ctx.upload_async(DType::kI32, {static_cast<int64_t>(P)}, h_rows.data());
-  const Tensor all_wts = ctx.upload_async(DType::kF32, {static_cast<int64_t>(P)}, h_wts.data());
-  if (admit_op("memset", out.raw(), 0, out.nbytes(), stream))
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream));
-  for (size_t e = 0; e < E; ++e) {
-    const int64_t n = static_cast<int64_t>(begin[e + 1] - begin[e]);
-    if (n == 0 || !experts[e].held()) continue;  // another tensor-parallel rank's expert
-    const int64_t inter = experts[e].gate.out;
-    const int32_t* d_rows = all_rows.data<int32_t>() + begin[e];
-    const float* d_w = all_wts.data<float>() + begin[e];
-    Tensor y = ctx.alloc(DType::kF32, {n, H});
+  // y's rows in the sorted order (at least one: the combine reads row 0 for dropped pairs).
+  Tensor y = ctx.alloc(DType::kF32, {std::max<int64_t>(begin[static_cast<size_t>(E)], 1), H});
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const int64_t n = begin[e + 1] - begin[e];
+    if (n == 0) continue;  // no pairs, or another tensor-parallel rank's expert (dropped by the sort)
     const ExpertWeights& w = experts[e];
+    const int64_t inter = w.gate.out;
+    const int32_t* pairs = sort.sorted + begin[e];
     // The GEMMs' inputs in bf16 where every projection takes them so, else fp32 for linear.
     const bool bf16 = linear_takes_bf16(n, w.gate) && linear_takes_bf16(n, w.up) && linear_takes_bf16(n, w.down);
     const DType in_type = bf16 ? DType::kBF16 : DType::kF32;
@@ -208,9 +196,9 @@ void moe_experts_per_expert(CudaContext& ctx, const Tensor& x, const std::vector
     };
     Tensor xin = ctx.alloc(in_type, {n, H});
     if (bf16)
-      launch_gather_rows_bf16(ptr<float>(x), H, d_rows, n, ptr<__nv_bfloat16>(xin), stream);
+      launch_gather_pair_rows_bf16(ptr<float>(x), H, pairs, static_cast<int>(K), n, ptr<__nv_bfloat16>(xin), stream);
     else
-      launch_gather_rows_i32(ptr<float>(x), H, d_rows, n, ptr<float>(xin), stream);
+      launch_gather_pair_rows(ptr<float>(x), H, pairs, static_cast<int>(K), n, ptr<float>(xin), stream);
     Tensor g = ctx.alloc(DType::kF32, {n, inter}), u = ctx.alloc(DType::kF32, {n, inter}),
            act = ctx.alloc(in_type, {n, inter});
     project(xin, w.gate, g);
@@ -219,10 +207,12 @@ void moe_experts_per_expert(CudaContext& ctx, const Tensor& x, const std::vector
       launch_silu_mul_bf16(ptr<float>(g), ptr<float>(u), ptr<__nv_bfloat16>(act), g.numel(), stream);
     else
       silu_mul(ctx, g, u, act);
-    project(act, w.down, y);
-    launch_scatter_add_rows(ptr<float>(y), H, d_rows, d_w, n, ptr<float>(out), stream);
+    Tensor y_rows = y.slice_rows(begin[e], begin[e] + n);
+    project(act, w.down, y_rows);
     TESSERA_CUDA_CHECK_LAUNCH();
   }
+  launch_moe_combine(ptr<float>(y), T, H, slots, E, nullptr, ptr<float>(out), stream, sort.pair_row);
+  TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -463,13 +453,13 @@ void moe_experts(CudaContext& ctx, MoeState& state, Ops& ops, const Tensor& x,
       launch_moe_combine(run.y, T, x.dim(1), slots, fold ? E + 1 : E, nullptr, ptr<float>(out), stream);
       TESSERA_CUDA_CHECK_LAUNCH();
     } else {
-      moe_experts_per_expert(ctx, x, experts, ids, weights, out);
+      moe_experts_per_expert(ctx, state, x, experts, ids, weights, out);
     }
     if (shared && !fold) add_shared_expert(ctx, ops, x, *shared, out);
     return;
   }
   if (!moe_grouped_applies(ctx, x, experts)) {
-    moe_experts_per_expert(ctx, x, experts, ids, weights, out);
+    moe_experts_per_expert(ctx, state, x, experts, ids, weights, out);
     if (shared) add_shared_expert(ctx, ops, x, *shared, out);
     return;
   }

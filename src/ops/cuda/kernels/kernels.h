@@ -40,13 +40,13 @@ void launch_f32_to_bf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStre
 // in = hi + lo to ~2^-17 relative: two bf16 GEMMs over hi and lo reproduce an fp32-input product.
 void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t n, cudaStream_t s);
 void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s);
-// out[rows[i], :] += weights[i] * y[i, :]
-void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
-                             float* out, cudaStream_t s);
-void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out, cudaStream_t s);
-// out[i, :] = bf16(x[rows[i], :]), rounded as launch_f32_to_bf16 rounds (a GEMM's gathered input).
-void launch_gather_rows_bf16(const float* x, int64_t width, const int32_t* rows, int64_t n, __nv_bfloat16* out,
+// out[i] = x[pairs[i] / per_token]: the rows of the tokens of pairs sorted by expert
+// (launch_moe_prepare's scratch.sorted), per_token slots a token; in fp32 or in bf16 (rounded as
+// launch_f32_to_bf16 rounds: a GEMM's gathered input).
+void launch_gather_pair_rows(const float* x, int64_t width, const int32_t* pairs, int per_token, int64_t n, float* out,
                              cudaStream_t s);
+void launch_gather_pair_rows_bf16(const float* x, int64_t width, const int32_t* pairs, int per_token, int64_t n,
+                                  __nv_bfloat16* out, cudaStream_t s);
 
 // --- attention/attention.cu ---
 // Per-token metadata of a step, uploaded once per attention call.
@@ -269,6 +269,9 @@ struct MoeGroupedScratch {
   __nv_bfloat16* act;
   float* y;
   float* gate_up_part;  // [2 (gate, up), splits, pairs, inter] fp32 partial sums
+  // [pairs]: where launch_moe_prepare sorted each pair (its row in scratch.y when the experts
+  // write y in sorted order), 0 for pairs it dropped; null: not written.
+  int32_t* pair_row = nullptr;
 };
 // Slices of the hidden dimension the gate/up kernel splits into for `pairs` (token, expert) pairs.
 int64_t moe_grouped_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter);
@@ -283,9 +286,10 @@ void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, 
                                 const __nv_bfloat16* const* down_w, int64_t inter, const MoeGroupedScratch& scratch,
                                 cudaStream_t s);
 // out[t] = Σ_k weights[t, k] · y[pair (t, k)] in slot order, then + add[t] when add is given
-// (y: scratch.y of launch_moe_grouped_experts; add [tokens, hidden] or null).
+// (y: scratch.y of launch_moe_grouped_experts; add [tokens, hidden] or null). With pair_row, pair
+// p's row of y is pair_row[p] (y in the sorted order: scratch.pair_row), else p.
 void launch_moe_combine(const float* y, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
-                        const float* add, float* out, cudaStream_t s);
+                        const float* add, float* out, cudaStream_t s, const int32_t* pair_row = nullptr);
 
 // --- linear/gemv.cu ---
 // Steps of at most this many tokens run dense projections as matrix-vector kernels.
@@ -465,7 +469,7 @@ void launch_moe_quant_ring_experts(const float* x, int64_t tokens, int64_t hidde
                                    const QuantMatrix* up_w, const QuantMatrix* down_w, const uint8_t* maps,
                                    int64_t inter, const MoeGroupedScratch& scratch, cudaStream_t s);
 // grouped.cu's first kernel: the pairs sorted by expert (scratch.offsets, active, num_active,
-// sorted) and x rounded to bf16 (scratch.xb).
+// sorted, and pair_row where given) and x rounded to bf16 (scratch.xb; skipped where it is null).
 void launch_moe_prepare(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
                         const MoeGroupedScratch& scratch, cudaStream_t s);
 

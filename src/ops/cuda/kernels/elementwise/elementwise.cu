@@ -137,13 +137,14 @@ __global__ void f32_to_bf16_split_kernel(const float* in, __nv_bfloat16* hi, __n
   lo[i] = __float2bfloat16_rn(in[i] - __bfloat162float(h));
 }
 
-// VEC: 16-byte loads (width a multiple of 4, rows 16-byte aligned: rows_vectorizable), whose
-// loads a thread issues ahead of its stores; otherwise one value at a time. The same values either way.
+// out[i] = x[rows[i] / per] (per 1: plain row indices; a token's slots: pair ids). VEC: 16-byte
+// loads (width a multiple of 4, rows 16-byte aligned: rows_vectorizable), whose loads a thread
+// issues ahead of its stores; otherwise one value at a time. The same values either way.
 template <class Index, class Out, bool VEC>
-__global__ void gather_rows_kernel(const float* __restrict__ x, int64_t width, const Index* __restrict__ rows,
+__global__ void gather_rows_kernel(const float* __restrict__ x, int64_t width, const Index* __restrict__ rows, int per,
                                    Out* __restrict__ out) {
   const int64_t i = blockIdx.x;
-  const float* src = x + static_cast<int64_t>(rows[i]) * width;
+  const float* src = x + static_cast<int64_t>(rows[i] / per) * width;
   Out* dst = out + i * width;
   if constexpr (VEC) {
 #pragma unroll 4
@@ -155,42 +156,21 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, int64_t width, c
   }
 }
 
-// A token's row appears once in `rows` (an expert's tokens), so no two threads add to one value.
-template <bool VEC>
-__global__ void scatter_add_rows_kernel(const float* __restrict__ y, int64_t width, const int32_t* __restrict__ rows,
-                                        const float* __restrict__ weights, float* __restrict__ out) {
-  const int64_t i = blockIdx.x;
-  float* dst = out + static_cast<int64_t>(rows[i]) * width;
-  const float* src = y + i * width;
-  const float w = weights[i];
-  if constexpr (VEC) {
-#pragma unroll 4
-    for (int64_t j = threadIdx.x; j < width / 4; j += blockDim.x) {
-      const float4 v = reinterpret_cast<const float4*>(src)[j];
-      float4 d = reinterpret_cast<float4*>(dst)[j];
-      d.x += w * v.x;
-      d.y += w * v.y;
-      d.z += w * v.z;
-      d.w += w * v.w;
-      reinterpret_cast<float4*>(dst)[j] = d;
-    }
-  } else {
-    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) dst[j] += w * src[j];
-  }
-}
-
 // Whether rows of `width` floats at these bases take the 16-byte path.
 bool rows_vectorizable(int64_t width, const void* a, const void* b) {
   return width % 4 == 0 && (reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) % 16 == 0;
 }
 
 template <class Index, class Out>
-void launch_gather(const float* x, int64_t width, const Index* rows, int64_t n, Out* out, int threads, cudaStream_t s) {
+void launch_gather(const float* x, int64_t width, const Index* rows, int per, int64_t n, Out* out, int threads,
+                   cudaStream_t s) {
   if (n <= 0) return;
   if (rows_vectorizable(width, x, out))
-    launch_plain(gather_rows_kernel<Index, Out, true>, static_cast<unsigned>(n), threads, 0, s, x, width, rows, out);
+    launch_plain(gather_rows_kernel<Index, Out, true>, static_cast<unsigned>(n), threads, 0, s, x, width, rows, per,
+                 out);
   else
-    launch_plain(gather_rows_kernel<Index, Out, false>, static_cast<unsigned>(n), threads, 0, s, x, width, rows, out);
+    launch_plain(gather_rows_kernel<Index, Out, false>, static_cast<unsigned>(n), threads, 0, s, x, width, rows, per,
+                 out);
 }
 
 // Deterministic pseudo-random values in [-scale, scale) from a hash of the index (benchmark data).
@@ -309,26 +289,17 @@ void launch_f32_to_bf16_split(const float* in, __nv_bfloat16* hi, __nv_bfloat16*
 }
 
 void launch_gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t n, float* out, cudaStream_t s) {
-  launch_gather(x, width, rows, n, out, kRowThreads, s);
+  launch_gather(x, width, rows, 1, n, out, kRowThreads, s);
 }
 
-void launch_gather_rows_i32(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out, cudaStream_t s) {
-  launch_gather(x, width, rows, n, out, kThreads, s);
-}
-
-void launch_gather_rows_bf16(const float* x, int64_t width, const int32_t* rows, int64_t n, __nv_bfloat16* out,
+void launch_gather_pair_rows(const float* x, int64_t width, const int32_t* pairs, int per_token, int64_t n, float* out,
                              cudaStream_t s) {
-  launch_gather(x, width, rows, n, out, kThreads, s);
+  launch_gather(x, width, pairs, per_token, n, out, kThreads, s);
 }
 
-void launch_scatter_add_rows(const float* y, int64_t width, const int32_t* rows, const float* weights, int64_t n,
-                             float* out, cudaStream_t s) {
-  if (n <= 0) return;
-  if (rows_vectorizable(width, y, out))
-    launch_plain(scatter_add_rows_kernel<true>, static_cast<unsigned>(n), kThreads, 0, s, y, width, rows, weights, out);
-  else
-    launch_plain(scatter_add_rows_kernel<false>, static_cast<unsigned>(n), kThreads, 0, s, y, width, rows, weights,
-                 out);
+void launch_gather_pair_rows_bf16(const float* x, int64_t width, const int32_t* pairs, int per_token, int64_t n,
+                                  __nv_bfloat16* out, cudaStream_t s) {
+  launch_gather(x, width, pairs, per_token, n, out, kThreads, s);
 }
 
 }  // namespace tessera::ops::cuda

@@ -66,14 +66,16 @@ __device__ int block_exclusive_scan(int v, int* warp_sums) {
 }
 
 // Block 0 (1024 threads): counts per expert, offsets, the list of experts with work, and the
-// pairs sorted by expert. Pairs with an id outside [0, experts) (the router cannot produce them)
-// or of an expert another tensor-parallel rank holds (slots.held) are dropped; the combine skips
-// them too. The other blocks convert x to bf16 for the projections, 8 values a thread (one
-// launch where the step had three: slot append, conversion, sort).
+// pairs sorted by expert (and, where pair_row is given, each pair's place in that order, 0 for a
+// dropped one). Pairs with an id outside [0, experts) (the router cannot produce them) or of an
+// expert another tensor-parallel rank holds (slots.held) are dropped; the combine skips them too.
+// The other blocks convert x to bf16 for the projections, 8 values a thread (one launch where the
+// step had three: slot append, conversion, sort).
 constexpr int kConvertPerBlock = 1024 * 8;
 __global__ void __launch_bounds__(1024)
     prepare_kernel(MoeSlots slots, int pairs, int experts, int32_t* offsets, int32_t* active, int32_t* num_active,
-                   int32_t* sorted, const float* __restrict__ x, int64_t x_elems, __nv_bfloat16* __restrict__ xb) {
+                   int32_t* sorted, int32_t* pair_row, const float* __restrict__ x, int64_t x_elems,
+                   __nv_bfloat16* __restrict__ xb) {
   pdl_wait();  // first: launched with launch_dependent
   if (blockIdx.x > 0) {
     const int64_t base = (static_cast<int64_t>(blockIdx.x) - 1) * kConvertPerBlock + threadIdx.x;
@@ -108,7 +110,10 @@ __global__ void __launch_bounds__(1024)
   if (e == 0) *num_active = n_active;
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
     const int id = slots.id(i);
-    if (slots.computed(id, experts)) sorted[counts[id] + atomicAdd(&fill[id], 1)] = i;
+    const bool computed = slots.computed(id, experts);
+    const int at = computed ? counts[id] + atomicAdd(&fill[id], 1) : 0;
+    if (computed) sorted[at] = i;
+    if (pair_row) pair_row[i] = at;
   }
 }
 
@@ -192,11 +197,11 @@ __global__ void gate_up_finish_kernel(const float* __restrict__ gate, const floa
 // to kCombineSlots slots at once; a loop that loaded them one slot at a time waited for each, ~18
 // memory latencies at 9 slots).
 constexpr int kCombineSlots = 16;
-__global__ void combine_kernel(const float* __restrict__ y, MoeSlots slots, int experts, int hidden,
-                               const float* __restrict__ add, float* __restrict__ out) {
-  pdl_wait();  // first: launched with launch_dependent
-  const int t = blockIdx.y;
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+__global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ pair_row, MoeSlots slots,
+                               int experts, int hidden, const float* __restrict__ add, float* __restrict__ out) {
+  pdl_wait();                // first: launched with launch_dependent
+  const int t = blockIdx.x;  // tokens on x: a prefill step may hold more than gridDim.y's 65535
+  const int n = blockIdx.y * blockDim.x + threadIdx.x;
   if (n >= hidden) return;
   const int K = slots.per_token();
   const float added = add ? add[static_cast<int64_t>(t) * hidden + n] : 0.0f;
@@ -210,9 +215,10 @@ __global__ void combine_kernel(const float* __restrict__ y, MoeSlots slots, int 
       const bool in = k0 + j < K;
       id[j] = in ? slots.id(pair) : -1;
       w[j] = in ? slots.weight(pair) : 0.0f;
-      // y of every slot of the step exists (the experts wrote the valid ones); read regardless of
-      // the id so the loads need not wait for it, and use only the valid ones.
-      v[j] = in ? y[static_cast<int64_t>(pair) * hidden + n] : 0.0f;
+      // y of every slot of the step exists (the experts wrote the valid ones; with pair_row, a
+      // dropped pair points at row 0); read regardless of the id so the loads need not wait for
+      // it, and use only the valid ones.
+      v[j] = in ? y[static_cast<int64_t>(pair_row ? pair_row[pair] : pair) * hidden + n] : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < kCombineSlots; ++j)
@@ -270,10 +276,10 @@ void launch_mma_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, 
 void launch_moe_prepare(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
                         const MoeGroupedScratch& s, cudaStream_t stream) {
   const int pairs = static_cast<int>(tokens * slots.per_token());
-  const int64_t x_elems = tokens * hidden;
+  const int64_t x_elems = s.xb ? tokens * hidden : 0;
   launch_dependent(prepare_kernel, dim3(static_cast<unsigned>(1 + (x_elems + kConvertPerBlock - 1) / kConvertPerBlock)),
                    1024, 0, stream, slots, pairs, static_cast<int>(experts), s.offsets, s.active, s.num_active,
-                   s.sorted, x, x_elems, s.xb);
+                   s.sorted, s.pair_row, x, x_elems, s.xb);
 }
 
 void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
@@ -303,10 +309,10 @@ void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, 
 }
 
 void launch_moe_combine(const float* y, int64_t tokens, int64_t hidden, const MoeSlots& slots, int64_t experts,
-                        const float* add, float* out, cudaStream_t stream) {
+                        const float* add, float* out, cudaStream_t stream, const int32_t* pair_row) {
   if (tokens == 0) return;
-  dim3 c_grid(static_cast<unsigned>((hidden + 255) / 256), static_cast<unsigned>(tokens));
-  launch_dependent(combine_kernel, c_grid, 256, 0, stream, y, slots, static_cast<int>(experts),
+  dim3 c_grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden + 255) / 256));
+  launch_dependent(combine_kernel, c_grid, 256, 0, stream, y, pair_row, slots, static_cast<int>(experts),
                    static_cast<int>(hidden), add, out);
 }
 
