@@ -207,8 +207,18 @@ void moe_experts_per_expert(CudaContext& ctx, MoeState& state, const Tensor& x,
       launch_silu_mul_bf16(ptr<float>(g), ptr<float>(u), ptr<__nv_bfloat16>(act), g.numel(), stream);
     else
       silu_mul(ctx, g, u, act);
+    // Straight into y's rows where they start 256-byte aligned (cuBLASLt's algorithms may need it:
+    // its default preference), which rows of a multiple of 64 floats always do; else through a copy.
     Tensor y_rows = y.slice_rows(begin[e], begin[e] + n);
-    project(act, w.down, y_rows);
+    if ((H * 4) % 256 == 0) {
+      project(act, w.down, y_rows);
+    } else {
+      Tensor staged = ctx.alloc(DType::kF32, {n, H});
+      project(act, w.down, staged);
+      if (admit_op("copy", y_rows.raw(), staged.raw(), staged.nbytes(), stream))
+        TESSERA_CUDA_CHECK(
+            cudaMemcpyAsync(y_rows.raw(), staged.raw(), staged.nbytes(), cudaMemcpyDeviceToDevice, stream));
+    }
     TESSERA_CUDA_CHECK_LAUNCH();
   }
   launch_moe_combine(ptr<float>(y), T, H, slots, E, nullptr, ptr<float>(out), stream, sort.pair_row);
