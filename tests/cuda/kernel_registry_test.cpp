@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -159,6 +160,21 @@ TEST(KernelRegistry, MlaPrefillPathAndTheAbsorbedKernelOfPrefillChunks) {
   p = ops::cuda::plan_mla(kH200, {16, 512, 64, 64, 256, false}, {});
   EXPECT_EQ(p.prefill, MlaPrefillKernel::kAbsorbed);
   EXPECT_NE(p.prefill_row.reason.find("no tensor-core prefill instance"), std::string::npos) << p.prefill_row.reason;
+}
+
+// The plan names the prefill attention kernel that runs: Hopper's wgmma kernel for bf16-precision
+// steps only with TESSERA_MLA_PREFILL_WGMMA=1, sm_90a code and DeepSeek-V3's head dims.
+TEST(KernelRegistry, MlaPrefillPlanNamesTheWgmmaKernelOnlyWhereItRuns) {
+  if (!ops::cuda::architecture_problem(90).empty()) GTEST_SKIP() << "this build carries no sm_90 code";
+  const auto kernel = [](const MlaShape& s) { return ops::cuda::plan_mla(kH200, s, {}).prefill_row.kernel; };
+  ::unsetenv("TESSERA_MLA_PREFILL_WGMMA");
+  EXPECT_EQ(kernel(mla(64)).find("wgmma"), std::string::npos) << kernel(mla(64));
+  EXPECT_NE(kernel(mla(64)).find("(mma.sync;"), std::string::npos) << kernel(mla(64));
+  ::setenv("TESSERA_MLA_PREFILL_WGMMA", "1", 1);
+  EXPECT_EQ(kernel(mla(64)).find("Hopper wgmma in bf16") != std::string::npos, ops::cuda::has_sm90a_code())
+      << kernel(mla(64));
+  EXPECT_EQ(kernel(tiny_mla(false)).find("wgmma"), std::string::npos) << kernel(tiny_mla(false));
+  ::unsetenv("TESSERA_MLA_PREFILL_WGMMA");
 }
 
 TEST(KernelRegistry, MoeExpertsPerShapeOverrideAndStepSize) {

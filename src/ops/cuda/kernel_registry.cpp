@@ -13,6 +13,7 @@
 #include "core/env.h"
 #include "ops/cuda/kernels/attention/mla_prefill_kernels.h"
 #include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/mla_prefill.h"
 #include "ops/cuda/runtime/cuda_check.h"
 
 #ifndef TESSERA_CUDA_ARCHS
@@ -351,16 +352,22 @@ MlaPlan plan_mla(const DeviceCaps& caps, const MlaShape& shape, const KernelOver
                                                                       : decompressed_prefill_problem(caps, shape);
   if (decompressed.empty()) {
     p.prefill = MlaPrefillKernel::kDecompressed;
-    p.prefill_row = {"mla prefill",
-                     shape.fp8_cache ? "gather latents (fp8 -> bf16, exact) + kv_b GEMM (cuBLASLt, alpha = KV scale) "
-                                       "+ mla_prefill_attend (mma.sync; TESSERA_MLA_PREFILL_PRECISION, default auto: "
-                                       "split bf16 operands up to 2048 context positions, bf16 beyond)"
-                                     : "gather latents + kv_b GEMM (cuBLASLt) + mla_prefill_attend (mma.sync; "
-                                       "TESSERA_MLA_PREFILL_PRECISION, default auto: split bf16 operands up to 2048 "
-                                       "context positions, bf16 beyond)",
-                     fmt::format("qk {} + {}, v {}: {}", shape.nope, shape.rope, shape.v,
-                                 smem_of(mla_prefill_attend_smem_bytes(shape.nope, shape.rope, shape.v, true), caps)),
-                     true};
+    // The attention kernel of a bf16-precision step (mla_prefill_uses_wgmma decides it per step).
+    const bool wgmma = mla_prefill_uses_wgmma(core::env_flag("TESSERA_MLA_PREFILL_WGMMA"), false,
+                                              MlaDims{shape.heads, shape.nope, shape.rope, shape.v, shape.latent, 1.0f},
+                                              caps.sm == 90 && has_sm90a_code());
+    const std::string attend = fmt::format(
+        "mla_prefill_attend ({}; TESSERA_MLA_PREFILL_PRECISION, default auto: split bf16 operands up to 2048 context "
+        "positions, bf16 beyond)",
+        wgmma ? "mma.sync in split precision, Hopper wgmma in bf16 (TESSERA_MLA_PREFILL_WGMMA=1)" : "mma.sync");
+    p.prefill_row = {
+        "mla prefill",
+        (shape.fp8_cache ? "gather latents (fp8 -> bf16, exact) + kv_b GEMM (cuBLASLt, alpha = KV scale) + "
+                         : "gather latents + kv_b GEMM (cuBLASLt) + ") +
+            attend,
+        fmt::format("qk {} + {}, v {}: {}", shape.nope, shape.rope, shape.v,
+                    smem_of(mla_prefill_attend_smem_bytes(shape.nope, shape.rope, shape.v, true), caps)),
+        true};
     // mla=cuda-core sends prefill chunks to the absorbed path on the fp32 kernel (and decode too).
     if (arch.empty() && kMlaDecodePrefs.back().why_not(caps, shape).empty())
       p.prefill_row.alternatives = {"mla=cuda-core"};
