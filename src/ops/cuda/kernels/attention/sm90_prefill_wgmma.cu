@@ -15,8 +15,10 @@
 // Shared memory (bf16, 128-byte swizzled: wgmma_primitives.cuh): Q 128 x 192 (3 column blocks of
 // 16 KB), per stage K 128 x 192 (3 blocks) and V 128 x 128 (2 blocks): 48 + 2 x 80 KB + 1 KB of
 // alignment slack = 209 KB, one block an SM (Hopper only: SM120's 99 KB keeps the mma.sync kernel).
-// Blocks run their tiles heaviest first within a chunk (the last query rows see the most keys), so
-// that the light ones fill the last wave.
+// Tiles are the grid's x and heads its y, as in the mma.sync kernel (no tile-count limit; the
+// blocks resident at once share a head's K and V in L2, though heads on x measured the same on an
+// H100: the kernel is not bound by reading K/V). A head's tiles run heaviest first (the last query
+// rows see the most keys), so that the light ones fill the last wave.
 //
 // Register fragments of an m64nN fp32 accumulator (PTX ISA, wgmma "Register Fragments"): thread i
 // of the warpgroup, warp w = i / 32, lane = i % 32, g = lane / 4, c = lane % 4 holds
@@ -68,9 +70,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_attend_wgmma_kernel(Prefi
   unsigned char* smem = smem_raw + pad;
   const uint32_t s_base = raw_addr + pad;  // 1024-aligned shared address of `smem`
 
-  const PrefillTile tile = a.tiles[gridDim.y - 1 - blockIdx.y];  // heaviest first (see above)
+  const PrefillTile tile = a.tiles[gridDim.x - 1 - blockIdx.x];  // heaviest first (see above)
   const PrefillChunk ch = a.chunks[tile.chunk];
-  const int h = blockIdx.x;
+  const int h = blockIdx.y;
   const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, wwarp = wtid >> 5, lane = tid & 31;
   const int g = lane >> 2, c = lane & 3;
   const int kv_width = a.heads * (kNope + kDv), entry = a.latent + kRope;
@@ -296,12 +298,12 @@ int64_t mla_prefill_wgmma_smem_bytes() { return kSmemBytes; }
 void launch_mla_prefill_attend_wgmma(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s) {
   if (num_tiles == 0) return;
   TESSERA_CHECK(!a.split && a.query_rows == kRowsQ && mla_prefill_wgmma_shape(a.nope, a.rope, a.v) &&
-                    a.latent % 8 == 0 && num_tiles <= 65535,
-                "mla prefill wgmma: bf16 tiles of {} rows at qk 128 + 64, v 128 and at most 65535 tiles (got {}, "
-                "{} rows, {} + {}, v {}, {} tiles)",
-                kRowsQ, a.split ? "split" : "bf16", a.query_rows, a.nope, a.rope, a.v, num_tiles);
+                    a.latent % 8 == 0 && a.heads <= 65535,
+                "mla prefill wgmma: bf16 tiles of {} rows at qk 128 + 64, v 128 and at most 65535 heads (got {}, "
+                "{} rows, {} + {}, v {}, {} heads)",
+                kRowsQ, a.split ? "split" : "bf16", a.query_rows, a.nope, a.rope, a.v, a.heads);
   allow_dynamic_smem(prefill_attend_wgmma_kernel, kSmemBytes);
-  dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(num_tiles));
+  dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(a.heads));
   launch_plain(prefill_attend_wgmma_kernel, grid, kThreads, kSmemBytes, s, a);
 }
 
