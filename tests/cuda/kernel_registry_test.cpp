@@ -163,18 +163,18 @@ TEST(KernelRegistry, MlaPrefillPathAndTheAbsorbedKernelOfPrefillChunks) {
 }
 
 // The plan names the prefill attention kernel that runs: Hopper's wgmma kernel for bf16-precision
-// steps only with TESSERA_MLA_PREFILL_WGMMA=1, sm_90a code and DeepSeek-V3's head dims.
+// steps by default (TESSERA_MLA_PREFILL_WGMMA=0 turns it off) with sm_90a code and DeepSeek-V3's
+// head dims.
 TEST(KernelRegistry, MlaPrefillPlanNamesTheWgmmaKernelOnlyWhereItRuns) {
   if (!ops::cuda::architecture_problem(90).empty()) GTEST_SKIP() << "this build carries no sm_90 code";
   const auto kernel = [](const MlaShape& s) { return ops::cuda::plan_mla(kH200, s, {}).prefill_row.kernel; };
-  ::unsetenv("TESSERA_MLA_PREFILL_WGMMA");
+  ::setenv("TESSERA_MLA_PREFILL_WGMMA", "0", 1);
   EXPECT_EQ(kernel(mla(64)).find("wgmma"), std::string::npos) << kernel(mla(64));
   EXPECT_NE(kernel(mla(64)).find("(mma.sync;"), std::string::npos) << kernel(mla(64));
-  ::setenv("TESSERA_MLA_PREFILL_WGMMA", "1", 1);
+  ::unsetenv("TESSERA_MLA_PREFILL_WGMMA");
   EXPECT_EQ(kernel(mla(64)).find("Hopper wgmma in bf16") != std::string::npos, ops::cuda::has_sm90a_code())
       << kernel(mla(64));
   EXPECT_EQ(kernel(tiny_mla(false)).find("wgmma"), std::string::npos) << kernel(tiny_mla(false));
-  ::unsetenv("TESSERA_MLA_PREFILL_WGMMA");
 }
 
 TEST(KernelRegistry, MoeExpertsPerShapeOverrideAndStepSize) {

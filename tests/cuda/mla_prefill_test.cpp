@@ -364,10 +364,10 @@ TEST(MlaPrefillQueryRows, OneHundredTwentyEightOnlyInBf16AndWhenAsked) {
   EXPECT_EQ(ops::cuda::mla_prefill_attend_smem_bytes(128, 64, 128, false, 128), (128 * 200 + 64 * 200 + 64 * 136) * 2);
   EXPECT_EQ(ops::cuda::mla_prefill_attend_smem_bytes(128, 64, 128, false, 64), (64 * 200 + 64 * 200 + 64 * 136) * 2);
   {
-    ScopedEnv rows("TESSERA_MLA_PREFILL_QUERY_ROWS", "128");
-    EXPECT_EQ(mla_prefill_query_rows_setting(), 128);
-    unsetenv("TESSERA_MLA_PREFILL_QUERY_ROWS");
+    ScopedEnv rows("TESSERA_MLA_PREFILL_QUERY_ROWS", "64");
     EXPECT_EQ(mla_prefill_query_rows_setting(), 64);
+    unsetenv("TESSERA_MLA_PREFILL_QUERY_ROWS");
+    EXPECT_EQ(mla_prefill_query_rows_setting(), 128);  // the default
   }
   ScopedEnv rows("TESSERA_MLA_PREFILL_QUERY_ROWS", "96");
   try {

@@ -359,7 +359,8 @@ MlaPlan plan_mla(const DeviceCaps& caps, const MlaShape& shape, const KernelOver
     const std::string attend = fmt::format(
         "mla_prefill_attend ({}; TESSERA_MLA_PREFILL_PRECISION, default auto: split bf16 operands up to 2048 context "
         "positions, bf16 beyond)",
-        wgmma ? "mma.sync in split precision, Hopper wgmma in bf16 (TESSERA_MLA_PREFILL_WGMMA=1)" : "mma.sync");
+        wgmma ? "mma.sync in split precision, Hopper wgmma in bf16 (TESSERA_MLA_PREFILL_WGMMA, default 1)"
+              : "mma.sync");
     p.prefill_row = {
         "mla prefill",
         (shape.fp8_cache ? "gather latents (fp8 -> bf16, exact) + kv_b GEMM (cuBLASLt, alpha = KV scale) + "

@@ -249,7 +249,7 @@ bool mla_prefill_uses_wgmma(bool wanted, bool split, const MlaDims& d, bool sm90
 }
 
 int64_t mla_prefill_query_rows_setting() {
-  const std::string v = core::env_value("TESSERA_MLA_PREFILL_QUERY_ROWS").value_or("64");
+  const std::string v = core::env_value("TESSERA_MLA_PREFILL_QUERY_ROWS").value_or("128");
   TESSERA_CHECK(v == "64" || v == "128", "TESSERA_MLA_PREFILL_QUERY_ROWS='{}': expected 64 or 128", v);
   return v == "128" ? 128 : 64;
 }

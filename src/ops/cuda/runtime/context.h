@@ -66,12 +66,13 @@ struct GemmShape {
 };
 
 // The token count (a GEMM's n) whose algorithm a GEMM of n tokens borrows with
-// TESSERA_GEMM_ALGO_BUCKETS=1: n itself up to 64, then the next of four steps an octave (80, 96, 112,
+// TESSERA_GEMM_ALGO_BUCKETS (default on): n itself up to 64, then the next of four steps an octave (80, 96, 112,
 // 128, 160, ...). Per-expert prefill GEMMs see a new n at almost every call (the routing decides
 // it), and each new n cost a heuristic query of tens of microseconds on the host, three an expert:
 // at 2048-token steps about what the expert's GEMMs take on the GPU.
 int64_t gemm_algo_columns(int64_t n);
-// Whether TESSERA_GEMM_ALGO_BUCKETS=1 (default 0 until measured on a GPU).
+// Whether TESSERA_GEMM_ALGO_BUCKETS is on (default 1: a fresh prompt's per-expert GEMMs meet new
+// token counts, and asking the heuristic for each left an H100 idle 36% of an 8192-token prefill).
 bool gemm_algo_buckets_on();
 
 // The attention metadata of a step's sequences on the device (CudaContext::upload_meta).
@@ -162,7 +163,7 @@ class CudaContext {
     cublasLtMatmulAlgo_t algo{};
   };
   // The descriptors and the heuristic's algorithm are cached per shape: asking cuBLASLt costs tens
-  // of microseconds, more than a decode-sized GEMM takes. With TESSERA_GEMM_ALGO_BUCKETS=1 a shape
+  // of microseconds, more than a decode-sized GEMM takes. With TESSERA_GEMM_ALGO_BUCKETS (default on) a shape
   // of a new token count borrows the algorithm of its bucket (gemm_algo_columns), asked once.
   const GemmPlan& gemm_plan(const GemmShape& g);
   static GemmPlan gemm_descriptors(const GemmShape& g);
