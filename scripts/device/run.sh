@@ -29,6 +29,9 @@
 #                                                   alternated twice, then bench decode fp8 | nvfp4 with each
 #   bash device_carry/run.sh ncu [kernel case]      Nsight Compute sections of conformance cases' kernels (default: the
 #                                                   FP8 o_proj on the matrix-vector kernel at 1 token, the ring at 4)
+#   bash device_carry/run.sh prefill-ab             issue 19's prefill against device_carry/baseline.tar.xz: bench prefill
+#                                                   (8192-token steps) alternated twice, bench offline's 4096-token
+#                                                   prefill, the trace of an 8192-token prompt
 #   bash device_carry/run.sh ab [weights...]        this tree against device_carry/baseline.tar.xz (make_build_kit.sh
 #                                                   --baseline REV), built here: bench decode alternated twice, then the
 #                                                   MoE kernel cases of both
@@ -42,6 +45,18 @@ issue19_checkpoint() {
     --heads 64 --first-dense 1 --tokenizer "$TESSERA_FIXTURES/tokenizers/deepseek-v3" --out "$dir" 2>&1 | tail -2 >&2
   echo "$dir"
 }
+# The baseline's binaries (device_carry/baseline.tar.xz, make_build_kit.sh --baseline REV) in a kit
+# of their own: a second build directory, about as long as the first build. Then tessera_of base|new.
+base=/tmp/tessera-base
+baseline_kit() {
+  if [ ! -f "$base/kit/built" ]; then
+    rm -rf "$base" && mkdir -p "$base/src" && tar xJf device_carry/baseline.tar.xz -C "$base/src"
+    TESSERA_SRC="$base/src" TESSERA_BUILD_DIR="$base/build" TESSERA_KIT="$base/kit" \
+      bash "$(dirname "$0")/build.sh" tessera > "$OUT/baseline_build.log" 2>&1 || { tail -20 "$OUT/baseline_build.log"; return 1; }
+  fi
+  echo "baseline $(cat device_carry/baseline.rev 2>/dev/null || echo '?') against this tree"
+}
+tessera_of() { [ "$1" = base ] && echo "$base/kit/bin/tessera" || echo "$KIT/bin/tessera"; }
 # A suite's summary and its first failures.
 show() { tail -2 "$1"; grep -A6 "Failure" "$1" | head -14 || true; }
 case "$what" in
@@ -344,14 +359,7 @@ case "$what" in
   ab)
     # The baseline's binaries in a kit of their own (a second build directory: about as long as the
     # first build), then the two alternated on the same GPU.
-    base=/tmp/tessera-base
-    if [ ! -f "$base/kit/built" ]; then
-      rm -rf "$base" && mkdir -p "$base/src" && tar xJf device_carry/baseline.tar.xz -C "$base/src"
-      TESSERA_SRC="$base/src" TESSERA_BUILD_DIR="$base/build" TESSERA_KIT="$base/kit" \
-        bash "$(dirname "$0")/build.sh" tessera > "$OUT/baseline_build.log" 2>&1 || { tail -20 "$OUT/baseline_build.log"; exit 1; }
-    fi
-    echo "baseline $(cat device_carry/baseline.rev 2>/dev/null || echo '?') against this tree"
-    tessera_of() { [ "$1" = base ] && echo "$base/kit/bin/tessera" || echo "$KIT/bin/tessera"; }
+    baseline_kit || exit 1
     weights=("$@")
     [ ${#weights[@]} -gt 0 ] || weights=(nvfp4 fp8)
     for w in "${weights[@]}"; do
@@ -369,5 +377,28 @@ case "$what" in
       "$(tessera_of $side)" bench kernels --iterations 20 --cases kimi-k2.5,deepseek-v3 --filter moe_experts > "$OUT/ab_cases_$side.log" 2>&1
       tail -24 "$OUT/ab_cases_$side.log"
     done ;;
+  prefill-ab)
+    # Issue 19's prefill, this tree against the baseline on the same GPU: bench prefill at 8192-token
+    # steps alternated twice, bench offline's 4096-token prefill of each, then this tree's trace of an
+    # 8192-token prompt.
+    baseline_kit || exit 1
+    dir=$(issue19_checkpoint)
+    for round in 1 2; do
+      for side in base new; do
+        echo "== bench prefill, 8192-token steps, $side (round $round)"
+        LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" timeout 100 "$(tessera_of $side)" bench prefill --device cuda \
+          --model "$dir" --prompt-lens 4096,8192,16384 --repeats 3 --max-num-batched-tokens 8192 --skip-self-check \
+          2>&1 | grep -E "^ +[0-9]+ " || true
+      done
+    done
+    for side in base new; do
+      echo "== bench offline, one 4096-token prompt at a time, $side"
+      LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" timeout 100 "$(tessera_of $side)" bench offline --device cuda \
+        --model "$dir" --kv-cache-bytes 16GiB --input-len 4096 --output-len 1 --num-requests 8 --concurrency 1 \
+        --skip-self-check 2>&1 | grep -E "input tokens/s|TTFT|total tokens/s" || true
+    done
+    timeout 100 tessera bench prefill --device cuda --model "$dir" --prompt-lens 8192 --repeats 1 \
+      --max-num-batched-tokens 8192 --skip-self-check --trace > "$OUT/prefill_ab_trace.log" 2>&1 || true
+    sed -n '/kernels of one/,$p' "$OUT/prefill_ab_trace.log" | cut -c1-160 | head -24 ;;
   *) echo "run.sh: unknown '$what'"; exit 2 ;;
 esac
