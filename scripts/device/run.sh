@@ -32,6 +32,8 @@
 #   bash device_carry/run.sh prefill-ab             issue 19's prefill against device_carry/baseline.tar.xz: bench prefill
 #                                                   (8192-token steps) alternated twice, bench offline's 4096-token
 #                                                   prefill, the trace of an 8192-token prompt
+#   bash device_carry/run.sh ncu-prefill [kernel]   Nsight Compute on the MLA prefill attention kernel (wgmma by default),
+#                                                   64 heads, 8k context: its stall reasons and pipe use
 #   bash device_carry/run.sh ab [weights...]        this tree against device_carry/baseline.tar.xz (make_build_kit.sh
 #                                                   --baseline REV), built here: bench decode alternated twice, then the
 #                                                   MoE kernel cases of both
@@ -356,6 +358,21 @@ case "$what" in
       grep -E "Throughput|Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Waves|ERR|rror" \
         "$OUT/ncu_$i.log" | head -40 || tail -5 "$OUT/ncu_$i.log"
     done ;;
+  ncu-prefill)
+    # Nsight Compute on the MLA prefill attention kernel (default: the Hopper wgmma kernel; argument:
+    # a kernel regex, e.g. prefill_attend_kernel for mma.sync) at 64 heads and 8k context, the 128-row
+    # blocks: where it stalls (issue 19: 34% of the GEMM rate, and a cycle count of its MMAs and
+    # softmax says it could do about twice that). Launch 3 of the bench's timed loop, real clocks.
+    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 1; }
+    kernel="${1:-prefill_attend_wgmma_kernel}"
+    timeout 300 "$NCU" -k "regex:$kernel" -s 2 -c 1 --clock-control none --section SpeedOfLight \
+      --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section InstructionStats \
+      --section MemoryWorkloadAnalysis --section Occupancy \
+      env TESSERA_MLA_PREFILL_QUERY_ROWS=128 tessera bench kernels --filter mla_prefill --heads 64 --context 8192 \
+      --iterations 2 > "$OUT/ncu_prefill.log" 2>&1
+    grep -E "Duration|Throughput|Pipe|Issue Slots|Issued Ipc|Eligible|Active Warps|Stall|Warp Cycles|L1/TEX Hit|L2 Hit|Registers|Occupancy|ERR|rror" \
+      "$OUT/ncu_prefill.log" | head -60 || tail -5 "$OUT/ncu_prefill.log" ;;
   ab)
     # The baseline's binaries in a kit of their own (a second build directory: about as long as the
     # first build), then the two alternated on the same GPU.
