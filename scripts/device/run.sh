@@ -18,11 +18,10 @@
 #                                                   cases); `verify serve`: serve_check.sh on
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
-#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: the 128-row MLA
-#                                                   prefill blocks, the wgmma prefill kernel, the GEMM algorithm buckets,
-#                                                   the per-expert path's changes)
-#   bash device_carry/run.sh pending-time           and timed: bench kernels' MLA prefill rows, bench prefill with each
-#                                                   switch alternated, and a trace
+#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: the Hopper MLA
+#                                                   prefill kernel's S-first instance, TESSERA_MLA_PREFILL_S_FIRST)
+#   bash device_carry/run.sh pending-time           and timed: bench kernels' MLA prefill rows, bench prefill with the
+#                                                   switch alternated (then `run.sh ncu-prefill` says where it stalls)
 #   bash device_carry/run.sh fold                   TESSERA_SHARED_EXPERT_FOLD=1: goldens, quantized MoE cases, bench decode fp8 A/B
 #   bash device_carry/run.sh linear                 the dense quantized projections' cases (bench kernels --filter linear,
 #                                                   Kimi-K2.5 and DeepSeek-V3 shapes) with TESSERA_LINEAR_RING=0 and 1,
@@ -251,49 +250,28 @@ case "$what" in
     done
     exit $rc ;;
   pending)
-    # What waits for a GPU (sessions of 2026-12-06), checked: the MLA prefill tests (with the 128-row
-    # blocks, TESSERA_MLA_PREFILL_QUERY_ROWS=128, and the Hopper kernel, TESSERA_MLA_PREFILL_WGMMA=1,
-    # among their precisions; the fixtures' head dims keep the mma.sync kernel), the goldens, and the
-    # conformance cases that run the per-expert path, linear_pair and cuBLASLt, by default and with
-    # the GEMM algorithm buckets (TESSERA_GEMM_ALGO_BUCKETS=1). Then `run.sh pending-time`.
-    rc=0
+    # What waits for a GPU (session of 2026-12-06, third), checked: the MLA prefill tests (the Hopper
+    # kernel's S-first instance, TESSERA_MLA_PREFILL_S_FIRST=1, among their precisions, and called
+    # directly by MlaPrefillKernelsTest), the goldens and fixture models. Then `run.sh pending-time`.
     echo "== MLA prefill tests, goldens and fixture models"
+    rc=0
     timeout 200 "$KIT/bin/cuda_tests" --gtest_filter='*MlaPrefill*:*CudaGolden*:*FixtureModels*' --gtest_brief=1 \
       > "$OUT/pending_tests.log" 2>&1 || rc=1
     show "$OUT/pending_tests.log"
-    for b in 0 1; do
-      echo "== linear, MoE and MLA cases, TESSERA_GEMM_ALGO_BUCKETS=$b"
-      TESSERA_GEMM_ALGO_BUCKETS=$b timeout 200 "$KIT/bin/backend_ops_tests" \
-        --gtest_filter='*CudaAgainstCpu*linear*:*CudaAgainstCpu*moe*:*CudaAgainstCpu*mla*' --gtest_brief=1 \
-        > "$OUT/pending_cases_$b.log" 2>&1 || rc=1
-      show "$OUT/pending_cases_$b.log"
-    done
     exit $rc ;;
   pending-time)
-    # And timed: bench kernels' MLA prefill attention rows (mma.sync 64 / 128 rows, wgmma; 64 heads),
-    # bench prefill on issue 19's checkpoint, the GEMM algorithm buckets off / on at 2048-token steps
-    # and the attention kernels at 8192, alternated, then the trace of an 8192-token prompt with the
-    # buckets and the wgmma kernel on.
+    # And timed: bench kernels' MLA prefill rows (mma.sync 64 / 128 rows, wgmma, wgmma S first; 64
+    # heads), then bench prefill on issue 19's checkpoint at 8192-token steps with S first off / on,
+    # alternated, fresh prompts (--repeats 1 after the warm-up: new token counts, as serving sees).
     tessera bench kernels --filter mla_prefill --heads 64 --context 4096 --context 8192 --context 16384 \
       --iterations 10 2>&1 | grep -E "ceiling|mla_prefill" || true
     dir=$(issue19_checkpoint)
-    for b in 0 1 0 1; do
-      echo "== bench prefill, 2048-token steps, TESSERA_GEMM_ALGO_BUCKETS=$b"
-      TESSERA_GEMM_ALGO_BUCKETS=$b timeout 120 tessera bench prefill --device cuda --model "$dir" \
-        --prompt-lens 4096,16384 --repeats 3 --skip-self-check 2>&1 | grep -E "^ +[0-9]+ " || true
-    done
-    for kernel in 64 128 wgmma 64 128 wgmma; do
-      rows=$kernel wgmma=0
-      [ "$kernel" = wgmma ] && rows=64 wgmma=1
-      echo "== bench prefill, 8192-token steps, attention: $kernel"
-      TESSERA_MLA_PREFILL_QUERY_ROWS=$rows TESSERA_MLA_PREFILL_WGMMA=$wgmma timeout 100 tessera bench prefill \
-        --device cuda --model "$dir" --prompt-lens 8192,16384 --repeats 3 --max-num-batched-tokens 8192 \
-        --skip-self-check 2>&1 | grep -E "^ +[0-9]+ " || true
-    done
-    TESSERA_MLA_PREFILL_WGMMA=1 TESSERA_GEMM_ALGO_BUCKETS=1 timeout 120 tessera bench prefill --device cuda \
-      --model "$dir" --prompt-lens 8192 --repeats 1 --max-num-batched-tokens 8192 --skip-self-check --trace \
-      > "$OUT/pending_trace.log" 2>&1 || true
-    sed -n '/kernels of one/,$p' "$OUT/pending_trace.log" | cut -c1-160 | head -16 ;;
+    for f in 0 1 0 1; do
+      echo "== bench prefill, 8192-token steps, TESSERA_MLA_PREFILL_S_FIRST=$f"
+      TESSERA_MLA_PREFILL_S_FIRST=$f timeout 100 tessera bench prefill --device cuda --model "$dir" \
+        --prompt-lens 4096,8192,16384 --repeats 1 --max-num-batched-tokens 8192 --skip-self-check 2>&1 |
+        grep -E "^ +[0-9]+ " || true
+    done ;;
   fold)
     # The FP8 shared expert in the routed experts' kernels (TESSERA_SHARED_EXPERT_FOLD=1) against
     # after them: the goldens and the quantized MoE cases with it on, then bench decode fp8
