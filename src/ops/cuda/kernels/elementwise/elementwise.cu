@@ -316,7 +316,8 @@ void launch_add_rms_norm(float* x, const float* add, int64_t rows, int64_t width
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   const int vec = elementwise_vec(n, {x, y});
-  launch_dependent(vec == 4 ? add_kernel<4> : add_kernel<1>, blocks_for(n / vec), kThreads, 0, s, x, y, n);
+  const auto kernel = vec == 4 ? add_kernel<4> : add_kernel<1>;
+  launch_dependent(kernel, blocks_for(n / vec), kThreads, 0, s, x, y, n);
 }
 
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t s) {

@@ -340,8 +340,9 @@ void launch_moe_combine(const float* y, int64_t tokens, int64_t hidden, const Mo
   const int64_t threads = 256;
   dim3 c_grid(static_cast<unsigned>(tokens),
               static_cast<unsigned>((hidden + threads * per_thread - 1) / (threads * per_thread)));
-  launch_dependent(vec ? combine_kernel<4> : combine_kernel<1>, c_grid, threads, 0, stream, y, pair_row, slots,
-                   static_cast<int>(experts), static_cast<int>(hidden), add, out);
+  const auto kernel = vec ? combine_kernel<4> : combine_kernel<1>;
+  launch_dependent(kernel, c_grid, threads, 0, stream, y, pair_row, slots, static_cast<int>(experts),
+                   static_cast<int>(hidden), add, out);
 }
 
 }  // namespace tessera::ops::cuda
