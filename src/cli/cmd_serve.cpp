@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -28,6 +29,7 @@
 #include "cli/serve_loader.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "engine/warmup.h"
 #include "server/demo_model.h"
 #include "server/http_server.h"
 #include "server/serve_config.h"
@@ -65,6 +67,7 @@ struct ServeArgs {
   std::string served_model_name, chat_template;
   std::string demo_dir, demo_tokenizer;
   double shutdown_grace = 30;
+  int64_t warmup_tokens = -1;  // engine::warmup_tokens: -1 auto (a full step on a GPU, none on the CPU)
   int64_t max_body_bytes = 8 << 20;
   std::vector<std::string> allowed_origins;
   bool check_config = false;
@@ -180,6 +183,16 @@ int run(CLI::App& sub, ServeArgs& a) {
                       http.load_status().update(p);
                     },
                 .loaded = [&a](model::LoadedModel& m) { a.self_check.run_or_fail(m, a.model.device); },
+                .started =
+                    [&a, vocab = config.vocab_size](engine::Engine& eng) {
+                      const int64_t n = engine::warmup_tokens(a.warmup_tokens, a.model.device != "cpu", eng.config());
+                      if (n == 0) return;
+                      const double s = engine::warm_up(eng, n, vocab);
+                      spdlog::info(
+                          "warm-up: a {}-token prompt in {:.2f} s (a full step's memory, kernels and GEMM "
+                          "algorithms, before the first request; --warmup-tokens 0 skips it)",
+                          n, s);
+                    },
                 .ready =
                     [&http](engine::Engine& eng) {
                       http.set_engine(eng);
@@ -226,6 +239,12 @@ CommandRegistration reg{
        sub.add_option("--served-model-name", a->served_model_name,
                       "model id clients send (default: the directory name)");
        sub.add_option("--chat-template", a->chat_template, "Jinja chat template file (overrides the model's)");
+       sub.add_option("--warmup-tokens", a->warmup_tokens,
+                      "before answering, run one prompt of this many tokens through the engine (GET /health says "
+                      "loading meanwhile): a full step's memory, kernels and GEMM algorithms met at start-up, not by "
+                      "the first long request. -1: --max-num-batched-tokens on a GPU, none on the CPU; 0: none")
+           ->capture_default_str()
+           ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
        sub.add_option("--max-in-flight", a->server.max_in_flight,
                       "admitted generation requests; more get 429 + Retry-After")
            ->capture_default_str()

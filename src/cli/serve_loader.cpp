@@ -54,6 +54,7 @@ void ServeLoader::load() {
     if (hooks_.kill_engine_token >= 0) engine_->set_test_loop_fault_token(hooks_.kill_engine_token);
 #endif
     engine_->start();
+    if (callbacks_.started) callbacks_.started(*engine_);
   } catch (...) {
     error_ = std::current_exception();
     engine_.reset();

@@ -34,7 +34,8 @@ class ServeLoader {
   struct Callbacks {
     model::LoadProgressFn progress;                   // on the loading thread
     std::function<void(model::LoadedModel&)> loaded;  // the weights are loaded (the start-up self-check); may throw
-    std::function<void(engine::Engine&)> ready;       // the engine is started
+    std::function<void(engine::Engine&)> started;     // the engine is started, not yet served (the warm-up); may throw
+    std::function<void(engine::Engine&)> ready;       // the engine is started and ready to serve
     std::function<void()> failed;                     // the load threw (engine() rethrows it)
   };
 
