@@ -31,6 +31,8 @@
 #   bash device_carry/run.sh prefill-ab             issue 19's prefill against device_carry/baseline.tar.xz: bench prefill
 #                                                   (8192-token steps) alternated twice, bench offline's 4096-token
 #                                                   prefill, the trace of an 8192-token prompt
+#   bash device_carry/run.sh step-size              --max-num-batched-tokens 2048 against 8192: fresh prompts' TTFT, and ITL
+#                                                   at 128 concurrent with short and long prompts arriving
 #   bash device_carry/run.sh ncu-prefill [kernel]   Nsight Compute on the MLA prefill attention kernel (wgmma by default),
 #                                                   64 heads, 8k context: its stall reasons and pipe use
 #   bash device_carry/run.sh ab [weights...]        this tree against device_carry/baseline.tar.xz (make_build_kit.sh
@@ -335,6 +337,26 @@ case "$what" in
         tessera bench kernels --iterations 2 --cases deepseek-v3 --filter "$filter" > "$OUT/ncu_$i.log" 2>&1
       grep -E "Throughput|Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Waves|ERR|rror" \
         "$OUT/ncu_$i.log" | head -40 || tail -5 "$OUT/ncu_$i.log"
+    done ;;
+  step-size)
+    # --max-num-batched-tokens 2048 (the default) against 8192 on issue 19's checkpoint: prefill of
+    # fresh 4096- and 8192-token prompts one at a time (TTFT), then ITL at 128 concurrent with
+    # Poisson arrivals of 128-token prompts, and of 2048-token prompts (where a step's prefill share
+    # can stall the decodes beside it); the pacer at its default. Decides the default step size.
+    dir=$(issue19_checkpoint)
+    for step in 2048 8192; do
+      for len in 4096 8192; do
+        echo "== --max-num-batched-tokens $step, one $len-token prompt at a time"
+        timeout 90 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len $len \
+          --output-len 1 --num-requests 6 --concurrency 1 --max-num-batched-tokens $step --skip-self-check 2>&1 |
+          grep -E "TTFT" || true
+      done
+      for len in 128 2048; do
+        echo "== --max-num-batched-tokens $step, 128 concurrent, $len-token prompts arriving at 20 req/s"
+        timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len $len \
+          --output-len 256 --num-requests 384 --concurrency 128 --request-rate 20 --max-num-batched-tokens $step \
+          --skip-self-check 2>&1 | grep -E "output tokens/s|TTFT|ITL" || true
+      done
     done ;;
   ncu-prefill)
     # Nsight Compute on the MLA prefill attention kernel (default: the Hopper wgmma kernel; argument:
