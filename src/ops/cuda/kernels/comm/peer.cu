@@ -1,5 +1,6 @@
 // One-shot collectives over peer memory: the protocol is in peer.h.
 #include "ops/cuda/kernels/comm/peer.h"
+#include "ops/cuda/kernels/common/float4_access.h"
 #include "ops/cuda/runtime/cuda_check.h"
 #include "ops/cuda/runtime/launch.cuh"
 
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(kPeerThreads)
 
 void launch_peer_all_reduce(const PeerArgs& a, float* x, int64_t n, cudaStream_t s) {
   // The buffers' halves are 16-byte aligned (half_floats % 4 == 0, PeerGroup).
-  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0)
+  if (float4_access(n, {x}))
     launch_plain(peer_all_reduce_vec4_kernel, a.blocks, kPeerThreads, 0, s, a, reinterpret_cast<float4*>(x), n / 4);
   else
     launch_plain(peer_all_reduce_kernel, a.blocks, kPeerThreads, 0, s, a, x, n);

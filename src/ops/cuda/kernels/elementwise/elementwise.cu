@@ -4,6 +4,7 @@
 #include <initializer_list>
 
 #include "ops/cuda/kernels/common/block_reduce.cuh"
+#include "ops/cuda/kernels/common/float4_access.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/runtime/launch.cuh"
 
@@ -188,7 +189,7 @@ __global__ void f32_to_bf16_split_kernel(const float* in, __nv_bfloat16* hi, __n
 }
 
 // out[i] = x[rows[i] / per] (per 1: plain row indices; a token's slots: pair ids). VEC: 16-byte
-// loads (width a multiple of 4, rows 16-byte aligned: rows_vectorizable), whose loads a thread
+// loads (width a multiple of 4, rows 16-byte aligned: float4_access), whose loads a thread
 // issues ahead of its stores; otherwise one value at a time. The same values either way.
 template <class Index, class Out, bool VEC>
 __global__ void gather_rows_kernel(const float* __restrict__ x, int64_t width, const Index* __restrict__ rows, int per,
@@ -206,23 +207,14 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, int64_t width, c
   }
 }
 
-// Whether rows of `width` floats at these bases take the 16-byte path.
-// 4 elements a thread where n is a multiple of 4 and every pointer 16-byte aligned, else 1.
-int elementwise_vec(int64_t n, std::initializer_list<const void*> ptrs) {
-  uintptr_t bits = 0;
-  for (const void* p : ptrs) bits |= reinterpret_cast<uintptr_t>(p);
-  return n % 4 == 0 && bits % 16 == 0 ? 4 : 1;
-}
-
-bool rows_vectorizable(int64_t width, const void* a, const void* b) {
-  return width % 4 == 0 && (reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) % 16 == 0;
-}
+// Elements a thread of the elementwise kernels: 4 where float4_access allows, else 1.
+int elementwise_vec(int64_t n, std::initializer_list<const void*> ptrs) { return float4_access(n, ptrs) ? 4 : 1; }
 
 template <class Index, class Out>
 void launch_gather(const float* x, int64_t width, const Index* rows, int per, int64_t n, Out* out, int threads,
                    cudaStream_t s) {
   if (n <= 0) return;
-  if (rows_vectorizable(width, x, out))
+  if (float4_access(width, {x, out}))
     launch_plain(gather_rows_kernel<Index, Out, true>, static_cast<unsigned>(n), threads, 0, s, x, width, rows, per,
                  out);
   else

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "ops/cuda/kernels/common/float4_access.h"
 #include "ops/cuda/kernels/common/stream_load.cuh"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/ptx/mma_primitives.cuh"
@@ -334,8 +335,7 @@ void launch_moe_combine(const float* y, int64_t tokens, int64_t hidden, const Mo
   if (tokens == 0) return;
   TESSERA_CHECK(slots.per_token() <= kMaxCombineSlots, "moe combine: {} slots a token; at most {}", slots.per_token(),
                 kMaxCombineSlots);
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = hidden % 4 == 0 && aligned(y) && aligned(out) && (add == nullptr || aligned(add));
+  const bool vec = float4_access(hidden, {y, out, add});  // add may be null
   const int per_thread = vec ? 4 : 1;
   const int64_t threads = 256;
   dim3 c_grid(static_cast<unsigned>(tokens),
