@@ -154,9 +154,10 @@ int run(const BenchArgs& a) {
   row("ITL", itl);
   row("request latency", e2e);
   fmt::print(
-      "engine: {} steps, {} preemptions, prefix hit rate {:.1f}%, KV pages in use at the end {}/{} (idle cached {})\n",
-      met.steps, met.preemptions, met.prefix_hit_rate * 100, met.kv_pages_used, met.kv_pages_total,
-      met.kv_pages_cached_idle);
+      "engine: {} steps ({} paced, {} of them widened for the prompt backlog), {} preemptions, prefix hit rate "
+      "{:.1f}%, KV pages in use at the end {}/{} (idle cached {})\n",
+      met.steps, met.paced_steps, met.widened_steps, met.preemptions, met.prefix_hit_rate * 100, met.kv_pages_used,
+      met.kv_pages_total, met.kv_pages_cached_idle);
   if (mem) {
     constexpr double kMiB = 1 << 20;
     const uint64_t used = mem->total_bytes - mem->free_bytes;

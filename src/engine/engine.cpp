@@ -349,7 +349,7 @@ void Engine::fail_all() {
 bool Engine::step() {
   take_incoming();
   std::vector<ScheduledChunk> plan =
-      scheduler_.schedule([this](int64_t decodes) { return pacer_.prefill_cap(decodes); });
+      scheduler_.schedule([this](int64_t decodes, int64_t backlog) { return pacer_.prefill_cap(decodes, backlog); });
   int64_t generated = 0;
   if (!plan.empty()) {
     int64_t decodes = 0, prefill = 0;
@@ -414,6 +414,8 @@ void Engine::update_metrics(int64_t generated) {
   m.prefix_hit_rate =
       st.prefix_query_tokens > 0 ? static_cast<double>(st.prefix_hit_tokens) / st.prefix_query_tokens : 0;
   m.preemptions = st.preemptions;
+  m.paced_steps = pacer_.paced_steps();
+  m.widened_steps = pacer_.widened_steps();
   m.prompt_tokens_computed = prompt_tokens_computed_;
   m.generated_tokens = generated_tokens_;
   m.steps = steps_;

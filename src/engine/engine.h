@@ -49,6 +49,8 @@ struct EngineMetrics {
   int64_t prefix_hit_tokens = 0;
   double prefix_hit_rate = 0;  // hit / query prompt tokens
   int64_t preemptions = 0;
+  int64_t paced_steps = 0;    // steps whose prefill beside decodes the step pacer capped
+  int64_t widened_steps = 0;  // of those, the ones widened to a share of the prefill backlog
   int64_t prompt_tokens_computed = 0;
   int64_t generated_tokens = 0;
   int64_t steps = 0;

@@ -70,13 +70,21 @@ void Scheduler::match_prefix(Sequence* seq) {
   }
 }
 
-std::vector<ScheduledChunk> Scheduler::schedule(const std::function<int64_t(int64_t)>& prefill_cap) {
+int64_t Scheduler::prefill_backlog() const {
+  int64_t tokens = 0;
+  for (const Sequence* seq : running_)
+    if (seq->num_pending() > 1) tokens += seq->num_pending();
+  for (const Sequence* seq : waiting_) tokens += seq->num_pending();
+  return tokens;
+}
+
+std::vector<ScheduledChunk> Scheduler::schedule(const PrefillCap& prefill_cap) {
   std::vector<ScheduledChunk> plan;
   int64_t budget = config_.max_num_batched_tokens;
   // After the decodes: the prefill tokens this step may still take (the cap, within the budget).
   auto cap_prefill = [&] {
     const int64_t decodes = static_cast<int64_t>(plan.size());
-    const int64_t cap = prefill_cap && decodes > 0 ? prefill_cap(decodes) : -1;
+    const int64_t cap = prefill_cap && decodes > 0 ? prefill_cap(decodes, prefill_backlog()) : -1;
     if (cap >= 0) budget = std::min(budget, cap);
   };
   auto planned = [&](Sequence* s) {

@@ -39,9 +39,11 @@ class Scheduler {
   void add(Sequence* seq);
   // Drops a finished or aborted sequence and releases its pages.
   void remove(Sequence* seq);
-  // `prefill_cap(decodes)`: how many prefill tokens a step with that many decode tokens may add
-  // (-1: as many as the budget allows; StepPacer decides it in the engine).
-  std::vector<ScheduledChunk> schedule(const std::function<int64_t(int64_t decodes)>& prefill_cap = {});
+  // `prefill_cap(decodes, backlog)`: how many prefill tokens a step with that many decode tokens may
+  // add while `backlog` prompt tokens (of running and waiting sequences, before prefix-cache hits)
+  // wait to be computed (-1: as many as the budget allows; StepPacer decides it in the engine).
+  using PrefillCap = std::function<int64_t(int64_t decodes, int64_t backlog)>;
+  std::vector<ScheduledChunk> schedule(const PrefillCap& prefill_cap = {});
   // After the forward: marks the chunk computed and registers pages that became full.
   void on_computed(const ScheduledChunk& chunk);
 
@@ -50,6 +52,8 @@ class Scheduler {
   const SchedulerStats& stats() const { return stats_; }
 
  private:
+  // Prompt (and recompute) tokens of running and waiting sequences not computed yet.
+  int64_t prefill_backlog() const;
   bool ensure_pages(Sequence* seq, int64_t tokens);
   void release_pages(Sequence* seq);
   void preempt(Sequence* seq);

@@ -21,11 +21,17 @@ double blend(double average, double sample) {
 StepPacer::StepPacer(double stretch, int64_t min_tokens)
     : stretch_(stretch), min_tokens_(std::max<int64_t>(1, min_tokens)) {}
 
-int64_t StepPacer::prefill_cap(int64_t decodes) const {
+int64_t StepPacer::prefill_cap(int64_t decodes, int64_t backlog) {
   if (stretch_ <= 1.0 || decodes == 0 || decode_s_ <= 0 || token_s_ <= 0) return -1;
   const double room = (stretch_ - 1.0) * decode_s_ - fixed_s_;
   const double tokens = room > 0 ? room / token_s_ : 0.0;
-  return std::max<int64_t>(min_tokens_, static_cast<int64_t>(std::min(tokens, 1e12)));
+  const int64_t paced = std::max<int64_t>(min_tokens_, static_cast<int64_t>(std::min(tokens, 1e12)));
+  const int64_t drain = (std::max<int64_t>(backlog, 0) + kDrainSteps - 1) / kDrainSteps;
+  if (backlog > 0) {  // a step with prompt tokens to pace
+    ++paced_steps_;
+    if (drain > paced) ++widened_steps_;
+  }
+  return std::max(paced, drain);
 }
 
 void StepPacer::observe(int64_t decodes, int64_t prefill, double seconds) {

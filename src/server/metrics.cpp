@@ -61,6 +61,10 @@ std::string ServerMetrics::render(const engine::EngineMetrics& e, bool healthy, 
   gauge("tessera_prefix_cache_hit_rate", "prompt tokens served from the prefix cache / prompt tokens looked up",
         e.prefix_hit_rate);
   counter("tessera_preemptions_total", "sequences preempted for KV space", static_cast<double>(e.preemptions));
+  counter("tessera_paced_steps_total", "steps whose prefill beside decodes the step pacer capped",
+          static_cast<double>(e.paced_steps));
+  counter("tessera_paced_steps_widened_total", "paced steps widened to a share of the prompt backlog",
+          static_cast<double>(e.widened_steps));
   counter("tessera_prompt_tokens_total", "prompt tokens of finished requests",
           static_cast<double>(prompt_tokens.load()));
   counter("tessera_prompt_tokens_cached_total", "prompt tokens whose KV came from the prefix cache",

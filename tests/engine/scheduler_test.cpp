@@ -48,7 +48,7 @@ class Harness {
 
   // Plans one step and runs it; the plan comes back as "name:tokens ..." in plan order.
   // `prefill_cap`: as the engine's pacer passes it.
-  std::string step(const std::function<int64_t(int64_t)>& prefill_cap = {}) {
+  std::string step(const Scheduler::PrefillCap& prefill_cap = {}) {
     const std::vector<ScheduledChunk> plan = sched.schedule(prefill_cap);
     std::string text;
     for (const auto& c : plan)
@@ -265,18 +265,22 @@ TEST(Scheduler, PrefillBesideDecodesIsCappedByThePacer) {
   Harness h(64, 32);
   h.add("a", 0, iota_tokens(100, 5));
   h.add("b", 1, iota_tokens(200, 5));
-  std::vector<int64_t> asked;
-  auto cap = [&](int64_t decodes) {
-    asked.push_back(decodes);
+  std::vector<std::pair<int64_t, int64_t>> asked;  // (decodes, backlog)
+  auto cap = [&](int64_t decodes, int64_t backlog) {
+    asked.emplace_back(decodes, backlog);
     return int64_t{3};
   };
   EXPECT_EQ(h.step(cap), "a:5 b:5");  // no decodes: not capped, not asked
   EXPECT_TRUE(asked.empty());
   h.add("c", 2, iota_tokens(300, 8));
+  h.add("d", 3, iota_tokens(400, 6));
   EXPECT_EQ(h.step(cap), "a:1 b:1 c:3");
-  EXPECT_EQ(asked, std::vector<int64_t>{2});
+  // The backlog: every prompt token not computed yet, running (none) and waiting (c's 8, d's 6).
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0], std::make_pair(int64_t{2}, int64_t{14}));
   EXPECT_EQ(h.step(cap), "a:1 b:1 c:3");
-  EXPECT_EQ(h.step(), "a:1 b:1 c:2");  // no cap: the rest of c's prompt
+  EXPECT_EQ(asked.back(), std::make_pair(int64_t{2}, int64_t{5 + 6}));  // c running with 5 left, d waiting
+  EXPECT_EQ(h.step(), "a:1 b:1 c:2 d:6");                               // no cap: the rest of c's prompt, then d's
 }
 
 }  // namespace
