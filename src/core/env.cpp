@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 26> kSwitches{{
+constexpr std::array<EnvSwitch, 27> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -48,7 +48,10 @@ constexpr std::array<EnvSwitch, 26> kSwitches{{
      "GPUs with sm_90a code at DeepSeek-V3's head dims: 1.4-1.6x the mma.sync kernel on an H100) (A/B)"},
     {"TESSERA_MLA_PREFILL_S_FIRST", "0",
      "1: the Hopper MLA prefill kernel issues a key tile's S = Q K^T before the next tile's copies (their issue "
-     "overlaps the MMA; 241 registers against 202) (an experiment, not yet measured: A/B)"},
+     "overlaps the MMA; 241 registers against 202) (an experiment: 3-4% slower than without on an H200, A/B)"},
+    {"TESSERA_SAMPLE_CLUSTERS", "1",
+     "0: sampling reads a row with one block instead of a cluster of up to 8 (sm_90+; 33 against 158 us for a "
+     "163840-token row at batch 1 on an H100) (A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

@@ -1,5 +1,6 @@
 #include "ops/cuda/sampling.h"
 
+#include "core/env.h"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/kernels/sampling/sampling.h"
 #include "ops/cuda/runtime/cuda_check.h"
@@ -31,7 +32,11 @@ void sample(CudaContext& ctx, const Tensor& logits, std::span<const SampleRow> r
   if (rows.empty()) return;
   Tensor d_rows = ctx.upload_async(DType::kU8, {static_cast<int64_t>(rows.size_bytes())}, rows.data());
   launch_sample(ptr<float>(logits), logits.dim(0), logits.dim(1), d_rows.data<SampleRow>(), ptr<int32_t>(ids_out),
-                logprob_out ? ptr<float>(*logprob_out) : nullptr, ctx.stream());
+                logprob_out ? ptr<float>(*logprob_out) : nullptr,
+                core::env_flag("TESSERA_SAMPLE_CLUSTERS")
+                    ? sample_blocks_per_row(logits.dim(0), ctx.caps().sm, ctx.caps().num_sms)
+                    : 1,
+                ctx.stream());
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

@@ -70,13 +70,12 @@ void launch_plain(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
   kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
 }
 
-// A launch with programmatic stream serialization (when pdl_enabled()) and, where cluster_y > 1,
-// clusters of cluster_y blocks along y (sm_90+: their blocks are scheduled together and share
-// their shared memory, cooperative_groups::this_cluster()).
+// A launch with programmatic stream serialization (when `pdl`) and, where cluster_y > 1, clusters
+// of cluster_y blocks along y (sm_90+: their blocks are scheduled together and share their shared
+// memory, cooperative_groups::this_cluster()).
 template <typename... Params, typename... Args>
 void launch_with_attributes(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                            unsigned cluster_y, Args... args) {
-  const bool pdl = pdl_enabled();
+                            bool pdl, unsigned cluster_y, Args... args) {
   if (!pdl && cluster_y <= 1) {
     kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
     return;
@@ -108,7 +107,7 @@ template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                       Args... args) {
   if (!admit_launch(kernel, grid, block, smem, stream, 1u, args...)) return;
-  launch_with_attributes(kernel, grid, block, smem, stream, 1u, args...);
+  launch_with_attributes(kernel, grid, block, smem, stream, pdl_enabled(), 1u, args...);
 }
 
 // launch_dependent in clusters of `cluster_y` blocks along y (gridDim.y a multiple of it).
@@ -116,7 +115,17 @@ template <typename... Params, typename... Args>
 void launch_dependent_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                               unsigned cluster_y, Args... args) {
   if (!admit_launch(kernel, grid, block, smem, stream, cluster_y, args...)) return;
-  launch_with_attributes(kernel, grid, block, smem, stream, cluster_y, args...);
+  launch_with_attributes(kernel, grid, block, smem, stream, pdl_enabled(), cluster_y, args...);
+}
+
+// An ordinary launch (no programmatic serialization) in clusters of `cluster_y` blocks along y:
+// for kernels whose blocks are too large to sit on an SM waiting for the kernel before them (a
+// waiting 1024-thread block holds what that kernel's next blocks need).
+template <typename... Params, typename... Args>
+void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                    unsigned cluster_y, Args... args) {
+  if (!admit_launch(kernel, grid, block, smem, stream, cluster_y, args...)) return;
+  launch_with_attributes(kernel, grid, block, smem, stream, false, cluster_y, args...);
 }
 
 }  // namespace tessera::ops::cuda

@@ -16,6 +16,7 @@
 #include "ops/cuda/kernel_registry.h"
 #include "ops/cuda/kernels/attention/mla_prefill_kernels.h"
 #include "ops/cuda/kernels/kernels.h"
+#include "ops/cuda/kernels/sampling/sampling.h"
 #include "ops/cuda/runtime/cuda_check.h"
 
 namespace tessera::ops::cuda {
@@ -467,6 +468,33 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
     r.flops = 2.0 * T * E * H;
     report(r);
   }
+  // Sampling (Ops::sample) over Kimi-K2.5's vocabulary of 163840: plain temperature (argmax, total
+  // mass, draw: 3 passes over a row) and DeepSeek's recommended temperature 0.6 with top-p 0.95 (4
+  // more radix passes), each with the blocks a row gets (*) and with one block a row. GB/s counts
+  // the logits once.
+  for (int64_t B : {int64_t{1}, int64_t{16}, int64_t{128}})
+    for (bool top_p : {false, true}) {
+      const int64_t V = 163840;
+      const std::string base = fmt::format("sample b{} v{} {}", B, V, top_p ? "t0.6 top_p0.95" : "t1");
+      if (!wanted(base)) continue;
+      DeviceMem logits(B * V * 4), ids(B * 4), params(B * sizeof(SampleRow));
+      fill_random_f32(logits.p, B * V, 11);
+      std::vector<SampleRow> host(static_cast<size_t>(B));
+      for (int64_t b = 0; b < B; ++b)
+        host[b] = top_p ? SampleRow{0.6f, 0, 0.95f, 0.37 + 0.001 * b} : SampleRow{1.0f, 0, 1.0f, 0.37 + 0.001 * b};
+      cudaMemcpy(params.p, host.data(), host.size() * sizeof(SampleRow), cudaMemcpyHostToDevice);
+      const int chosen = sample_blocks_per_row(B, caps.sm, caps.num_sms);
+      for (int per_row : {chosen, 1}) {
+        KernelBenchRow r;
+        r.name = fmt::format("{} (blocks {}){}", base, per_row, per_row == chosen ? " *" : "");
+        r.seconds = time_it(o.iterations, [&] {
+          launch_sample(logits.as<float>(), B, V, params.as<SampleRow>(), ids.as<int32_t>(), nullptr, per_row, 0);
+        });
+        r.bytes = static_cast<double>(B) * V * 4;
+        report(r);
+        if (chosen == 1) break;
+      }
+    }
   return rows;
 }
 
