@@ -18,10 +18,12 @@
 #                                                   cases); `verify serve`: serve_check.sh on
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
-#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: the Hopper MLA
-#                                                   prefill kernel's S-first instance, TESSERA_MLA_PREFILL_S_FIRST)
-#   bash device_carry/run.sh pending-time           and timed: bench kernels' MLA prefill rows, bench prefill with the
-#                                                   switch alternated (then `run.sh ncu-prefill` says where it stalls)
+#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: sampling in
+#                                                   clusters, the engine and the goldens)
+#   bash device_carry/run.sh pending-time           and timed: bench kernels' sampling rows, the pacer's backlog share at
+#                                                   128 concurrent with 128- and 2048-token prompts arriving
+#   bash device_carry/run.sh pacer-ab               the pacer's backlog share and clustered sampling against the baseline
+#                                                   (and TESSERA_SAMPLE_CLUSTERS=0), same GPU
 #   bash device_carry/run.sh fold                   TESSERA_SHARED_EXPERT_FOLD=1: goldens, quantized MoE cases, bench decode fp8 A/B
 #   bash device_carry/run.sh linear                 the dense quantized projections' cases (bench kernels --filter linear,
 #                                                   Kimi-K2.5 and DeepSeek-V3 shapes) with TESSERA_LINEAR_RING=0 and 1,
@@ -252,27 +254,50 @@ case "$what" in
     done
     exit $rc ;;
   pending)
-    # What waits for a GPU (session of 2026-12-06, third), checked: the MLA prefill tests (the Hopper
-    # kernel's S-first instance, TESSERA_MLA_PREFILL_S_FIRST=1, among their precisions, and called
-    # directly by MlaPrefillKernelsTest), the goldens and fixture models. Then `run.sh pending-time`.
-    echo "== MLA prefill tests, goldens and fixture models"
+    # What waits for a GPU (session of 2026-12-06, fourth), checked: sampling in clusters of up to 8
+    # blocks a row (sm_90+), against the CPU reference over shapes that take 1, 2, 4 and 8 blocks;
+    # the engine and server tests on the GPU (the pacer's backlog share runs in every engine step),
+    # the goldens and fixture models. Then `run.sh pending-time`.
+    echo "== sampling, engine, goldens and fixture models"
     rc=0
-    timeout 200 "$KIT/bin/cuda_tests" --gtest_filter='*MlaPrefill*:*CudaGolden*:*FixtureModels*' --gtest_brief=1 \
-      > "$OUT/pending_tests.log" 2>&1 || rc=1
+    timeout 300 "$KIT/bin/cuda_tests" --gtest_filter='*Sampling*:*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*' \
+      --gtest_brief=1 > "$OUT/pending_tests.log" 2>&1 || rc=1
     show "$OUT/pending_tests.log"
+    grep "\[ sampling \]" "$OUT/pending_tests.log" || true
     exit $rc ;;
   pending-time)
-    # And timed: bench kernels' MLA prefill rows (mma.sync 64 / 128 rows, wgmma, wgmma S first; 64
-    # heads), then bench prefill on issue 19's checkpoint at 8192-token steps with S first off / on,
-    # alternated, fresh prompts (--repeats 1 after the warm-up: new token counts, as serving sees).
-    tessera bench kernels --filter mla_prefill --heads 64 --context 4096 --context 8192 --context 16384 \
-      --iterations 10 2>&1 | grep -E "ceiling|mla_prefill" || true
+    # And timed: bench kernels' sampling rows (the blocks a row gets against one), then the pacer's
+    # backlog share at 128 concurrent with 128-token prompts (twice) and 2048-token prompts arriving
+    # at 20 req/s (run.sh pacer-ab's rows; its baseline 8b11d7c on an H100 gave ITL p50 14.26 /
+    # 14.27 ms and p99 27.10 / 26.37 ms with 128-token prompts, 644 tok/s and TTFT p50 47.4 s with
+    # 2048-token ones).
+    tessera bench kernels --filter sample --iterations 50 2>&1 | grep -E "ceiling|sample" || true
     dir=$(issue19_checkpoint)
-    for f in 0 1 0 1; do
-      echo "== bench prefill, 8192-token steps, TESSERA_MLA_PREFILL_S_FIRST=$f"
-      TESSERA_MLA_PREFILL_S_FIRST=$f timeout 100 tessera bench prefill --device cuda --model "$dir" \
-        --prompt-lens 4096,8192,16384 --repeats 1 --max-num-batched-tokens 8192 --skip-self-check 2>&1 |
-        grep -E "^ +[0-9]+ " || true
+    for len in 128 128 2048; do
+      echo "== 128 concurrent, $len-token prompts arriving at 20 req/s"
+      timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len $len \
+        --output-len 256 --num-requests 384 --concurrency 128 --request-rate 20 --skip-self-check 2>&1 |
+        grep -E "output tokens/s|TTFT|ITL|engine:" | cut -c1-110 || true
+    done ;;
+  pacer-ab)
+    # The step pacer's backlog share and the clustered sampling against the baseline
+    # (device_carry/baseline.tar.xz, 8b11d7c) on the same GPU: 128 concurrent with 128-token prompts
+    # arriving at 20 req/s, alternated twice, this tree also with TESSERA_SAMPLE_CLUSTERS=0 (on an
+    # H100 this tree's ITL p50 was 15.3-15.8 ms against the baseline's 14.3 with the backlog share
+    # widening 0-2 steps of ~1330: which change costs it?), then 2048-token prompts once each (where
+    # the baseline starved prefill: 644 tok/s, TTFT p50 47 s).
+    baseline_kit || exit 1
+    dir=$(issue19_checkpoint)
+    for len in 128 128 2048; do
+      for side in base new new-1block; do
+        [ $len = 2048 ] && [ $side = new-1block ] && continue
+        echo "== $side: 128 concurrent, $len-token prompts arriving at 20 req/s"
+        extra=(); [ $side = new-1block ] && extra=(TESSERA_SAMPLE_CLUSTERS=0)
+        env "${extra[@]}" LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" timeout 160 \
+          "$(tessera_of ${side%-1block})" bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB \
+          --input-len $len --output-len 256 --num-requests 384 --concurrency 128 --request-rate 20 --skip-self-check \
+          2>&1 | grep -E "output tokens/s|TTFT|ITL|engine:" | cut -c1-110 || echo "(no result in 160 s)"
+      done
     done ;;
   fold)
     # The FP8 shared expert in the routed experts' kernels (TESSERA_SHARED_EXPERT_FOLD=1) against
