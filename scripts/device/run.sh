@@ -255,9 +255,11 @@ case "$what" in
     exit $rc ;;
   pending)
     # What waits for a GPU (session of 2026-12-06, fourth), checked: sampling in clusters of up to 8
-    # blocks a row (sm_90+), against the CPU reference over shapes that take 1, 2, 4 and 8 blocks;
-    # the engine and server tests on the GPU (the pacer's backlog share runs in every engine step),
-    # the goldens and fixture models. Then `run.sh pending-time`.
+    # blocks a row (sm_90+) as an ordinary launch, against the CPU reference over shapes that take
+    # 1, 2, 4 and 8 blocks, also with TESSERA_SAMPLE_FEWER_PASSES=1 (not yet run); the engine tests
+    # on the GPU (the pacer's backlog share runs in every engine step), the goldens and fixture
+    # models. Then `run.sh pending-time` (its bench kernels rows time the fewer passes) and
+    # `run.sh pacer-ab`.
     echo "== sampling, engine, goldens and fixture models"
     rc=0
     timeout 300 "$KIT/bin/cuda_tests" --gtest_filter='*Sampling*:*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*' \

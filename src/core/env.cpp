@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 27> kSwitches{{
+constexpr std::array<EnvSwitch, 28> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -52,6 +52,10 @@ constexpr std::array<EnvSwitch, 27> kSwitches{{
     {"TESSERA_SAMPLE_CLUSTERS", "1",
      "0: sampling reads a row with one block instead of a cluster of up to 8 (sm_90+; 33 against 158 us for a "
      "163840-token row at batch 1 on an H100) (A/B)"},
+    {"TESSERA_SAMPLE_FEWER_PASSES", "0",
+     "1: top-p sampling takes its total from the first radix pass, and a radix selection's last two passes read "
+     "the first pass's bin from shared memory (4 passes over the row instead of 7) (an experiment, not yet run on "
+     "a GPU: A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

@@ -36,7 +36,7 @@ void sample(CudaContext& ctx, const Tensor& logits, std::span<const SampleRow> r
                 core::env_flag("TESSERA_SAMPLE_CLUSTERS")
                     ? sample_blocks_per_row(logits.dim(0), ctx.caps().sm, ctx.caps().num_sms)
                     : 1,
-                ctx.stream());
+                core::env_flag("TESSERA_SAMPLE_FEWER_PASSES"), ctx.stream());
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

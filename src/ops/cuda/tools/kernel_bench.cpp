@@ -470,29 +470,45 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
   }
   // Sampling (Ops::sample) over Kimi-K2.5's vocabulary of 163840: plain temperature (argmax, total
   // mass, draw: 3 passes over a row) and DeepSeek's recommended temperature 0.6 with top-p 0.95 (4
-  // more radix passes), each with the blocks a row gets (*) and with one block a row. GB/s counts
-  // the logits once.
+  // more radix passes), each with the blocks a row gets (*) and with one block a row. Logits shaped
+  // like a model's: a wide body (sd 2.5) and 16 likely tokens (10 to 18) a row, so that top-p keeps
+  // few. GB/s counts the logits once.
   for (int64_t B : {int64_t{1}, int64_t{16}, int64_t{128}})
     for (bool top_p : {false, true}) {
       const int64_t V = 163840;
       const std::string base = fmt::format("sample b{} v{} {}", B, V, top_p ? "t0.6 top_p0.95" : "t1");
       if (!wanted(base)) continue;
       DeviceMem logits(B * V * 4), ids(B * 4), params(B * sizeof(SampleRow));
-      fill_random_f32(logits.p, B * V, 11);
+      {
+        std::mt19937_64 rng(11);
+        std::normal_distribution<float> body(0.0f, 2.5f);
+        std::uniform_real_distribution<float> peak(10.0f, 18.0f);
+        std::uniform_int_distribution<int64_t> id(0, V - 1);
+        std::vector<float> h(static_cast<size_t>(B * V));
+        for (auto& v : h) v = body(rng);
+        for (int64_t b = 0; b < B; ++b)
+          for (int j = 0; j < 16; ++j) h[static_cast<size_t>(b * V + id(rng))] = peak(rng);
+        cudaMemcpy(logits.p, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+      }
       std::vector<SampleRow> host(static_cast<size_t>(B));
       for (int64_t b = 0; b < B; ++b)
         host[b] = top_p ? SampleRow{0.6f, 0, 0.95f, 0.37 + 0.001 * b} : SampleRow{1.0f, 0, 1.0f, 0.37 + 0.001 * b};
       cudaMemcpy(params.p, host.data(), host.size() * sizeof(SampleRow), cudaMemcpyHostToDevice);
       const int chosen = sample_blocks_per_row(B, caps.sm, caps.num_sms);
-      for (int per_row : {chosen, 1}) {
+      // The blocks a row gets and one block; with top-p also the fewer passes (TESSERA_SAMPLE_FEWER_PASSES).
+      std::vector<std::pair<int, bool>> variants = {{chosen, false}};
+      if (chosen != 1) variants.emplace_back(1, false);
+      if (top_p) variants.emplace_back(chosen, true);
+      for (auto [per_row, fewer] : variants) {
         KernelBenchRow r;
-        r.name = fmt::format("{} (blocks {}){}", base, per_row, per_row == chosen ? " *" : "");
+        r.name = fmt::format("{} (blocks {}{}){}", base, per_row, fewer ? ", fewer passes" : "",
+                             per_row == chosen && !fewer ? " *" : "");
         r.seconds = time_it(o.iterations, [&] {
-          launch_sample(logits.as<float>(), B, V, params.as<SampleRow>(), ids.as<int32_t>(), nullptr, per_row, 0);
+          launch_sample(logits.as<float>(), B, V, params.as<SampleRow>(), ids.as<int32_t>(), nullptr, per_row, fewer,
+                        0);
         });
         r.bytes = static_cast<double>(B) * V * 4;
         report(r);
-        if (chosen == 1) break;
       }
     }
   return rows;

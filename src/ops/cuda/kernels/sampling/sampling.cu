@@ -23,6 +23,10 @@ using u64 = unsigned long long;  // the type CUDA's atomics and shuffles take
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFull = 0xffffffffu;
+// Fewer passes (TESSERA_SAMPLE_FEWER_PASSES=1): a radix selection's third and fourth passes read the
+// tokens of the first pass's bin from shared memory instead of the row, when there are at most this
+// many in the row.
+constexpr uint32_t kMaxCandidates = 8192;
 
 struct Shared {
   uint32_t count[256];      // radix histogram of this block's slice: tokens per digit
@@ -38,6 +42,9 @@ struct Shared {
   int hit_seg;                // this block's warp whose segment holds the draw; -1: another block's
   uint32_t hit_ties_before;
   u64 hit_mass_before;
+  double threshold;                     // top-p's, when the first radix pass's histogram gave it
+  uint32_t num_candidates;              // fewer passes: the order keys of this block's slice in the first
+  uint32_t candidates[kMaxCandidates];  // pass's bin (their logits and masses follow from the key)
 };
 
 // The blocks of one row: a cluster on sm_90+ (rank = blockIdx.y), one block elsewhere.
@@ -208,31 +215,62 @@ __device__ void pick_digit(bool by_mass, int64_t need, u64 mass_before, double t
   }
 }
 
+// Appends the order key of every lane with `match` to this block's candidates (whole warps call it;
+// the caller guarantees the room).
+__device__ __forceinline__ void append_candidate(bool match, uint32_t key, Shared& sh) {
+  const unsigned lanes = __ballot_sync(kFull, match);
+  if (lanes == 0) return;
+  const int leader = __ffs(lanes) - 1;
+  uint32_t base = 0;
+  if (lane_id() == leader) base = atomicAdd(&sh.num_candidates, static_cast<uint32_t>(__popc(lanes)));
+  base = __shfl_sync(kFull, base, leader);
+  if (match) sh.candidates[base + __popc(lanes & ((1u << lane_id()) - 1u))] = key;
+}
+
 // The kept prefix of the (s descending, id ascending) order: the first `k` tokens (by count), or
 // the shortest prefix whose mass reaches `threshold` (by mass). Radix selection over the order
 // key, 8 bits a pass from the top; each pass histograms the tokens that match the digits found.
-__device__ Cut select_prefix(const Row& row, bool by_mass, int64_t k, double threshold, Shared& sh,
-                             const Blocks& blocks) {
+// `top_p_of_total` > 0 (by mass): the threshold is top_p_threshold(top_p_of_total, the row's total
+// mass), summed from the first pass's histogram, where every token matches the empty prefix (a pass
+// fewer than total_mass first). `fewer_passes`: the second pass also keeps the keys of the tokens it
+// reads in the first pass's bin, where that bin holds at most kMaxCandidates, and the last two
+// passes histogram those from shared memory instead of reading the row again.
+__device__ Cut select_prefix(const Row& row, bool by_mass, int64_t k, double threshold, float top_p_of_total,
+                             bool fewer_passes, Shared& sh, const Blocks& blocks) {
   uint32_t prefix = 0, mask = 0, digit_count = 0;
   int64_t need = k;
   u64 above_mass = 0;
+  bool from_candidates = false;
   for (int shift = 24; shift >= 0; shift -= 8) {
+    const bool collect = fewer_passes && shift == 16 && digit_count <= kMaxCandidates;
     // The other blocks have read this block's histogram of the pass before (the sync after the pick).
     for (int j = threadIdx.x; j < 256; j += kThreads) {
       sh.count[j] = 0;
       sh.mass[j] = 0;
     }
+    if (collect && threadIdx.x == 0) sh.num_candidates = 0;
     __syncthreads();
-    for_each_token(row, row.lo, row.hi, [&](int, float s, bool in) {
+    auto add = [&](float s, bool in) {
       uint32_t digit = 256;
       u64 q = 0;
       const uint32_t key = order_key(s);
-      if (in && (key & mask) == prefix) {
+      const bool match = in && (key & mask) == prefix;
+      if (match) {
         digit = (key >> shift) & 255u;
         q = token_mass(s, row.s_max);
       }
+      if (collect) append_candidate(match, key, sh);
       histogram_add(digit, q, sh);
-    });
+    };
+    if (from_candidates) {
+      const int n = static_cast<int>(sh.num_candidates);
+      for (int base = 0; base < n; base += kThreads) {  // the same trip count in every warp
+        const int i = base + static_cast<int>(threadIdx.x);
+        add(i < n ? key_value(sh.candidates[i]) : -INFINITY, i < n);
+      }
+    } else {
+      for_each_token(row, row.lo, row.hi, [&](int, float s, bool in) { add(s, in); });
+    }
     blocks.sync();            // every block's histogram complete
     if (threadIdx.x < 256) {  // the row's histogram: this block's bin, plus the other blocks'
       uint32_t c = 0;
@@ -246,13 +284,23 @@ __device__ Cut select_prefix(const Row& row, bool by_mass, int64_t k, double thr
       sh.row_mass[threadIdx.x] = m;
     }
     __syncthreads();
-    if (warp_id() == 0) pick_digit(by_mass, need, above_mass, threshold, sh);
+    if (warp_id() == 0) {
+      if (shift == 24 && top_p_of_total > 0.0f) {  // every token is in this histogram
+        u64 total = 0;
+        for (int j = 0; j < 8; ++j) total += sh.row_mass[8 * lane_id() + j];
+        threshold = top_p_threshold(top_p_of_total, warp_sum(total));
+        if (lane_id() == 0) sh.threshold = threshold;
+      }
+      pick_digit(by_mass, need, above_mass, threshold, sh);
+    }
     blocks.sync();  // the digit known; every block's histogram read by the others
+    if (shift == 24 && top_p_of_total > 0.0f) threshold = sh.threshold;
     need -= sh.above_count;
     above_mass += sh.above_mass;
     digit_count = sh.digit_count;
     prefix |= sh.digit << shift;
     mask |= 255u << shift;
+    from_candidates = from_candidates || collect;
   }
   Cut cut;
   cut.key = prefix;
@@ -384,7 +432,7 @@ __device__ void draw(const Row& row, const Cut& cut, u64 target, int32_t fallbac
 
 // Grid (rows, blocks_per_row), clusters of blocks_per_row blocks along y where that is > 1.
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t vocab, const SampleRow* params,
-                                                          int32_t* ids, float* logprobs, bool vec) {
+                                                          int32_t* ids, float* logprobs, bool vec, bool fewer_passes) {
   __shared__ Shared sh;
   const Blocks blocks{static_cast<int>(blockIdx.y), static_cast<int>(gridDim.y)};
   const int64_t r = blockIdx.x;
@@ -418,12 +466,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   }
 
   const int64_t k = p.top_k > 0 && p.top_k < row.n ? p.top_k : row.n;
+  // Top-p over the whole row: its threshold from the radix selection's first histogram.
+  const bool total_in_select = fewer_passes && k == row.n && p.top_p < 1.0f;
   Cut cut;
   if (k < row.n)
-    cut = select_prefix(row, false, k, 0.0, sh, blocks);
-  else
+    cut = select_prefix(row, false, k, 0.0, 0.0f, fewer_passes, sh, blocks);
+  else if (!total_in_select)
     cut.mass = total_mass(row, sh, blocks);
-  if (p.top_p < 1.0f) cut = select_prefix(row, true, 0, top_p_threshold(p.top_p, cut.mass), sh, blocks);
+  if (p.top_p < 1.0f)
+    cut = total_in_select
+              ? select_prefix(row, true, 0, 0.0, p.top_p, true, sh, blocks)
+              : select_prefix(row, true, 0, top_p_threshold(p.top_p, cut.mass), 0.0f, fewer_passes, sh, blocks);
   draw(row, cut, draw_target(p.uniform, cut.mass), argmax, sh, blocks, ids + r, logprob);
 }
 
@@ -451,14 +504,14 @@ int sample_blocks_per_row(int64_t rows, int sm, int num_sms) {
 }
 
 void launch_sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* ids,
-                   float* logprobs, int blocks_per_row, cudaStream_t s) {
+                   float* logprobs, int blocks_per_row, bool fewer_passes, cudaStream_t s) {
   if (rows == 0) return;
   const auto per_row = static_cast<unsigned>(blocks_per_row);
   const bool vec = float4_access(vocab, {logits});
   // Not a dependent launch: a row's 1024-thread blocks, waiting on an SM for the logits, would hold
   // the registers the kernel before them (the lm_head) needs for its next blocks.
   launch_cluster(sample_kernel, dim3(static_cast<unsigned>(rows), per_row), kThreads, 0, s, per_row, logits, vocab,
-                 params, ids, logprobs, vec);
+                 params, ids, logprobs, vec, fewer_passes);
 }
 
 }  // namespace tessera::ops::cuda
