@@ -9,7 +9,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 28> kSwitches{{
+constexpr std::array<EnvSwitch, 27> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -46,9 +46,6 @@ constexpr std::array<EnvSwitch, 28> kSwitches{{
     {"TESSERA_MLA_PREFILL_WGMMA", "1",
      "0: MLA prefill attention in bf16 precision on mma.sync instead of Hopper's warpgroup MMA (which takes SM90 "
      "GPUs with sm_90a code at DeepSeek-V3's head dims: 1.4-1.6x the mma.sync kernel on an H100) (A/B)"},
-    {"TESSERA_MLA_PREFILL_S_FIRST", "0",
-     "1: the Hopper MLA prefill kernel issues a key tile's S = Q K^T before the next tile's copies (their issue "
-     "overlaps the MMA; 241 registers against 202) (an experiment: 3-4% slower than without on an H200, A/B)"},
     {"TESSERA_SAMPLE_CLUSTERS", "1",
      "0: sampling reads a row with one block instead of a cluster of up to 8 (sm_90+; 33 against 158 us for a "
      "163840-token row at batch 1 on an H100) (A/B)"},

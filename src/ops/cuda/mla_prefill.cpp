@@ -228,8 +228,7 @@ void run_prefill(const MlaPrefillEnv& env, const Tensor& q, const KvLayerView& c
                         kv_scale,
                         static_cast<int>(query_rows)};
     if (wgmma)
-      launch_mla_prefill_attend_wgmma(a, static_cast<int64_t>(p.tiles.size()), env.stream,
-                                      core::env_flag("TESSERA_MLA_PREFILL_S_FIRST"));
+      launch_mla_prefill_attend_wgmma(a, static_cast<int64_t>(p.tiles.size()), env.stream);
     else
       launch_mla_prefill_attend(a, static_cast<int64_t>(p.tiles.size()), env.stream);
     TESSERA_CUDA_CHECK_LAUNCH();

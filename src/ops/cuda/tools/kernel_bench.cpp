@@ -139,8 +139,8 @@ double gemm_tflops(int64_t m, int64_t n, int64_t k, int iters) {
 
 // MLA prefill attention (mla_prefill_kernels.h) of one prompt of `context` tokens from scratch,
 // causal, at Kimi-K2.5's head dims (qk 128 + 64, v 128, latent 512), in bf16 precision: the
-// mma.sync kernel with blocks of 64 and of 128 query rows, and the Hopper wgmma kernel (both its
-// instances: TESSERA_MLA_PREFILL_S_FIRST) where this GPU and build run it. Its inputs as the prefill path leaves them:
+// mma.sync kernel with blocks of 64 and of 128 query rows, and the Hopper wgmma kernel where this
+// GPU and build run it. Its inputs as the prefill path leaves them:
 // q fp32, the pass's latents and decompressed K_nope | V in bf16. FLOPs: (qk + v) x 2 a visible (query, key) pair and
 // head.
 template <class Wanted, class Report>
@@ -150,10 +150,9 @@ void bench_mla_prefill(const KernelBenchOptions& o, const DeviceCaps& caps, cons
   const bool sm90a = caps.sm == 90 && has_sm90a_code();
   for (int64_t heads : o.heads)
     for (int64_t n : o.contexts)
-      for (const char* variant : {"mma64", "mma128", "wgmma", "wgmma-s-first"}) {
+      for (const char* variant : {"mma64", "mma128", "wgmma"}) {
         const std::string name = fmt::format("mla_prefill {} h{} ctx{}", variant, heads, n);
-        const bool s_first = std::string(variant) == "wgmma-s-first";
-        const bool wgmma = std::string(variant) == "wgmma" || s_first;
+        const bool wgmma = std::string(variant) == "wgmma";
         if (!wanted(name) || (wgmma && !sm90a)) continue;
         const int64_t rows = std::string(variant) == "mma64" ? 64 : 128;
         DeviceMem q(n * heads * (nope + rope) * 4), lat(n * entry * 2), kv(n * heads * (nope + v) * 2),
@@ -191,7 +190,7 @@ void bench_mla_prefill(const KernelBenchOptions& o, const DeviceCaps& caps, cons
         r.name = name;
         r.seconds = time_it(o.iterations, [&] {
           if (wgmma)
-            launch_mla_prefill_attend_wgmma(a, num_tiles, 0, s_first);
+            launch_mla_prefill_attend_wgmma(a, num_tiles, 0);
           else
             launch_mla_prefill_attend(a, num_tiles, 0);
         });

@@ -98,12 +98,10 @@ void launch_mla_prefill_attend(const PrefillAttendArgs& a, int64_t num_tiles, cu
 // The same attention on Hopper's warpgroup MMA (sm90_prefill_wgmma.cu): DeepSeek-V3's head dims
 // only (mla_prefill_wgmma_shape), bf16 precision, tiles of 128 query rows, sm_90a code on an SM90
 // GPU (the caller checks; elsewhere the kernel traps). Throws core::Error for arguments it does not
-// take. s_first: the instance that issues a key tile's S = Q·Kᵀ before the next tile's copies
-// (TESSERA_MLA_PREFILL_S_FIRST, an experiment); the same values either way.
+// take.
 bool mla_prefill_wgmma_shape(int64_t nope, int64_t rope, int64_t v);
 int64_t mla_prefill_wgmma_smem_bytes();
-void launch_mla_prefill_attend_wgmma(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s,
-                                     bool s_first = false);
+void launch_mla_prefill_attend_wgmma(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s);
 
 // hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i]) (the split operands).
 void launch_split_bf16(const float* x, int64_t n, __nv_bfloat16* hi, __nv_bfloat16* lo, cudaStream_t s);

@@ -61,10 +61,9 @@ static_assert(kKvOff % 1024 == 0 && kStageBytes % 1024 == 0 && kBlockBytesK % 10
 constexpr int kKCopies = kRowsK * kQk / 8 / kThreads, kVCopies = kRowsK * kDv / 8 / kThreads;
 static_assert(kKCopies * kThreads * 8 == kRowsK * kQk && kVCopies * kThreads * 8 == kRowsK * kDv, "whole rounds");
 
-// kSFirst (TESSERA_MLA_PREFILL_S_FIRST=1, an experiment): a tile's S wgmmas are issued before the
-// next tile's copies, so that the tensor core works while the threads issue ~20 cp.async each
-// (with their addresses) instead of waiting for them; otherwise the copies go first, as written.
-template <bool kSFirst>
+// Each tile's copies of the next tile are issued before its S wgmmas. Issuing S first, so that the
+// tensor core works while the threads issue their ~20 cp.async, was 3-4% slower on an H200
+// (docs/PERFORMANCE.md, 2026-12-06).
 __global__ void __launch_bounds__(kThreads, 1) prefill_attend_wgmma_kernel(PrefillAttendArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace mma;
@@ -182,29 +181,23 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_attend_wgmma_kernel(Prefi
     cp_async_wait<0>();          // this thread's copies of tile t have landed
     wgmma::fence_proxy_async();  // ... and are visible to wgmma
     __syncthreads();             // everyone's have; everyone is past tile t - 1, whose stage is free
-    // Every row of this warpgroup precedes the tile (uniform in it): no MMA, only its copies.
-    const bool active = kb < wg_keys;
+    if (t + 1 < ntiles) load_tile(t + 1, stage ^ 1);
+    if (kb >= wg_keys) continue;  // every row of this warpgroup precedes the tile (uniform in it)
     const uint32_t k_addr = s_base + kKvOff + stage * kStageBytes;
 
-    // S = Q · K(t)ᵀ over 3 column blocks x 4 k-steps of 16 (the first overwrites the accumulator).
+    // S = Q · K(t)ᵀ over 3 column blocks x 4 k-steps of 16.
     float s[64];
-    auto issue_s = [&] {
 #pragma unroll
-      for (int i = 0; i < 64; ++i) s[i] = 0.0f;
-      wgmma::fence_operands(s);
-      wgmma::fence();
+    for (int i = 0; i < 64; ++i) s[i] = 0.0f;
+    wgmma::fence_operands(s);
+    wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < kQk / 16; ++kk) {
-        const uint32_t off_q = (kk / 4) * kBlockBytesQ + (kk % 4) * 32, off_k = (kk / 4) * kBlockBytesK + (kk % 4) * 32;
-        wgmma::wgmma_m64n128k16_ss(s, wgmma::desc_sw128(q_addr + off_q, 16, 1024),
-                                   wgmma::desc_sw128(k_addr + off_k, 16, 1024), kk > 0 ? 1 : 0);
-      }
-      wgmma::commit();
-    };
-    if (kSFirst && active) issue_s();
-    if (t + 1 < ntiles) load_tile(t + 1, stage ^ 1);  // the other stage: free since the barrier
-    if (!active) continue;
-    if (!kSFirst) issue_s();
+    for (int kk = 0; kk < kQk / 16; ++kk) {
+      const uint32_t off_q = (kk / 4) * kBlockBytesQ + (kk % 4) * 32, off_k = (kk / 4) * kBlockBytesK + (kk % 4) * 32;
+      wgmma::wgmma_m64n128k16_ss(s, wgmma::desc_sw128(q_addr + off_q, 16, 1024),
+                                 wgmma::desc_sw128(k_addr + off_k, 16, 1024), kk > 0 ? 1 : 0);
+    }
+    wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(s);
 
@@ -305,17 +298,16 @@ bool mla_prefill_wgmma_shape(int64_t nope, int64_t rope, int64_t v) {
 
 int64_t mla_prefill_wgmma_smem_bytes() { return kSmemBytes; }
 
-void launch_mla_prefill_attend_wgmma(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s, bool s_first) {
+void launch_mla_prefill_attend_wgmma(const PrefillAttendArgs& a, int64_t num_tiles, cudaStream_t s) {
   if (num_tiles == 0) return;
   TESSERA_CHECK(!a.split && a.query_rows == kRowsQ && mla_prefill_wgmma_shape(a.nope, a.rope, a.v) &&
                     a.latent % 8 == 0 && a.heads <= 65535,
                 "mla prefill wgmma: bf16 tiles of {} rows at qk 128 + 64, v 128 and at most 65535 heads (got {}, "
                 "{} rows, {} + {}, v {}, {} heads)",
                 kRowsQ, a.split ? "split" : "bf16", a.query_rows, a.nope, a.rope, a.v, a.heads);
-  const auto kernel = s_first ? prefill_attend_wgmma_kernel<true> : prefill_attend_wgmma_kernel<false>;
-  allow_dynamic_smem(kernel, kSmemBytes);
+  allow_dynamic_smem(prefill_attend_wgmma_kernel, kSmemBytes);
   dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(a.heads));
-  launch_plain(kernel, grid, kThreads, kSmemBytes, s, a);
+  launch_plain(prefill_attend_wgmma_kernel, grid, kThreads, kSmemBytes, s, a);
 }
 
 }  // namespace tessera::ops::cuda
