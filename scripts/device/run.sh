@@ -300,6 +300,17 @@ case "$what" in
           --input-len $len --output-len 256 --num-requests 384 --concurrency 128 --request-rate 20 --skip-self-check \
           2>&1 | grep -E "output tokens/s|TTFT|ITL|engine:" | cut -c1-110 || echo "(no result in 160 s)"
       done
+    done
+    # Where a step's time goes on each side (128-token prompts): sample_kernel's time a call, the time
+    # no kernel ran (the host's share), the largest kernels.
+    for side in base new; do
+      echo "== $side: --trace, 128-token prompts arriving at 20 req/s"
+      LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" timeout 120 "$(tessera_of $side)" bench offline --device cuda \
+        --model "$dir" --kv-cache-bytes 16GiB --input-len 128 --output-len 256 --num-requests 192 --concurrency 128 \
+        --request-rate 20 --skip-self-check --trace > "$OUT/pacer_ab_trace_$side.log" 2>&1 || true
+      grep -E "^ITL" "$OUT/pacer_ab_trace_$side.log" || true
+      grep -o "kernels running.*" "$OUT/pacer_ab_trace_$side.log" | head -1 | cut -c1-120
+      sed -n '/kernels of the run/,$p' "$OUT/pacer_ab_trace_$side.log" | sed -n '2,8p;/sample_kernel/p' | cut -c1-110
     done ;;
   fold)
     # The FP8 shared expert in the routed experts' kernels (TESSERA_SHARED_EXPERT_FOLD=1) against
