@@ -62,6 +62,12 @@ baseline_kit() {
   echo "baseline $(cat device_carry/baseline.rev 2>/dev/null || echo '?') against this tree"
 }
 tessera_of() { [ "$1" = base ] && echo "$base/kit/bin/tessera" || echo "$KIT/bin/tessera"; }
+# tessera of side base|new under `timeout SECONDS` (0: none), the baseline kit's libraries first.
+tessera_side() {
+  local side=$1 seconds=$2
+  shift 2
+  LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" timeout "$seconds" "$(tessera_of "$side")" "$@"
+}
 # A suite's summary and its first failures.
 show() { tail -2 "$1"; grep -A6 "Failure" "$1" | head -14 || true; }
 case "$what" in
@@ -294,18 +300,17 @@ case "$what" in
       for side in base new new-1block; do
         [ $len = 2048 ] && [ $side = new-1block ] && continue
         echo "== $side: 128 concurrent, $len-token prompts arriving at 20 req/s"
-        extra=(); [ $side = new-1block ] && extra=(TESSERA_SAMPLE_CLUSTERS=0)
-        env "${extra[@]}" LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" timeout 160 \
-          "$(tessera_of ${side%-1block})" bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB \
-          --input-len $len --output-len 256 --num-requests 384 --concurrency 128 --request-rate 20 --skip-self-check \
-          2>&1 | grep -E "output tokens/s|TTFT|ITL|engine:" | cut -c1-110 || echo "(no result in 160 s)"
+        clusters=1; [ $side = new-1block ] && clusters=0
+        TESSERA_SAMPLE_CLUSTERS=$clusters tessera_side ${side%-1block} 160 bench offline --device cuda --model "$dir" \
+          --kv-cache-bytes 16GiB --input-len $len --output-len 256 --num-requests 384 --concurrency 128 \
+          --request-rate 20 --skip-self-check 2>&1 | grep -E "output tokens/s|TTFT|ITL|engine:" | cut -c1-110 || echo "(no result in 160 s)"
       done
     done
     # Where a step's time goes on each side (128-token prompts): sample_kernel's time a call, the time
     # no kernel ran (the host's share), the largest kernels.
     for side in base new; do
       echo "== $side: --trace, 128-token prompts arriving at 20 req/s"
-      LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" timeout 120 "$(tessera_of $side)" bench offline --device cuda \
+      tessera_side $side 120 bench offline --device cuda \
         --model "$dir" --kv-cache-bytes 16GiB --input-len 128 --output-len 256 --num-requests 192 --concurrency 128 \
         --request-rate 20 --skip-self-check --trace > "$OUT/pacer_ab_trace_$side.log" 2>&1 || true
       grep -E "^ITL" "$OUT/pacer_ab_trace_$side.log" || true
@@ -421,7 +426,7 @@ case "$what" in
       for round in 1 2; do
         for side in base new; do
           echo "== $w $side (round $round)"
-          LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" "$(tessera_of $side)" bench decode --device cuda --synthetic kimi-k2.5 \
+          tessera_side $side 0 bench decode --device cuda --synthetic kimi-k2.5 \
             --weights "$w" --layers 3 --batch 1,16,128 --steps 20 > "$OUT/ab_${w}_${side}_$round.log" 2>&1
           grep -E "^ +(1|16|128) " "$OUT/ab_${w}_${side}_$round.log" || tail -3 "$OUT/ab_${w}_${side}_$round.log"
         done
@@ -441,14 +446,14 @@ case "$what" in
     for round in 1 2; do
       for side in base new; do
         echo "== bench prefill, 8192-token steps, $side (round $round)"
-        LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" timeout 100 "$(tessera_of $side)" bench prefill --device cuda \
+        tessera_side $side 100 bench prefill --device cuda \
           --model "$dir" --prompt-lens 4096,8192,16384 --repeats 3 --max-num-batched-tokens 8192 --skip-self-check \
           2>&1 | grep -E "^ +[0-9]+ " || true
       done
     done
     for side in base new; do
       echo "== bench offline, one 4096-token prompt at a time, $side"
-      LD_LIBRARY_PATH="$base/kit/lib:$LD_LIBRARY_PATH" timeout 100 "$(tessera_of $side)" bench offline --device cuda \
+      tessera_side $side 100 bench offline --device cuda \
         --model "$dir" --kv-cache-bytes 16GiB --input-len 4096 --output-len 1 --num-requests 8 --concurrency 1 \
         --skip-self-check 2>&1 | grep -E "input tokens/s|TTFT|total tokens/s" || true
     done
