@@ -35,6 +35,14 @@ TEST(CollectiveChoice, OneShotUpToTheLastSizeOfItsUnbrokenLead) {
   EXPECT_EQ(ops::one_shot_limit({}), 0u);
 }
 
+// The calls' time is the run less its copy; when the copy alone took as long (noise), the whole run
+// is the bound: a measured size is never timed at zero.
+TEST(CollectiveChoice, AllReduceSecondsSubtractTheCopyButNeverReachZero) {
+  EXPECT_DOUBLE_EQ(ops::all_reduce_seconds(30e-6, 10e-6, 4), 5e-6);
+  EXPECT_DOUBLE_EQ(ops::all_reduce_seconds(10e-6, 10e-6, 2), 5e-6);
+  EXPECT_DOUBLE_EQ(ops::all_reduce_seconds(10e-6, 12e-6, 5), 2e-6);
+}
+
 TEST(CollectiveChoice, PlanLinesSayTheRuleAndTheTimes) {
   ops::CollectiveChoice c;
   c.one_shot_max_bytes = 65536;

@@ -65,6 +65,12 @@ uint64_t collectives_device_bytes(const CollectiveChoice& choice, int ranks);
 // that a size where NCCL won never goes one-shot.
 uint64_t one_shot_limit(const std::vector<AllReduceTimes>& times);
 
+// Seconds per all-reduce from the timing loop's best run of `iterations` calls plus one copy to the
+// host (`run_seconds`) and its best copy alone (`copy_seconds`): the difference over `iterations`.
+// When the copy's noise is as large as the calls (tiny messages on a loaded host), the difference
+// means nothing: the run over `iterations` (an upper bound) is returned instead, never zero or less.
+double all_reduce_seconds(double run_seconds, double copy_seconds, int iterations);
+
 // What plan and serve print: the rule, then one line per measured size.
 std::vector<std::string> describe(const CollectiveChoice& choice);
 
