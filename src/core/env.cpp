@@ -1,6 +1,7 @@
 #include "core/env.h"
 
 #include <array>
+#include <charconv>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -9,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 27> kSwitches{{
+constexpr std::array<EnvSwitch, 29> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -53,6 +54,13 @@ constexpr std::array<EnvSwitch, 27> kSwitches{{
      "1: top-p sampling takes its total from the first radix pass, and a radix selection's last two passes read "
      "the first pass's bin from shared memory (4 passes over the row instead of 7) (an experiment, not yet run on "
      "a GPU: A/B)"},
+    {"TESSERA_MLA_DECODE_PREFETCH", "0",
+     "tiles of 32 cache rows ahead of its loads that the KV-major MLA decode kernel asks L2 for, 0 to 16; 0: none "
+     "(an experiment, not yet run on a GPU: A/B)"},
+    {"TESSERA_MLA_EARLY_KV", "0",
+     "1: the KV-major MLA decode kernel of a decode step starts (a dependent launch) while the kernel before it "
+     "runs and copies the cache rows of earlier steps before waiting for it (an experiment, not yet run on a GPU: "
+     "A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",
@@ -100,6 +108,18 @@ bool env_flag(std::string_view name) {
       if (name == s.name) v = s.default_value;
   TESSERA_CHECK(v == "0" || v == "1", "{}={}: expected 0 or 1", name, v);
   return v == "1";
+}
+
+int env_int(std::string_view name, int lo, int hi) {
+  std::string v = env_value(name).value_or("");
+  if (v.empty())
+    for (const EnvSwitch& s : kSwitches)
+      if (name == s.name) v = s.default_value;
+  int n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  TESSERA_CHECK(!v.empty() && ec == std::errc() && end == v.data() + v.size() && n >= lo && n <= hi,
+                "{}={}: expected a whole number from {} to {}", name, v, lo, hi);
+  return n;
 }
 
 }  // namespace tessera::core

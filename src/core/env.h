@@ -28,5 +28,8 @@ bool env_switch_on(std::string_view name);
 // A strict on/off switch: "1" on, "0" off, unset or empty its default (the table's "1" or "0");
 // any other value throws core::Error naming the variable.
 bool env_flag(std::string_view name);
+// A whole number from `lo` to `hi`: unset or empty, the table's default; anything else (not a
+// number, out of range) throws core::Error naming the variable and the range.
+int env_int(std::string_view name, int lo, int hi);
 
 }  // namespace tessera::core

@@ -65,6 +65,28 @@ TEST(Env, StrictFlagTakesItsDefaultAndRejectsOtherValues) {
   ::unsetenv("TESSERA_EXPERT_RING");
 }
 
+TEST(Env, WholeNumberTakesItsDefaultAndRejectsOtherValuesByName) {
+  // Declared with default "0" in core/env.cpp.
+  ::unsetenv("TESSERA_MLA_DECODE_PREFETCH");
+  EXPECT_EQ(core::env_int("TESSERA_MLA_DECODE_PREFETCH", 0, 16), 0);
+  ::setenv("TESSERA_MLA_DECODE_PREFETCH", "3", 1);
+  EXPECT_EQ(core::env_int("TESSERA_MLA_DECODE_PREFETCH", 0, 16), 3);
+  ::setenv("TESSERA_MLA_DECODE_PREFETCH", "16", 1);
+  EXPECT_EQ(core::env_int("TESSERA_MLA_DECODE_PREFETCH", 0, 16), 16);
+  for (const char* bad : {"17", "-1", "2x", "two", " 2"}) {
+    ::setenv("TESSERA_MLA_DECODE_PREFETCH", bad, 1);
+    try {
+      (void)core::env_int("TESSERA_MLA_DECODE_PREFETCH", 0, 16);
+      ADD_FAILURE() << "TESSERA_MLA_DECODE_PREFETCH=" << bad << " was taken";
+    } catch (const core::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("TESSERA_MLA_DECODE_PREFETCH=") + bad), std::string::npos) << what;
+      EXPECT_NE(what.find("from 0 to 16"), std::string::npos) << what;
+    }
+  }
+  ::unsetenv("TESSERA_MLA_DECODE_PREFETCH");
+}
+
 TEST(Env, EverySwitchHasADocAndAUniqueName) {
   std::set<std::string> names;
   for (const auto& s : core::env_switches()) {
@@ -80,7 +102,7 @@ TEST(Env, SourcesReadSwitchesOnlyThroughTheTable) {
   std::set<std::string> declared;
   for (const auto& s : core::env_switches()) declared.insert(s.name);
   const std::regex raw(R"(getenv\(\s*"(TESSERA_[A-Z0-9_]+)\")");
-  const std::regex named(R"((env_value|env_switch_on|ab_switch_on)\(\s*"(TESSERA_[A-Z0-9_]+)\")");
+  const std::regex named(R"((env_value|env_switch_on|env_flag|env_int|ab_switch_on)\(\s*"(TESSERA_[A-Z0-9_]+)\")");
   int files = 0;
   for (const char* area : {"src", "bench", "tests"}) {
     for (const auto& e :

@@ -83,7 +83,8 @@ void collect_functions(const std::string& file, const std::string& text, std::mu
 
 // `body` with the bodies of the lambdas in it removed (their returns are not the kernel's).
 std::string without_lambdas(std::string body) {
-  static const std::regex lambda(R"(\[[^\[\]]*\]\s*\([^()]*\)\s*(mutable\s*)?(->\s*[\w:<>\s]+)?\{)");
+  // (A return type may be a pointer or a reference: `-> const T* {`.)
+  static const std::regex lambda(R"(\[[^\[\]]*\]\s*\([^()]*\)\s*(mutable\s*)?(->\s*[\w:<>\s*&]+)?\{)");
   std::smatch m;
   std::string out;
   while (std::regex_search(body, m, lambda)) {

@@ -142,13 +142,22 @@ constexpr int kMlaMaxSplits = 256;
 // context growth (each change makes a recorded decode graph stale).
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
                           MlaKernel kernel = MlaKernel::kKvMajor);
+// How the KV-major decode kernel is launched (attention/sm80_kv_major.cu): L2 requests
+// `prefetch_tiles` tiles ahead of its loads, and `early`: a dependent launch whose blocks start
+// copying the rows earlier steps wrote before the kernel before it has finished.
+struct MlaDecodeLaunch {
+  int prefetch_tiles = 0;
+  bool early = false;
+};
 // `cache` holds `cache_pages` pages of `page` positions (the wgmma kernel's TMA map needs its extent).
 // `lse` (optional, [tokens, heads]): also the log-sum-exp of each token's scaled scores, -inf (and
 // o_lat 0) for a token that sees no position (pos -1: a rank of a sharded cache).
+// `one_token_a_sequence`: every token is its sequence's only new one in this step, so the cache rows
+// before each token's position were written by earlier steps (what TESSERA_MLA_EARLY_KV needs).
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
                        int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
-                       cudaStream_t s, float* lse = nullptr);
+                       cudaStream_t s, float* lse = nullptr, bool one_token_a_sequence = false);
 // lse[t, h] = m + log l of one split's partials (m, l) [tokens, heads, 2].
 void launch_mla_lse_from_partials(const float* ml_part, int64_t tokens, int64_t heads, float* lse, cudaStream_t s);
 // Ops::mla_rank_weigh: o_lat [tokens, heads, latent] *= exp(lse - log Σ_r exp(lse_all[:, r · heads + h])).
@@ -168,7 +177,7 @@ int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope, boo
 void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
                                          int64_t rope, const TokenInfo* info, const int32_t* tables,
                                          const KvCacheArg& cache, int64_t page, int64_t splits, float scale,
-                                         float* o_part, float* ml_part, cudaStream_t s);
+                                         float* o_part, float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s);
 // attention/sm90_wgmma.cu: Hopper warpgroup MMA (sm_90a only), 64 heads a block as the wgmma M, cache
 // tiles of 64 positions in two stages (TMA for pages of a multiple of 64 positions, else cp.async).
 // Shapes: latent 512 + rope 64, heads a multiple of 64.
@@ -195,6 +204,13 @@ bool ab_switch_on(const char* name);
 // none; an experiment, quant/grouped_mma.cu). Read once; throws core::Error naming the variable for
 // a value that is not a number from 0 to 64.
 int expert_prefetch_blocks();
+// TESSERA_MLA_DECODE_PREFETCH: tiles ahead that the KV-major MLA decode kernel asks L2 for (0, the
+// default: none; an experiment). Read once; throws core::Error naming the variable for a value that
+// is not a number from 0 to 16.
+int mla_decode_prefetch_tiles();
+// TESSERA_MLA_EARLY_KV (default 0, an experiment): the KV-major MLA decode kernel of a step with one
+// token a sequence is a dependent launch that copies the rows of earlier steps before its wait.
+bool mla_early_kv_enabled();
 // TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
 // (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.
 bool expert_ring_enabled();

@@ -1,6 +1,5 @@
 #include <cuda_runtime.h>
 
-#include <charconv>
 #include <cstdlib>
 #include <string>
 #include <map>
@@ -24,15 +23,18 @@ StepTape*& active_tape() {
 bool ab_switch_on(const char* name) { return core::env_switch_on(name); }
 
 int expert_prefetch_blocks() {
-  static const int blocks = [] {
-    const std::string v = core::env_value("TESSERA_EXPERT_PREFETCH").value_or("0");
-    int n = 0;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-    TESSERA_CHECK(ec == std::errc() && end == v.data() + v.size() && n >= 0 && n <= 64,
-                  "TESSERA_EXPERT_PREFETCH={}: expected K blocks ahead, 0 to 64", v);
-    return n;
-  }();
+  static const int blocks = core::env_int("TESSERA_EXPERT_PREFETCH", 0, 64);
   return blocks;
+}
+
+int mla_decode_prefetch_tiles() {
+  static const int tiles = core::env_int("TESSERA_MLA_DECODE_PREFETCH", 0, 16);
+  return tiles;
+}
+
+bool mla_early_kv_enabled() {
+  static const bool on = core::env_flag("TESSERA_MLA_EARLY_KV");
+  return on;
 }
 
 bool expert_ring_enabled() {

@@ -214,12 +214,20 @@ __global__ void __launch_bounds__(kCombineThreads)
   // factors go to its own row of f_s.
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   auto ml_of = [&](int s) { return reinterpret_cast<const float2*>(ml_part)[slot(s)]; };
+  // Unrolled to the most splits there can be and without branches, so that a lane's loads are all
+  // in flight together (a loop over `splits` was unrolled by 4: two L2 round trips one after the
+  // other at 256 splits); lanes past the last split read it again, which leaves the maximum as it is.
+  constexpr int kPerLane = kMlaMaxSplits / 32;
   float M = -FLT_MAX;
-  for (int s = lane; s < splits; s += 32) M = fmaxf(M, ml_of(s).x);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) M = fmaxf(M, ml_of(min(lane + 32 * j, splits - 1)).x);
   for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
   float den = 0.0f;
   float* f_w = f_s[warp];
-  for (int s = lane; s < splits; s += 32) {
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int s = lane + 32 * j;
+    if (s >= splits) break;
     const float2 ml = ml_of(s);  // again, from L1: holding them in registers cost occupancy
     const float f = __expf(ml.x - M);
     f_w[s] = f;
@@ -407,7 +415,7 @@ void launch_attend_cuda_core(dim3 grid, int heads_per_block, size_t smem, cudaSt
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
                        int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
-                       cudaStream_t s, float* lse) {
+                       cudaStream_t s, float* lse, bool one_token_a_sequence) {
   if (tokens == 0) return;
   const int64_t entry = latent + rope;
   // With one split the wgmma and KV-major kernels normalise their output and write it in place of
@@ -420,8 +428,9 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
     launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages, page,
                                      splits, scale, o_part, ml_part, s);
   } else if (kernel == MlaKernel::kKvMajor) {
+    const MlaDecodeLaunch how{mla_decode_prefetch_tiles(), one_token_a_sequence && mla_early_kv_enabled()};
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, scale,
-                                        o_part, ml_part, s);
+                                        o_part, ml_part, how, s);
   } else if (kernel == MlaKernel::kTensorCore && !cache.fp8) {
     // (The heads-as-M kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
     launch_mla_attend_mma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), page, splits, scale,

@@ -15,6 +15,17 @@
 // P · V8), so the inner loops are the bf16 path's. Shared memory at 16 heads, 512 + 64: Q 18.3 KB +
 // bf16 tile 36.5 KB + staging 2 x 18 KB + P, reductions 7.8 KB = 98.5 KB (bf16 path: two tiles,
 // 99 KB), within the 99 KB a block may use on SM120.
+//
+// Two experiments for batch 1 at long context, where a block's tiles arrive one DRAM round trip
+// after another (a tile is requested only when the one before has landed; Nsight Compute: 1.9 TB/s
+// at 32k context, docs/PERFORMANCE.md), both off by default until measured:
+// - `prefetch_tiles` > 0 (TESSERA_MLA_DECODE_PREFETCH): each block asks L2 for the rows of the tile
+//   `prefetch_tiles` beyond the one it is loading, so that DRAM works ahead of the cp.async pipeline
+//   without more shared memory (a hint: no effect on the values).
+// - `early` (TESSERA_MLA_EARLY_KV; a dependent launch, launch.cuh): the block looks up and starts
+//   copying its first tiles' rows that earlier steps wrote (positions before its token's: a decode
+//   step adds one row a sequence, at the token's position) before waiting for the kernel before it,
+//   and reads q and the token's own row only after the wait.
 #include <cfloat>
 #include <cstdint>
 
@@ -39,6 +50,19 @@ using namespace mma;
 template <int LAT>
 constexpr int warps_for() {
   return LAT >= 512 ? 8 : 4;
+}
+
+// Asks L2 for `bytes` (a multiple of 16) at `p`, as one bulk request on sm_90+, else one request
+// per 128-byte line from the `lanes` threads that share the row (this one is `lane` of them).
+__device__ __forceinline__ void prefetch_row_l2(const void* p, int bytes, int lane, int lanes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (lane == 0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(p)), "r"(bytes)
+                 : "memory");
+#else
+  for (int b = 128 * lane; b < bytes; b += 128 * lanes)
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const unsigned char*>(p) + b));
+#endif
 }
 
 template <int NH, int LAT, int ROPE, int STAGES, bool FP8 = false>
@@ -72,7 +96,8 @@ template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT>
 __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
                            const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page, float scale,
-                           float kv_scale, float* __restrict__ o_part, float* __restrict__ ml_part) {
+                           float kv_scale, float* __restrict__ o_part, float* __restrict__ ml_part, int prefetch_tiles,
+                           bool early) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride, kWarps = L::kWarps, kTpr = L::kThreadsPerRow;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -105,7 +130,7 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     if (tile >= ntiles || pos >= end) return nullptr;
     return cache + (static_cast<int64_t>(tables[ti.table_offset + pos / page]) * page + pos % page) * E;
   };
-  auto load_tile = [&](const CacheT* src, int stage) {
+  auto copy_row = [&](const CacheT* src, int stage) {
     // bf16: straight into the MMA tile of this stage; fp8: into this stage's staging row.
     CacheT* dst;
     if constexpr (FP8)
@@ -115,12 +140,38 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     // Rows past the end are zero-filled: their probability is 0, and 0 x stale data could be NaN.
     for (int v = my_sub; v < kChunks; v += kTpr)
       cp_async16(dst + v * kPerPiece, src ? src + v * kPerPiece : cache, src != nullptr);
+  };
+  auto load_tile = [&](const CacheT* src, int stage) {
+    copy_row(src, stage);
     cp_async_commit();
   };
+  auto prefetch = [&](const CacheT* src) {
+    if (src) prefetch_row_l2(src, E * static_cast<int>(sizeof(CacheT)), my_sub, kTpr);
+  };
   // Prologue: tiles 0 .. STAGES-2 in flight (a group is committed even when empty, so that the
-  // wait below always counts the same number of groups).
+  // wait below always counts the same number of groups). With `early`, the rows earlier steps
+  // wrote are copied before the wait for the kernel before this one (which may still be writing
+  // this step's row and q), the others after it. (The first group then holds every early copy:
+  // the prologue's first wait may wait for more than its tile, never for less.)
+  const CacheT* first_src[STAGES > 1 ? STAGES - 1 : 1];
 #pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) load_tile(row_source(st), st);
+  for (int st = 0; st < STAGES - 1; ++st) first_src[st] = row_source(st);
+  auto written_before = [&](int st) { return begin + st * kTp + my_row < ti.pos; };
+  if (early) {
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st)
+      if (written_before(st)) copy_row(first_src[st], st);
+  }
+  // The window of L2 requests: tiles STAGES-1 .. STAGES-2 + prefetch_tiles (the loop keeps it
+  // prefetch_tiles ahead of the tile it loads).
+  for (int j = 0; j < prefetch_tiles; ++j) prefetch(row_source(STAGES - 1 + j));
+  const CacheT* prefetch_src = prefetch_tiles > 0 ? row_source(STAGES - 1 + prefetch_tiles) : nullptr;
+  if (early) pdl_wait();
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (!early || !written_before(st)) copy_row(first_src[st], st);
+    cp_async_commit();
+  }
   const CacheT* next_src = row_source(STAGES - 1);
 
   // fp8: the cache scale multiplies every score, so it joins the softmax scale in q.
@@ -169,6 +220,11 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     // Refill the stage tile - 1 used with tile + STAGES - 1.
     load_tile(next_src, (tile + STAGES - 1) % STAGES);
     next_src = row_source(tile + STAGES);
+    if (prefetch_tiles > 0) {
+      // Looked up an iteration ahead, like next_src: a lookup used at once would stall the warp.
+      prefetch(prefetch_src);
+      prefetch_src = row_source(tile + STAGES + prefetch_tiles);
+    }
     const __nv_bfloat16* kt = ks + (FP8 ? 0 : stage) * kTp * S;
     if constexpr (FP8) {
       // Each thread converts the pieces it copied (its own cp.async writes are visible to it after
@@ -352,21 +408,26 @@ constexpr int kStages = 2;
 template <int NH, int LAT, int ROPE, bool FP8, class CacheT, int STAGES = kStages>
 void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
             const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
-            float* ml_part, cudaStream_t s) {
+            float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
-  allow_dynamic_smem(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>, static_cast<int>(L::kSmem));
+  auto kernel = attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>;
+  allow_dynamic_smem(kernel, static_cast<int>(L::kSmem));
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>((heads + NH - 1) / NH));
-  launch_plain(attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>, grid, L::kWarps * 32, L::kSmem, s, q_full,
-               static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part);
+  if (how.early)
+    launch_dependent(kernel, grid, L::kWarps * 32, L::kSmem, s, q_full, static_cast<int>(heads), info, tables, cache,
+                     static_cast<int>(page), scale, kv_scale, o_part, ml_part, how.prefetch_tiles, true);
+  else
+    launch_plain(kernel, grid, L::kWarps * 32, L::kSmem, s, q_full, static_cast<int>(heads), info, tables, cache,
+                 static_cast<int>(page), scale, kv_scale, o_part, ml_part, how.prefetch_tiles, false);
 }
 
 template <int LAT, int ROPE, bool FP8, class CacheT>
 void launch_heads(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
                   const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
-                  float* ml_part, cudaStream_t s) {
+                  float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s) {
   (heads <= 8 ? launch<8, LAT, ROPE, FP8, CacheT>
               : launch<16, LAT, ROPE, FP8, CacheT>)(tokens, heads, q_full, info, tables, cache, page, splits, scale,
-                                                    kv_scale, o_part, ml_part, s);
+                                                    kv_scale, o_part, ml_part, how, s);
 }
 
 }  // namespace
@@ -393,16 +454,16 @@ static_assert(Layout<16, 512, 64, kStages>::kSmem <= 99 * 1024 &&
 void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
                                          int64_t rope, const TokenInfo* info, const int32_t* tables,
                                          const KvCacheArg& cache, int64_t page, int64_t splits, float scale,
-                                         float* o_part, float* ml_part, cudaStream_t s) {
+                                         float* o_part, float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s) {
   const bool wide = latent == 512 && rope == 64;
   if (cache.fp8) {
     (wide ? launch_heads<512, 64, true, uint8_t>
           : launch_heads<64, 16, true, uint8_t>)(tokens, heads, q_full, info, tables, cache.bytes(), page, splits,
-                                                 scale, cache.scale, o_part, ml_part, s);
+                                                 scale, cache.scale, o_part, ml_part, how, s);
   } else {
     (wide ? launch_heads<512, 64, false, __nv_bfloat16>
           : launch_heads<64, 16, false, __nv_bfloat16>)(tokens, heads, q_full, info, tables, cache.bf16(), page, splits,
-                                                        scale, 1.0f, o_part, ml_part, s);
+                                                        scale, 1.0f, o_part, ml_part, how, s);
   }
 }
 
