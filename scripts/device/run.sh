@@ -19,9 +19,11 @@
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
 #   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: sampling in
-#                                                   clusters, the engine and the goldens)
+#                                                   clusters, the engine and the goldens; the MLA decode experiments on)
 #   bash device_carry/run.sh pending-time           and timed: bench kernels' sampling rows, the pacer's backlog share at
 #                                                   128 concurrent with 128- and 2048-token prompts arriving
+#   bash device_carry/run.sh mla-decode [tiles]     MLA decode: bench kernels with TESSERA_MLA_DECODE_PREFETCH 0/1/2/4, then
+#                                                   bench decode with TESSERA_MLA_EARLY_KV 0/1 at that prefetch (default 2)
 #   bash device_carry/run.sh pacer-ab               the pacer's backlog share and clustered sampling against the baseline
 #                                                   (and TESSERA_SAMPLE_CLUSTERS=0), same GPU
 #   bash device_carry/run.sh fold                   TESSERA_SHARED_EXPERT_FOLD=1: goldens, quantized MoE cases, bench decode fp8 A/B
@@ -272,6 +274,14 @@ case "$what" in
       --gtest_brief=1 > "$OUT/pending_tests.log" 2>&1 || rc=1
     show "$OUT/pending_tests.log"
     grep "\[ sampling \]" "$OUT/pending_tests.log" || true
+    # Session of 2026-12-06, fifth (no GPU): the MLA decode combine's split loads unrolled (on by
+    # default), and two experiments (off): TESSERA_MLA_DECODE_PREFETCH, TESSERA_MLA_EARLY_KV. The MLA
+    # cases and the decode paths through the engine, with both on; then `run.sh mla-decode`.
+    echo "== MLA cases, goldens, fixture models and engine with TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_PREFETCH=2"
+    TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_PREFETCH=2 timeout 300 "$KIT/bin/cuda_tests" \
+      --gtest_filter='*mla*:*Mla*:*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*:*TensorParallel*' \
+      --gtest_brief=1 > "$OUT/pending_mla.log" 2>&1 || rc=1
+    show "$OUT/pending_mla.log"
     exit $rc ;;
   pending-time)
     # And timed: bench kernels' sampling rows (the blocks a row gets against one), then the pacer's
@@ -286,6 +296,26 @@ case "$what" in
       timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len $len \
         --output-len 256 --num-requests 384 --concurrency 128 --request-rate 20 --skip-self-check 2>&1 |
         grep -E "output tokens/s|TTFT|ITL|engine:" | cut -c1-110 || true
+    done ;;
+  mla-decode)
+    # The MLA decode experiments of 2026-12-06 (fifth session), timed: bench kernels' batch-1 rows at
+    # 8k / 32k / 128k context and batch 128 at 8k with TESSERA_MLA_DECODE_PREFETCH 0 / 1 / 2 / 4
+    # (issue 19's goals: batch 1 x 32k at >= 60% of copy bandwidth for 8 heads, >= 50% for 64;
+    # 8 heads x batch 128 x 8k >= 90%), then bench decode (bf16, batch 1 / 16 / 128) with
+    # TESSERA_MLA_EARLY_KV 0 and 1 alternated twice at the best prefetch.
+    for p in 0 1 2 4 0; do
+      echo "== TESSERA_MLA_DECODE_PREFETCH=$p"
+      TESSERA_MLA_DECODE_PREFETCH=$p tessera bench kernels --filter mla_decode --batch 1 --heads 8 --heads 64 \
+        --context 8192 --context 32768 --context 131072 --iterations 50 2>&1 | grep -E "ceiling|mla_decode" |
+        cut -c1-120 || true
+      TESSERA_MLA_DECODE_PREFETCH=$p tessera bench kernels --filter mla_decode --batch 128 --heads 8 --heads 64 \
+        --context 8192 --iterations 20 2>&1 | grep -E "mla_decode" | cut -c1-120 || true
+    done
+    best="${1:-2}"
+    for e in 0 1 0 1; do
+      echo "== TESSERA_MLA_EARLY_KV=$e TESSERA_MLA_DECODE_PREFETCH=$best, bench decode bf16"
+      TESSERA_MLA_EARLY_KV=$e TESSERA_MLA_DECODE_PREFETCH=$best tessera bench decode --device cuda \
+        --synthetic kimi-k2.5 --layers 3 --batch 1,16,128 --context 32768 --steps 20 2>&1 | tail -4
     done ;;
   pacer-ab)
     # The step pacer's backlog share and the clustered sampling against the baseline
