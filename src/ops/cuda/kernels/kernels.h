@@ -143,11 +143,13 @@ constexpr int kMlaMaxSplits = 256;
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
                           MlaKernel kernel = MlaKernel::kKvMajor);
 // How the KV-major decode kernel is launched (attention/sm80_kv_major.cu): L2 requests
-// `prefetch_tiles` tiles ahead of its loads, and `early`: a dependent launch whose blocks start
-// copying the rows earlier steps wrote before the kernel before it has finished.
+// `prefetch_tiles` tiles ahead of its loads; `early`: a dependent launch whose blocks start
+// copying the rows earlier steps wrote before the kernel before it has finished; `fewer_barriers`:
+// the instance with three block-wide barriers a tile instead of five.
 struct MlaDecodeLaunch {
   int prefetch_tiles = 0;
   bool early = false;
+  bool fewer_barriers = false;
 };
 // `cache` holds `cache_pages` pages of `page` positions (the wgmma kernel's TMA map needs its extent).
 // `lse` (optional, [tokens, heads]): also the log-sum-exp of each token's scaled scores, -inf (and
@@ -211,6 +213,9 @@ int mla_decode_prefetch_tiles();
 // TESSERA_MLA_EARLY_KV (default 0, an experiment): the KV-major MLA decode kernel of a step with one
 // token a sequence is a dependent launch that copies the rows of earlier steps before its wait.
 bool mla_early_kv_enabled();
+// TESSERA_MLA_DECODE_FEWER_BARRIERS (default 0, an experiment): the KV-major MLA decode kernel's
+// instance with fewer block-wide barriers a tile.
+bool mla_decode_fewer_barriers();
 // TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
 // (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.
 bool expert_ring_enabled();

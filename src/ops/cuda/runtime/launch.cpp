@@ -37,6 +37,11 @@ bool mla_early_kv_enabled() {
   return on;
 }
 
+bool mla_decode_fewer_barriers() {
+  static const bool on = core::env_flag("TESSERA_MLA_DECODE_FEWER_BARRIERS");
+  return on;
+}
+
 bool expert_ring_enabled() {
   static const bool on = core::env_flag("TESSERA_EXPERT_RING");
   return on;

@@ -428,7 +428,8 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
     launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages, page,
                                      splits, scale, o_part, ml_part, s);
   } else if (kernel == MlaKernel::kKvMajor) {
-    const MlaDecodeLaunch how{mla_decode_prefetch_tiles(), one_token_a_sequence && mla_early_kv_enabled()};
+    const MlaDecodeLaunch how{mla_decode_prefetch_tiles(), one_token_a_sequence && mla_early_kv_enabled(),
+                              mla_decode_fewer_barriers()};
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, scale,
                                         o_part, ml_part, how, s);
   } else if (kernel == MlaKernel::kTensorCore && !cache.fp8) {

@@ -26,6 +26,11 @@
 //   copying its first tiles' rows that earlier steps wrote (positions before its token's: a decode
 //   step adds one row a sequence, at the token's position) before waiting for the kernel before it,
 //   and reads q and the token's own row only after the wait.
+// A third, LEAN (TESSERA_MLA_DECODE_FEWER_BARRIERS), shortens each tile's chain of barriers from five
+// block-wide ones to three and a barrier of warps 0 and 1: those two warps (the softmax of the two
+// position halves) each compute the new running maxima from the column maxima themselves (the
+// same values, bit for bit), and warp 0 stores them, in one of two buffers by tile parity so that
+// warp 1 never reads a maximum warp 0 has already replaced, with the rescale factors.
 #include <cfloat>
 #include <cstdint>
 
@@ -65,6 +70,9 @@ __device__ __forceinline__ void prefetch_row_l2(const void* p, int bytes, int la
 #endif
 }
 
+// Warps 0 and 1 (the two position halves' softmax) meet here; the other warps go on.
+__device__ __forceinline__ void pair_barrier() { asm volatile("bar.sync 1, 64;\n" ::: "memory"); }
+
 template <int NH, int LAT, int ROPE, int STAGES, bool FP8 = false>
 struct Layout {
   static constexpr int kWarps = warps_for<LAT>();
@@ -84,7 +92,7 @@ struct Layout {
   static constexpr size_t kStageBytes = FP8 ? STAGES * kTp * kEntry : 0;
   static constexpr size_t kPBytes = NH * kPStride * 2;
   static constexpr size_t kSredBytes = (kKGroups - 1) * 2 * 16 * NH * 4;  // Sᵀ partials of K parts 1..
-  static constexpr size_t kStatBytes = (2 * 2 * NH + 4 * NH) * 4;  // col max/sum of warps 0,1; m, l, alpha, spare
+  static constexpr size_t kStatBytes = (2 * 2 * NH + 4 * NH) * 4;  // col max/sum of warps 0,1; m, l, alpha, m (LEAN)
   static constexpr size_t kSmem = kQBytes + kKBytes + kStageBytes + kPBytes + kSredBytes + kStatBytes;
   static_assert(LAT % (16 * kWarps) == 0 && ROPE % 16 == 0, "latent must split into 16-row tiles over the warps");
   static_assert(kKSteps >= kKGroups && kTp * kThreadsPerRow == kWarps * 32, "K parts and tile rows to share out");
@@ -92,7 +100,7 @@ struct Layout {
 };
 
 // CacheT: __nv_bfloat16 (FP8 false), or uint8_t holding e4m3 values q · kv_scale (FP8 true).
-template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT>
+template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT, bool LEAN>
 __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
                            const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page, float scale,
@@ -111,6 +119,7 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
   float* m_s = colsum + 2 * NH;                                                               // [NH]
   float* l_s = m_s + NH;
   float* alpha_s = l_s + NH;
+  float* m_alt = alpha_s + NH;  // LEAN: the running maxima of odd tiles (m_s: even), [NH]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int split = blockIdx.x, t = blockIdx.y, h0 = blockIdx.z * NH;
@@ -297,20 +306,48 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
           colmax[mt * NH + 8 * nt + 2 * c + 1] = mx[nt][1];
         }
     }
-    __syncthreads();
-    if (threadIdx.x < NH) {
-      const int h = threadIdx.x;
-      const float m_new = fmaxf(m_s[h], fmaxf(colmax[h], colmax[NH + h]));
-      alpha_s[h] = __expf(m_s[h] - m_new);
-      m_s[h] = m_new;
+    // The running maxima of this lane's heads 8 nt + 2c (+1) after this tile.
+    float m_row[L::kNTiles][2];
+    if constexpr (LEAN) {
+      if (kg == 0) {
+        pair_barrier();  // both position halves' column maxima are in colmax
+        const float* m_cur = (tile & 1) ? m_alt : m_s;
+        float* m_next = (tile & 1) ? m_s : m_alt;
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int h = 8 * nt + 2 * c + e;
+            const float m_old = m_cur[h];
+            m_row[nt][e] = fmaxf(m_old, fmaxf(colmax[h], colmax[NH + h]));
+            if (warp == 0 && g == 0) {  // warp 1 computed the same values
+              m_next[h] = m_row[nt][e];
+              alpha_s[h] = __expf(m_old - m_row[nt][e]);
+            }
+          }
+      }
+    } else {
+      __syncthreads();
+      if (threadIdx.x < NH) {
+        const int h = threadIdx.x;
+        const float m_new = fmaxf(m_s[h], fmaxf(colmax[h], colmax[NH + h]));
+        alpha_s[h] = __expf(m_s[h] - m_new);
+        m_s[h] = m_new;
+      }
+      __syncthreads();
+      if (kg == 0)
+#pragma unroll
+        for (int nt = 0; nt < L::kNTiles; ++nt) {
+          m_row[nt][0] = m_s[8 * nt + 2 * c];
+          m_row[nt][1] = m_s[8 * nt + 2 * c + 1];
+        }
     }
-    __syncthreads();
     if (kg == 0) {
       float sum[L::kNTiles][2];
 #pragma unroll
       for (int nt = 0; nt < L::kNTiles; ++nt) {
         const int hh = 8 * nt + 2 * c;
-        const float m0 = m_s[hh], m1 = m_s[hh + 1];
+        const float m0 = m_row[nt][0], m1 = m_row[nt][1];
         const float p0 = __expf(s[nt][0] - m0), p1 = __expf(s[nt][1] - m1);
         const float p2 = __expf(s[nt][2] - m0), p3 = __expf(s[nt][3] - m1);
         const int pos = 16 * mt + g;
@@ -395,7 +432,7 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     }
   if (threadIdx.x < NH && h0 + static_cast<int>(threadIdx.x) < heads) {
     const int64_t slot = (static_cast<int64_t>(split) * tokens + t) * heads + h0 + threadIdx.x;
-    ml_part[2 * slot] = m_s[threadIdx.x];
+    ml_part[2 * slot] = (LEAN && (ntiles & 1) ? m_alt : m_s)[threadIdx.x];
     ml_part[2 * slot + 1] = l_s[threadIdx.x];
   }
 }
@@ -410,7 +447,8 @@ void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo*
             const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
             float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
-  auto kernel = attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>;
+  auto kernel = how.fewer_barriers ? attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT, true>
+                                   : attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT, false>;
   allow_dynamic_smem(kernel, static_cast<int>(L::kSmem));
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>((heads + NH - 1) / NH));
   if (how.early)
