@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 30> kSwitches{{
+constexpr std::array<EnvSwitch, 31> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -64,6 +64,10 @@ constexpr std::array<EnvSwitch, 30> kSwitches{{
     {"TESSERA_MLA_DECODE_FEWER_BARRIERS", "0",
      "1: the KV-major MLA decode kernel runs its instance with three block-wide barriers a tile instead of five "
      "(the same values; an experiment, not yet run on a GPU: A/B)"},
+    {"TESSERA_MLA_DECODE_CLUSTERS", "0",
+     "1: the KV-major MLA decode kernel's context splits run in clusters of up to 8 (sm_90+) that merge their "
+     "partials through distributed shared memory, so the combine reads one partial a cluster, or none runs (an "
+     "experiment, not yet run on a GPU: A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

@@ -213,7 +213,7 @@ void mla_attention(CudaContext& ctx, const Tensor& q, const KvLayerView& cache, 
   Tensor scratch = ctx.alloc(DType::kF32, {mla_attend_scratch_floats(T, H, d.latent, splits)});
   launch_mla_attend(ptr<float>(q_full), T, H, d.latent, d.rope, meta.info.data<TokenInfo>(), ptr<int32_t>(meta.tables),
                     cache_in, cache.pages.dim(0), cache.page_size, splits, d.scale, ptr<float>(o_lat),
-                    ptr<float>(scratch), kernel, stream, nullptr, decode_only);
+                    ptr<float>(scratch), kernel, stream, nullptr, mla_decode_launch(ctx.caps().sm, decode_only));
   up_project(ctx, ptr<float>(o_lat), H * d.latent, T, kv_b, d, kernel, out);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
@@ -254,7 +254,8 @@ void mla_attend_latent(CudaContext& ctx, const Tensor& q_full, const KvLayerView
   Tensor scratch = ctx.alloc(DType::kF32, {mla_attend_scratch_floats(T, d.heads, d.latent, splits)});
   launch_mla_attend(ptr<float>(q_full), T, d.heads, d.latent, d.rope, meta.info.data<TokenInfo>(),
                     ptr<int32_t>(meta.tables), cache_in, cache.pages.dim(0), cache.page_size, splits, d.scale,
-                    ptr<float>(o_lat), ptr<float>(scratch), kernel, ctx.stream(), ptr<float>(lse), decode_step);
+                    ptr<float>(o_lat), ptr<float>(scratch), kernel, ctx.stream(), ptr<float>(lse),
+                    mla_decode_launch(ctx.caps().sm, decode_step));
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

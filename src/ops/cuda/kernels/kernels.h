@@ -142,24 +142,33 @@ constexpr int kMlaMaxSplits = 256;
 // context growth (each change makes a recorded decode graph stale).
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
                           MlaKernel kernel = MlaKernel::kKvMajor);
-// How the KV-major decode kernel is launched (attention/sm80_kv_major.cu): L2 requests
-// `prefetch_tiles` tiles ahead of its loads; `early`: a dependent launch whose blocks start
-// copying the rows earlier steps wrote before the kernel before it has finished; `fewer_barriers`:
-// the instance with three block-wide barriers a tile instead of five.
+// How the MLA decode kernels are launched (experiments, attention/sm80_kv_major.cu): L2 requests
+// `prefetch_tiles` tiles ahead of the loads (also the wgmma kernel's); `early`: a dependent launch
+// whose blocks start copying the rows earlier steps wrote before the kernel before it has finished;
+// `fewer_barriers`: the instance with three block-wide barriers a tile instead of five; `cluster`:
+// up to this many consecutive context splits merge their partials in a cluster (sm_90+; 1 = none).
 struct MlaDecodeLaunch {
   int prefetch_tiles = 0;
   bool early = false;
   bool fewer_barriers = false;
+  int cluster = 1;
 };
+// What the TESSERA_MLA_DECODE_* / TESSERA_MLA_EARLY_KV switches ask for on a device of compute
+// capability `sm` (10 x major + minor), in a step where every token is its sequence's only new one
+// (`one_token_a_sequence`: the cache rows before each token's position were written by earlier
+// steps, which `early` needs) or not.
+MlaDecodeLaunch mla_decode_launch(int sm, bool one_token_a_sequence);
 // `cache` holds `cache_pages` pages of `page` positions (the wgmma kernel's TMA map needs its extent).
 // `lse` (optional, [tokens, heads]): also the log-sum-exp of each token's scaled scores, -inf (and
 // o_lat 0) for a token that sees no position (pos -1: a rank of a sharded cache).
-// `one_token_a_sequence`: every token is its sequence's only new one in this step, so the cache rows
-// before each token's position were written by earlier steps (what TESSERA_MLA_EARLY_KV needs).
+// `how`: mla_decode_launch's experiments (none by default).
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
                        int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
-                       cudaStream_t s, float* lse = nullptr, bool one_token_a_sequence = false);
+                       cudaStream_t s, float* lse = nullptr, const MlaDecodeLaunch& how = {});
+// The cluster size the KV-major kernel runs `splits` context splits in, under `how`: the largest
+// power of two up to how.cluster that divides `splits` (1: no clusters).
+int mla_decode_cluster(const MlaDecodeLaunch& how, int64_t splits);
 // lse[t, h] = m + log l of one split's partials (m, l) [tokens, heads, 2].
 void launch_mla_lse_from_partials(const float* ml_part, int64_t tokens, int64_t heads, float* lse, cudaStream_t s);
 // Ops::mla_rank_weigh: o_lat [tokens, heads, latent] *= exp(lse - log Σ_r exp(lse_all[:, r · heads + h])).
@@ -206,16 +215,10 @@ bool ab_switch_on(const char* name);
 // none; an experiment, quant/grouped_mma.cu). Read once; throws core::Error naming the variable for
 // a value that is not a number from 0 to 64.
 int expert_prefetch_blocks();
-// TESSERA_MLA_DECODE_PREFETCH: tiles ahead that the KV-major MLA decode kernel asks L2 for (0, the
-// default: none; an experiment). Read once; throws core::Error naming the variable for a value that
-// is not a number from 0 to 16.
+// TESSERA_MLA_DECODE_PREFETCH: tiles ahead that the MLA decode kernels ask L2 for (0, the default:
+// none; an experiment). Read once; throws core::Error naming the variable for a value that is not
+// a number from 0 to 16.
 int mla_decode_prefetch_tiles();
-// TESSERA_MLA_EARLY_KV (default 0, an experiment): the KV-major MLA decode kernel of a step with one
-// token a sequence is a dependent launch that copies the rows of earlier steps before its wait.
-bool mla_early_kv_enabled();
-// TESSERA_MLA_DECODE_FEWER_BARRIERS (default 0, an experiment): the KV-major MLA decode kernel's
-// instance with fewer block-wide barriers a tile.
-bool mla_decode_fewer_barriers();
 // TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
 // (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.
 bool expert_ring_enabled();

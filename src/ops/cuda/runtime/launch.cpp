@@ -32,14 +32,16 @@ int mla_decode_prefetch_tiles() {
   return tiles;
 }
 
-bool mla_early_kv_enabled() {
-  static const bool on = core::env_flag("TESSERA_MLA_EARLY_KV");
-  return on;
-}
-
-bool mla_decode_fewer_barriers() {
-  static const bool on = core::env_flag("TESSERA_MLA_DECODE_FEWER_BARRIERS");
-  return on;
+MlaDecodeLaunch mla_decode_launch(int sm, bool one_token_a_sequence) {
+  static const bool early = core::env_flag("TESSERA_MLA_EARLY_KV");
+  static const bool fewer_barriers = core::env_flag("TESSERA_MLA_DECODE_FEWER_BARRIERS");
+  static const bool clusters = core::env_flag("TESSERA_MLA_DECODE_CLUSTERS");
+  MlaDecodeLaunch how;
+  how.prefetch_tiles = mla_decode_prefetch_tiles();
+  how.early = early && one_token_a_sequence;
+  how.fewer_barriers = fewer_barriers;
+  how.cluster = clusters && sm >= 90 ? 8 : 1;  // 8: the portable cluster size
+  return how;
 }
 
 bool expert_ring_enabled() {

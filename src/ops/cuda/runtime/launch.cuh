@@ -52,11 +52,11 @@ void add_argument(Signature& s, const T& v) {
     add_fields(s, v);
 }
 template <typename... Params, typename... Args>
-bool admit_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                  unsigned cluster_y, const Args&... args) {
+bool admit_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, dim3 cluster,
+                  const Args&... args) {
   return admit([&](Signature& s) {
     s.add(reinterpret_cast<const void*>(kernel));
-    for (unsigned v : {grid.x, grid.y, grid.z, block.x, block.y, block.z, cluster_y}) s.add(v);
+    for (unsigned v : {grid.x, grid.y, grid.z, block.x, block.y, block.z, cluster.x, cluster.y, cluster.z}) s.add(v);
     s.add(smem);
     s.add(stream);
     (add_argument(s, static_cast<std::remove_cv_t<std::remove_reference_t<Params>>>(args)), ...);
@@ -66,17 +66,18 @@ bool admit_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
 // An ordinary launch (kernel<<<grid, block, smem, stream>>>) through the replay check.
 template <typename... Params, typename... Args>
 void launch_plain(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
-  if (!admit_launch(kernel, grid, block, smem, stream, 1u, args...)) return;
+  if (!admit_launch(kernel, grid, block, smem, stream, dim3(1, 1, 1), args...)) return;
   kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
 }
 
-// A launch with programmatic stream serialization (when `pdl`) and, where cluster_y > 1, clusters
-// of cluster_y blocks along y (sm_90+: their blocks are scheduled together and share their shared
-// memory, cooperative_groups::this_cluster()).
+// A launch with programmatic stream serialization (when `pdl`) and, where `cluster` holds more than
+// one block, clusters of that shape (sm_90+: their blocks are scheduled together and share their
+// shared memory, cooperative_groups::this_cluster()).
 template <typename... Params, typename... Args>
 void launch_with_attributes(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                            bool pdl, unsigned cluster_y, Args... args) {
-  if (!pdl && cluster_y <= 1) {
+                            bool pdl, dim3 cluster, Args... args) {
+  const bool clustered = cluster.x * cluster.y * cluster.z > 1;
+  if (!pdl && !clustered) {
     kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
     return;
   }
@@ -91,11 +92,11 @@ void launch_with_attributes(void (*kernel)(Params...), dim3 grid, dim3 block, si
     attribute[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute[n++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster_y > 1) {
+  if (clustered) {
     attribute[n].id = cudaLaunchAttributeClusterDimension;
-    attribute[n].val.clusterDim.x = 1;
-    attribute[n].val.clusterDim.y = cluster_y;
-    attribute[n++].val.clusterDim.z = 1;
+    attribute[n].val.clusterDim.x = cluster.x;
+    attribute[n].val.clusterDim.y = cluster.y;
+    attribute[n++].val.clusterDim.z = cluster.z;
   }
   config.attrs = attribute;
   config.numAttrs = n;
@@ -106,26 +107,26 @@ void launch_with_attributes(void (*kernel)(Params...), dim3 grid, dim3 block, si
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                       Args... args) {
-  if (!admit_launch(kernel, grid, block, smem, stream, 1u, args...)) return;
-  launch_with_attributes(kernel, grid, block, smem, stream, pdl_enabled(), 1u, args...);
+  if (!admit_launch(kernel, grid, block, smem, stream, dim3(1, 1, 1), args...)) return;
+  launch_with_attributes(kernel, grid, block, smem, stream, pdl_enabled(), dim3(1, 1, 1), args...);
 }
 
-// launch_dependent in clusters of `cluster_y` blocks along y (gridDim.y a multiple of it).
+// launch_dependent in clusters of shape `cluster` (each grid dimension a multiple of its size).
 template <typename... Params, typename... Args>
 void launch_dependent_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                              unsigned cluster_y, Args... args) {
-  if (!admit_launch(kernel, grid, block, smem, stream, cluster_y, args...)) return;
-  launch_with_attributes(kernel, grid, block, smem, stream, pdl_enabled(), cluster_y, args...);
+                              dim3 cluster, Args... args) {
+  if (!admit_launch(kernel, grid, block, smem, stream, cluster, args...)) return;
+  launch_with_attributes(kernel, grid, block, smem, stream, pdl_enabled(), cluster, args...);
 }
 
 // An ordinary launch (no programmatic serialization) in clusters of `cluster_y` blocks along y:
 // for kernels whose blocks are too large to sit on an SM waiting for the kernel before them (a
 // waiting 1024-thread block holds what that kernel's next blocks need).
 template <typename... Params, typename... Args>
-void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                    unsigned cluster_y, Args... args) {
-  if (!admit_launch(kernel, grid, block, smem, stream, cluster_y, args...)) return;
-  launch_with_attributes(kernel, grid, block, smem, stream, false, cluster_y, args...);
+void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, dim3 cluster,
+                    Args... args) {
+  if (!admit_launch(kernel, grid, block, smem, stream, cluster, args...)) return;
+  launch_with_attributes(kernel, grid, block, smem, stream, false, cluster, args...);
 }
 
 }  // namespace tessera::ops::cuda

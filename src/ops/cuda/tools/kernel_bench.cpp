@@ -299,7 +299,8 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
               r.seconds = time_it(o.iterations, [&] {
                 launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
                                   KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, pages, page, splits, scale,
-                                  out.as<float>(), scratch.as<float>(), kernel, 0);
+                                  out.as<float>(), scratch.as<float>(), kernel, 0, nullptr,
+                                  mla_decode_launch(caps.sm, false));
               });
               // The bytes read: the cache (2 or 1 a value), q in and the latent output.
               r.bytes = double(B) * ctx * entry * elem + double(B) * heads * (entry + latent) * 4;

@@ -415,12 +415,17 @@ void launch_attend_cuda_core(dim3 grid, int heads_per_block, size_t smem, cudaSt
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
                        int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
-                       cudaStream_t s, float* lse, bool one_token_a_sequence) {
+                       cudaStream_t s, float* lse, const MlaDecodeLaunch& how_asked) {
   if (tokens == 0) return;
   const int64_t entry = latent + rope;
-  // With one split the wgmma and KV-major kernels normalise their output and write it in place of
-  // the partials (same layout at split 0): no combine (at batch 128 it read and wrote 33 MB).
-  const bool direct = splits == 1 && ((kernel == MlaKernel::kWgmma && !cache.fp8) || kernel == MlaKernel::kKvMajor);
+  // The KV-major kernel's splits in clusters merge their partials there (mla_decode_cluster): the
+  // combine then sees one part a cluster.
+  MlaDecodeLaunch how = how_asked;
+  how.cluster = kernel == MlaKernel::kKvMajor ? mla_decode_cluster(how_asked, splits) : 1;
+  const int64_t parts = splits / how.cluster;
+  // With one part the wgmma and KV-major kernels normalise their output and write it in place of
+  // the partials (same layout at part 0): no combine (at batch 128 it read and wrote 33 MB).
+  const bool direct = parts == 1 && ((kernel == MlaKernel::kWgmma && !cache.fp8) || kernel == MlaKernel::kKvMajor);
   float* o_part = direct ? o_lat : scratch;
   float* ml_part = scratch + splits * tokens * heads * latent;
   if (kernel == MlaKernel::kWgmma && !cache.fp8) {
@@ -428,8 +433,6 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
     launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages, page,
                                      splits, scale, o_part, ml_part, s);
   } else if (kernel == MlaKernel::kKvMajor) {
-    const MlaDecodeLaunch how{mla_decode_prefetch_tiles(), one_token_a_sequence && mla_early_kv_enabled(),
-                              mla_decode_fewer_barriers()};
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, scale,
                                         o_part, ml_part, how, s);
   } else if (kernel == MlaKernel::kTensorCore && !cache.fp8) {
@@ -460,8 +463,14 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   auto combine = cols == 8 ? combine_kernel<8> : cols == 128 ? combine_kernel<128> : combine_kernel<32>;
   dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads),
              static_cast<unsigned>((latent + 4 * cols - 1) / (4 * cols)));
-  launch_dependent(combine, cgrid, kCombineThreads, 0, s, o_part, ml_part, static_cast<int>(splits),
+  launch_dependent(combine, cgrid, kCombineThreads, 0, s, o_part, ml_part, static_cast<int>(parts),
                    static_cast<int>(tokens), static_cast<int>(heads), static_cast<int>(latent), o_lat, lse);
+}
+
+int mla_decode_cluster(const MlaDecodeLaunch& how, int64_t splits) {
+  int c = 1;
+  while (c * 2 <= how.cluster && splits % (c * 2) == 0) c *= 2;
+  return c;
 }
 
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits) {

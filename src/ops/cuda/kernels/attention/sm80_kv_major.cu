@@ -31,6 +31,8 @@
 // position halves) each compute the new running maxima from the column maxima themselves (the
 // same values, bit for bit), and warp 0 stores them, in one of two buffers by tile parity so that
 // warp 1 never reads a maximum warp 0 has already replaced, with the rescale factors.
+#include <cooperative_groups.h>
+
 #include <cfloat>
 #include <cstdint>
 
@@ -53,7 +55,7 @@ using namespace mma;
 // latency, not memory: 2 warps a scheduler, 0.2 instructions issued a cycle, 1.9 TB/s at batch 1
 // and 32k context (Nsight Compute, H200); 8 warps halve each warp's chain of MMAs a tile.
 template <int LAT>
-constexpr int warps_for() {
+__host__ __device__ constexpr int warps_for() {
   return LAT >= 512 ? 8 : 4;
 }
 
@@ -97,7 +99,83 @@ struct Layout {
   static_assert(LAT % (16 * kWarps) == 0 && ROPE % 16 == 0, "latent must split into 16-row tiles over the warps");
   static_assert(kKSteps >= kKGroups && kTp * kThreadsPerRow == kWarps * 32, "K parts and tile rows to share out");
   static_assert(kEntry % 16 == 0 && kStageBytes % 16 == 0, "fp8 rows must be whole 16-byte pieces");
+  static_assert(kKBytes >= NH * LAT * 4 && kSredBytes >= (8 + 2) * NH * 4,
+                "clusters (reduce_cluster_partials): Oᵀ over the tiles, 8 blocks' factors over the Sᵀ partials");
 };
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// TESSERA_MLA_DECODE_CLUSTERS: the `cluster` blocks of consecutive context splits of one (token,
+// head group) form a cluster along x, and merge their partials through distributed shared memory
+// into one partial, `part` = split / cluster of gridDim.x / cluster; with one part it is the
+// normalised output (as a single split's is), so no combine runs. Each block first puts its Oᵀ
+// ([NH][LAT] fp32, times `o_scale`) over its free tile buffers (`o_smem`) and its final running
+// maxima into m_s; threads < NH of each block then take every block's m and l for the merge
+// factors (in `factors`, the free Sᵀ partials), and block `rank` merges latent columns [rank,
+// rank + 1) x LAT / cluster of every head. A cluster barrier before (the partials are complete
+// and visible) and after (no block leaves while another reads its shared memory).
+template <int NH, int LAT>
+__device__ void reduce_cluster_partials(const float (&o)[LAT / 16 / warps_for<LAT>()][NH / 8][4], unsigned char* o_smem,
+                                        float* factors, float* m_s, const float* l_s, const float* m_final,
+                                        float o_scale, int cluster, int heads, int h0, int t, int tokens,
+                                        float* __restrict__ o_part, float* __restrict__ ml_part) {
+  namespace cg = cooperative_groups;
+  constexpr int kWarps = warps_for<LAT>(), kLatPerWarp = LAT / kWarps, kMTiles = kLatPerWarp / 16, kNTiles = NH / 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  cg::cluster_group cl = cg::this_cluster();
+  const int rank = static_cast<int>(cl.block_rank()), part = static_cast<int>(blockIdx.x) / cluster;
+  const int parts = static_cast<int>(gridDim.x) / cluster;
+  float* o_s = reinterpret_cast<float*>(o_smem);
+  mma::cp_async_wait<0>();  // the pipeline's last copies (zero fills past the end) have landed
+  __syncthreads();          // every warp is done with the last tile; m and l are final
+  const float m_mine = threadIdx.x < NH ? m_final[threadIdx.x] : 0.0f;
+  __syncthreads();  // (m_final may be m_s: read before it is written)
+  if (threadIdx.x < NH) m_s[threadIdx.x] = m_mine;
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float* row = o_s + (8 * nt + 2 * c + e) * LAT + warp * kLatPerWarp;
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi) {
+        row[16 * mi + g] = o[mi][nt][e] * o_scale;
+        row[16 * mi + g + 8] = o[mi][nt][2 + e] * o_scale;
+      }
+    }
+  cl.sync();
+  // factors: [cluster][NH] merge factors, then M [NH] and the merged l [NH].
+  if (threadIdx.x < NH) {
+    const int h = threadIdx.x;
+    float M = -FLT_MAX;
+    for (int k = 0; k < cluster; ++k) M = fmaxf(M, cl.map_shared_rank(m_s, k)[h]);
+    float l = 0.0f;
+    for (int k = 0; k < cluster; ++k) {
+      const float f = __expf(cl.map_shared_rank(m_s, k)[h] - M);
+      factors[k * NH + h] = f;
+      l += f * cl.map_shared_rank(l_s, k)[h];
+    }
+    factors[cluster * NH + h] = M;
+    factors[cluster * NH + NH + h] = l;
+  }
+  __syncthreads();
+  const int cols = LAT / cluster, col0 = rank * cols;
+  for (int i = threadIdx.x; i < NH * cols; i += blockDim.x) {
+    const int h = i / cols, col = col0 + i % cols;
+    if (h0 + h >= heads) continue;
+    float acc = 0.0f;
+    for (int k = 0; k < cluster; ++k) acc += factors[k * NH + h] * cl.map_shared_rank(o_s, k)[h * LAT + col];
+    // One part: the output itself, normalised (a token that sees no position, l = 0, gets o = 0).
+    const float l = factors[cluster * NH + NH + h];
+    const float scale = parts == 1 ? (l > 0.0f ? 1.0f / l : 0.0f) : 1.0f;
+    o_part[((static_cast<int64_t>(part) * tokens + t) * heads + h0 + h) * LAT + col] = acc * scale;
+  }
+  if (rank == 0 && threadIdx.x < NH && h0 + static_cast<int>(threadIdx.x) < heads) {
+    const int64_t slot = (static_cast<int64_t>(part) * tokens + t) * heads + h0 + threadIdx.x;
+    ml_part[2 * slot] = factors[cluster * NH + threadIdx.x];
+    ml_part[2 * slot + 1] = factors[cluster * NH + NH + threadIdx.x];
+  }
+  cl.sync();
+}
+#endif
 
 // CacheT: __nv_bfloat16 (FP8 false), or uint8_t holding e4m3 values q · kv_scale (FP8 true).
 template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT, bool LEAN>
@@ -105,7 +183,7 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
                            const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page, float scale,
                            float kv_scale, float* __restrict__ o_part, float* __restrict__ ml_part, int prefetch_tiles,
-                           bool early) {
+                           bool early, int cluster) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride, kWarps = L::kWarps, kTpr = L::kThreadsPerRow;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -409,6 +487,13 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     }
   }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (cluster > 1) {
+    reduce_cluster_partials<NH, LAT>(o, smem_raw + L::kQBytes, sred, m_s, l_s, LEAN && (ntiles & 1) ? m_alt : m_s,
+                                     FP8 ? kv_scale : 1.0f, cluster, heads, h0, t, tokens, o_part, ml_part);
+    return;
+  }
+#endif
   // Partials: Oᵀ unnormalised (fp8: times the cache scale, the values being q · kv_scale), m and l
   // per head. With one split (large batches) `o_part` is the output [t, h, LAT] itself and Oᵀ is
   // normalised here, so that no combine kernel runs.
@@ -451,12 +536,15 @@ void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo*
                                    : attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT, false>;
   allow_dynamic_smem(kernel, static_cast<int>(L::kSmem));
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>((heads + NH - 1) / NH));
+  const dim3 cluster(static_cast<unsigned>(std::max(1, how.cluster)), 1, 1);
   if (how.early)
-    launch_dependent(kernel, grid, L::kWarps * 32, L::kSmem, s, q_full, static_cast<int>(heads), info, tables, cache,
-                     static_cast<int>(page), scale, kv_scale, o_part, ml_part, how.prefetch_tiles, true);
+    launch_dependent_cluster(kernel, grid, L::kWarps * 32, L::kSmem, s, cluster, q_full, static_cast<int>(heads), info,
+                             tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part,
+                             how.prefetch_tiles, true, how.cluster);
   else
-    launch_plain(kernel, grid, L::kWarps * 32, L::kSmem, s, q_full, static_cast<int>(heads), info, tables, cache,
-                 static_cast<int>(page), scale, kv_scale, o_part, ml_part, how.prefetch_tiles, false);
+    launch_cluster(kernel, grid, L::kWarps * 32, L::kSmem, s, cluster, q_full, static_cast<int>(heads), info, tables,
+                   cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, how.prefetch_tiles, false,
+                   how.cluster);
 }
 
 template <int LAT, int ROPE, bool FP8, class CacheT>

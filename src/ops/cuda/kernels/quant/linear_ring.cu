@@ -171,8 +171,8 @@ void launch_tiles(const CUtensorMap& codes, const CUtensorMap& scales, const Qua
   const int slices = linear_ring_slices(boxes, k_stages, resident_blocks<F, NT>() * num_sms);
   allow_dynamic_smem(quant_linear_ring_kernel<F, NT>, L.smem_bytes());  // per device
   launch_dependent_cluster(quant_linear_ring_kernel<F, NT>, dim3(static_cast<unsigned>(boxes), slices), kThreads,
-                           L.smem_bytes(), stream, static_cast<unsigned>(slices), codes, scales, w, x_hi, x_lo, tokens,
-                           y);
+                           L.smem_bytes(), stream, dim3(1, static_cast<unsigned>(slices)), codes, scales, w, x_hi, x_lo,
+                           tokens, y);
 }
 
 // Tiles of 4 tokens (a tile's 8 pairs are their hi and lo rows), all in one pass over the weights.

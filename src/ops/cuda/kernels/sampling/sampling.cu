@@ -510,8 +510,8 @@ void launch_sample(const float* logits, int64_t rows, int64_t vocab, const Sampl
   const bool vec = float4_access(vocab, {logits});
   // Not a dependent launch: a row's 1024-thread blocks, waiting on an SM for the logits, would hold
   // the registers the kernel before them (the lm_head) needs for its next blocks.
-  launch_cluster(sample_kernel, dim3(static_cast<unsigned>(rows), per_row), kThreads, 0, s, per_row, logits, vocab,
-                 params, ids, logprobs, vec, fewer_passes);
+  launch_cluster(sample_kernel, dim3(static_cast<unsigned>(rows), per_row), kThreads, 0, s, dim3(1, per_row), logits,
+                 vocab, params, ids, logprobs, vec, fewer_passes);
 }
 
 }  // namespace tessera::ops::cuda
