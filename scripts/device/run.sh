@@ -22,9 +22,10 @@
 #                                                   clusters, the engine and the goldens; the MLA decode experiments on)
 #   bash device_carry/run.sh pending-time           and timed: bench kernels' sampling rows, the pacer's backlog share at
 #                                                   128 concurrent with 128- and 2048-token prompts arriving
-#   bash device_carry/run.sh mla-decode             MLA decode: bench kernels with TESSERA_MLA_DECODE_PREFETCH 0/1/2/4 and
-#                                                   TESSERA_MLA_DECODE_FEWER_BARRIERS 0/1, then bench decode with
-#                                                   TESSERA_MLA_EARLY_KV 0/1 (MLA_PREFETCH=N MLA_FEWER_BARRIERS=B pick the rest)
+#   bash device_carry/run.sh mla-decode             MLA decode: bench kernels with TESSERA_MLA_DECODE_PREFETCH 0/1/2/4,
+#                                                   TESSERA_MLA_DECODE_FEWER_BARRIERS and TESSERA_MLA_DECODE_CLUSTERS 0/1,
+#                                                   then bench decode with TESSERA_MLA_EARLY_KV 0/1 (MLA_PREFETCH=N
+#                                                   MLA_FEWER_BARRIERS=B MLA_CLUSTERS=C set the others)
 #   bash device_carry/run.sh pacer-ab               the pacer's backlog share and clustered sampling against the baseline
 #                                                   (and TESSERA_SAMPLE_CLUSTERS=0), same GPU
 #   bash device_carry/run.sh fold                   TESSERA_SHARED_EXPERT_FOLD=1: goldens, quantized MoE cases, bench decode fp8 A/B
@@ -276,12 +277,22 @@ case "$what" in
     show "$OUT/pending_tests.log"
     grep "\[ sampling \]" "$OUT/pending_tests.log" || true
     # Session of 2026-12-06, fifth (no GPU): the MLA decode combine's split loads unrolled (on by
-    # default), and three experiments (off): TESSERA_MLA_DECODE_PREFETCH, TESSERA_MLA_EARLY_KV,
-    # TESSERA_MLA_DECODE_FEWER_BARRIERS. The MLA cases and the decode paths through the engine, with
-    # all three on; then `run.sh mla-decode`.
-    echo "== MLA cases, goldens, fixture models and engine with the three MLA decode experiments on"
-    TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_PREFETCH=2 TESSERA_MLA_DECODE_FEWER_BARRIERS=1 timeout 300 "$KIT/bin/cuda_tests" \
-      --gtest_filter='*mla*:*Mla*:*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*:*TensorParallel*' \
+    # default), and four experiments (off): TESSERA_MLA_DECODE_PREFETCH, TESSERA_MLA_EARLY_KV,
+    # TESSERA_MLA_DECODE_FEWER_BARRIERS, TESSERA_MLA_DECODE_CLUSTERS. The MLA cases with each alone,
+    # then the decode paths through the engine with all four; then `run.sh mla-decode`.
+    mla_cases='*CudaAgainstCpu/mla_attention*:*CudaAgainstCpu/mla_attend_latent*'
+    for sw in TESSERA_MLA_DECODE_PREFETCH=2 TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_FEWER_BARRIERS=1 \
+      TESSERA_MLA_DECODE_CLUSTERS=1; do
+      echo "== MLA cases with $sw"
+      env "$sw" timeout 200 "$KIT/bin/backend_ops_tests" --gtest_filter="$mla_cases" --gtest_brief=1 \
+        > "$OUT/pending_mla_${sw%%=*}.log" 2>&1 || rc=1
+      show "$OUT/pending_mla_${sw%%=*}.log"
+    done
+    echo "== goldens, fixture models, engine, graphs, tensor parallel with all four on"
+    export TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_PREFETCH=2 TESSERA_MLA_DECODE_FEWER_BARRIERS=1
+    export TESSERA_MLA_DECODE_CLUSTERS=1
+    timeout 300 "$KIT/bin/cuda_tests" \
+      --gtest_filter='*Mla*:*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*:*TensorParallel*' \
       --gtest_brief=1 > "$OUT/pending_mla.log" 2>&1 || rc=1
     show "$OUT/pending_mla.log"
     exit $rc ;;
@@ -301,25 +312,27 @@ case "$what" in
     done ;;
   mla-decode)
     # The MLA decode experiments of 2026-12-06 (fifth session), timed: bench kernels' batch-1 rows at
-    # 8k / 32k / 128k context and batch 128 at 8k with TESSERA_MLA_DECODE_PREFETCH 0 / 1 / 2 / 4
+    # 8k / 32k / 128k context and batch 128 at 8k, for (prefetch tiles, fewer barriers, clusters)
     # (issue 19's goals: batch 1 x 32k at >= 60% of copy bandwidth for 8 heads, >= 50% for 64;
-    # 8 heads x batch 128 x 8k >= 90%), then bench decode (bf16, batch 1 / 16 / 128) with
-    # TESSERA_MLA_EARLY_KV 0 and 1 alternated twice at the best prefetch.
-    for v in "0 0" "1 0" "2 0" "4 0" "0 1" "2 1" "0 0"; do
+    # 8 heads x batch 128 x 8k >= 90%), then bench decode (bf16, batch 1 / 16 / 128, 32k context)
+    # with TESSERA_MLA_EARLY_KV 0 and 1 alternated twice, the others at MLA_PREFETCH (default 2),
+    # MLA_FEWER_BARRIERS (1) and MLA_CLUSTERS (1).
+    for v in "0 0 0" "1 0 0" "2 0 0" "4 0 0" "0 1 0" "0 0 1" "2 1 1" "0 0 0"; do
       set -- $v
-      echo "== TESSERA_MLA_DECODE_PREFETCH=$1 TESSERA_MLA_DECODE_FEWER_BARRIERS=$2"
-      TESSERA_MLA_DECODE_PREFETCH=$1 TESSERA_MLA_DECODE_FEWER_BARRIERS=$2 tessera bench kernels --filter mla_decode \
-        --batch 1 --heads 8 --heads 64 --context 8192 --context 32768 --context 131072 --iterations 50 2>&1 |
-        grep -E "ceiling|mla_decode" | cut -c1-120 || true
-      TESSERA_MLA_DECODE_PREFETCH=$1 TESSERA_MLA_DECODE_FEWER_BARRIERS=$2 tessera bench kernels --filter mla_decode \
-        --batch 128 --heads 8 --heads 64 --context 8192 --iterations 20 2>&1 | grep -E "mla_decode" | cut -c1-120 || true
+      echo "== TESSERA_MLA_DECODE_PREFETCH=$1 TESSERA_MLA_DECODE_FEWER_BARRIERS=$2 TESSERA_MLA_DECODE_CLUSTERS=$3"
+      export TESSERA_MLA_DECODE_PREFETCH=$1 TESSERA_MLA_DECODE_FEWER_BARRIERS=$2 TESSERA_MLA_DECODE_CLUSTERS=$3
+      tessera bench kernels --filter mla_decode --batch 1 --heads 8 --heads 64 --context 8192 --context 32768 \
+        --context 131072 --iterations 50 2>&1 | grep -E "ceiling|mla_decode" | cut -c1-120 || true
+      tessera bench kernels --filter mla_decode --batch 128 --heads 8 --heads 64 --context 8192 --iterations 20 2>&1 |
+        grep -E "mla_decode" | cut -c1-120 || true
     done
-    best_prefetch="${MLA_PREFETCH:-2}" best_barriers="${MLA_FEWER_BARRIERS:-1}"
+    export TESSERA_MLA_DECODE_PREFETCH="${MLA_PREFETCH:-2}" TESSERA_MLA_DECODE_FEWER_BARRIERS="${MLA_FEWER_BARRIERS:-1}"
+    export TESSERA_MLA_DECODE_CLUSTERS="${MLA_CLUSTERS:-1}"
     for e in 0 1 0 1; do
-      echo "== TESSERA_MLA_EARLY_KV=$e (prefetch $best_prefetch, fewer barriers $best_barriers), bench decode bf16"
-      TESSERA_MLA_EARLY_KV=$e TESSERA_MLA_DECODE_PREFETCH=$best_prefetch TESSERA_MLA_DECODE_FEWER_BARRIERS=$best_barriers \
-        tessera bench decode --device cuda --synthetic kimi-k2.5 --layers 3 --batch 1,16,128 --context 32768 --steps 20 \
-        2>&1 | tail -4
+      echo "== TESSERA_MLA_EARLY_KV=$e (prefetch $TESSERA_MLA_DECODE_PREFETCH, fewer barriers" \
+        "$TESSERA_MLA_DECODE_FEWER_BARRIERS, clusters $TESSERA_MLA_DECODE_CLUSTERS), bench decode bf16"
+      TESSERA_MLA_EARLY_KV=$e tessera bench decode --device cuda --synthetic kimi-k2.5 --layers 3 --batch 1,16,128 \
+        --context 32768 --steps 20 2>&1 | tail -4
     done ;;
   pacer-ab)
     # The step pacer's backlog share and the clustered sampling against the baseline
