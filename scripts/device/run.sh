@@ -211,7 +211,14 @@ case "$what" in
     tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len 128 --output-len 128 \
       --num-requests 2 --concurrency 1 --skip-self-check --trace > "$OUT/offline_trace.log" 2>&1 || true
     grep -E "ITL" "$OUT/offline_trace.log" || true
-    sed -n '/kernels of the run/,$p' "$OUT/offline_trace.log" | cut -c1-170 ;;
+    sed -n '/kernels of the run/,$p' "$OUT/offline_trace.log" | cut -c1-170
+    # Batch 128 (issue 19: >= 12,600 tok/s; a decode step of this checkpoint reads ~21 GB, ~5 ms at
+    # the copy rate, against ~13 ms measured): where a step's time goes, 128 sequences decoding.
+    echo "== bench offline --trace, concurrency 128"
+    tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len 128 --output-len 64 \
+      --num-requests 128 --concurrency 128 --skip-self-check --trace > "$OUT/offline_trace128.log" 2>&1 || true
+    grep -E "ITL|output tokens/s" "$OUT/offline_trace128.log" || true
+    sed -n '/kernels of the run/,$p' "$OUT/offline_trace128.log" | head -40 | cut -c1-170 ;;
   prefill-ratio)
     # Issue 15: prefill on NVFP4 routed experts against the same shapes in bf16 (goal >= 80%). One
     # Kimi-K2.5 MoE layer with all 384 experts (the 61-layer model's layers but one are MoE): the
