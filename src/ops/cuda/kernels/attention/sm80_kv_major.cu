@@ -16,9 +16,9 @@
 // bf16 tile 36.5 KB + staging 2 x 18 KB + P, reductions 7.8 KB = 98.5 KB (bf16 path: two tiles,
 // 99 KB), within the 99 KB a block may use on SM120.
 //
-// Two experiments for batch 1 at long context, where a block's tiles arrive one DRAM round trip
+// Four experiments for batch 1 at long context, where a block's tiles arrive one DRAM round trip
 // after another (a tile is requested only when the one before has landed; Nsight Compute: 1.9 TB/s
-// at 32k context, docs/PERFORMANCE.md), both off by default until measured:
+// at 32k context, docs/PERFORMANCE.md), all off by default until measured (MlaDecodeLaunch):
 // - `prefetch_tiles` > 0 (TESSERA_MLA_DECODE_PREFETCH): each block asks L2 for the rows of the tile
 //   `prefetch_tiles` beyond the one it is loading, so that DRAM works ahead of the cp.async pipeline
 //   without more shared memory (a hint: no effect on the values).
@@ -26,11 +26,13 @@
 //   copying its first tiles' rows that earlier steps wrote (positions before its token's: a decode
 //   step adds one row a sequence, at the token's position) before waiting for the kernel before it,
 //   and reads q and the token's own row only after the wait.
-// A third, LEAN (TESSERA_MLA_DECODE_FEWER_BARRIERS), shortens each tile's chain of barriers from five
-// block-wide ones to three and a barrier of warps 0 and 1: those two warps (the softmax of the two
-// position halves) each compute the new running maxima from the column maxima themselves (the
-// same values, bit for bit), and warp 0 stores them, in one of two buffers by tile parity so that
-// warp 1 never reads a maximum warp 0 has already replaced, with the rescale factors.
+// - LEAN (TESSERA_MLA_DECODE_FEWER_BARRIERS) shortens each tile's chain of barriers from five
+//   block-wide ones to three and a barrier of warps 0 and 1: those two warps (the softmax of the
+//   two position halves) each compute the new running maxima from the column maxima themselves
+//   (the same values, bit for bit), and warp 0 stores them, in one of two buffers by tile parity
+//   so that warp 1 never reads a maximum warp 0 has already replaced, with the rescale factors.
+// - `cluster` > 1 (TESSERA_MLA_DECODE_CLUSTERS, sm_90+): consecutive splits merge their partials
+//   in a cluster before the combine (reduce_cluster_partials).
 #include <cooperative_groups.h>
 
 #include <cfloat>
