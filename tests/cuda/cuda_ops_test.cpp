@@ -834,5 +834,23 @@ TEST(MlaSplits, CountsKeepTheSplitsBusyAndChangeRarelyAsTheContextGrows) {
         }
 }
 
+// TESSERA_MLA_DECODE_CLUSTERS: a step's splits run in clusters of the largest power of two up to
+// the allowed size that divides them (a cluster must tile the grid), and the combine then reads
+// splits / cluster parts.
+TEST(MlaSplits, ClustersAreTheLargestPowerOfTwoThatDividesTheSplits) {
+  ops::cuda::MlaDecodeLaunch how;
+  how.cluster = 8;
+  EXPECT_EQ(ops::cuda::mla_decode_cluster(how, 256), 8);  // batch 1 at 32k: 32 parts
+  EXPECT_EQ(ops::cuda::mla_decode_cluster(how, 2), 2);    // batch 128 at 8k: one part, no combine
+  EXPECT_EQ(ops::cuda::mla_decode_cluster(how, 12), 4);
+  EXPECT_EQ(ops::cuda::mla_decode_cluster(how, 6), 2);
+  EXPECT_EQ(ops::cuda::mla_decode_cluster(how, 241), 1);
+  EXPECT_EQ(ops::cuda::mla_decode_cluster(how, 1), 1);
+  how.cluster = 4;
+  EXPECT_EQ(ops::cuda::mla_decode_cluster(how, 256), 4);
+  how.cluster = 1;  // off, or before sm_90
+  EXPECT_EQ(ops::cuda::mla_decode_cluster(how, 256), 1);
+}
+
 }  // namespace
 }  // namespace tessera
