@@ -26,6 +26,8 @@
 #                                                   TESSERA_MLA_DECODE_FEWER_BARRIERS and TESSERA_MLA_DECODE_CLUSTERS 0/1,
 #                                                   then bench decode with TESSERA_MLA_EARLY_KV 0/1 (MLA_PREFETCH=N
 #                                                   MLA_FEWER_BARRIERS=B MLA_CLUSTERS=C set the others)
+#   bash device_carry/run.sh moe-tiles              TESSERA_MOE_GROUPED_TILES 1/2/4: bench offline at 128 concurrent on issue 19's
+#                                                   checkpoint (64 experts), alternated, and with prompts arriving
 #   bash device_carry/run.sh pacer-ab               the pacer's backlog share and clustered sampling against the baseline
 #                                                   (and TESSERA_SAMPLE_CLUSTERS=0), same GPU
 #   bash device_carry/run.sh fold                   TESSERA_SHARED_EXPERT_FOLD=1: goldens, quantized MoE cases, bench decode fp8 A/B
@@ -295,7 +297,16 @@ case "$what" in
         > "$OUT/pending_mla_${sw%%=*}.log" 2>&1 || rc=1
       show "$OUT/pending_mla_${sw%%=*}.log"
     done
-    echo "== goldens, fixture models, engine, graphs, tensor parallel with all four on"
+    # And TESSERA_MOE_GROUPED_TILES (bf16 routed experts: 2 or 4 tiles of 16 pairs a weight fragment).
+    for n in 2 4; do
+      echo "== MoE cases with TESSERA_MOE_GROUPED_TILES=$n"
+      TESSERA_MOE_GROUPED_TILES=$n timeout 200 "$KIT/bin/backend_ops_tests" \
+        --gtest_filter='*CudaAgainstCpu/moe*' --gtest_brief=1 \
+        > "$OUT/pending_moe_tiles$n.log" 2>&1 || rc=1
+      show "$OUT/pending_moe_tiles$n.log"
+    done
+    export TESSERA_MOE_GROUPED_TILES=4
+    echo "== goldens, fixture models, engine, graphs, tensor parallel with all four on (and 4 MoE tiles)"
     export TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_PREFETCH=2 TESSERA_MLA_DECODE_FEWER_BARRIERS=1
     export TESSERA_MLA_DECODE_CLUSTERS=1
     timeout 300 "$KIT/bin/cuda_tests" \
@@ -340,6 +351,24 @@ case "$what" in
         "$TESSERA_MLA_DECODE_FEWER_BARRIERS, clusters $TESSERA_MLA_DECODE_CLUSTERS), bench decode bf16"
       TESSERA_MLA_EARLY_KV=$e tessera bench decode --device cuda --synthetic kimi-k2.5 --layers 3 --batch 1,16,128 \
         --context 32768 --steps 20 2>&1 | tail -4
+    done ;;
+  moe-tiles)
+    # TESSERA_MOE_GROUPED_TILES 1 / 2 / 4 (2026-12-06, fifth session): issue 19's checkpoint has 64
+    # experts, so batch 128 averages 16 pairs an expert and with 1 tile an expert of 17-32 streams
+    # its weights twice. bench offline at 128 concurrent, alternated twice; then the ITL run with
+    # 128-token prompts arriving (mixed steps of ~256 tokens: ~32 pairs an expert).
+    dir=$(issue19_checkpoint)
+    for n in 1 2 4 1 2 4; do
+      echo "== TESSERA_MOE_GROUPED_TILES=$n, 128 concurrent"
+      TESSERA_MOE_GROUPED_TILES=$n timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB \
+        --input-len 128 --output-len 256 --num-requests 256 --concurrency 128 --skip-self-check 2>&1 |
+        grep -E "output tokens/s|ITL" | cut -c1-110 || true
+    done
+    for n in 1 4; do
+      echo "== TESSERA_MOE_GROUPED_TILES=$n, 128 concurrent, 128-token prompts arriving at 20 req/s"
+      TESSERA_MOE_GROUPED_TILES=$n timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB \
+        --input-len 128 --output-len 256 --num-requests 384 --concurrency 128 --request-rate 20 --skip-self-check 2>&1 |
+        grep -E "output tokens/s|TTFT|ITL" | cut -c1-110 || true
     done ;;
   pacer-ab)
     # The step pacer's backlog share and the clustered sampling against the baseline

@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 31> kSwitches{{
+constexpr std::array<EnvSwitch, 32> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -28,6 +28,10 @@ constexpr std::array<EnvSwitch, 31> kSwitches{{
     {"TESSERA_EXPERT_PREFETCH", "0",
      "K blocks ahead the quantized MMA kernels (experts, dense NVFP4/FP8) ask L2 for their weights; 0: none "
      "(an experiment, A/B)"},
+    {"TESSERA_MOE_GROUPED_TILES", "1",
+     "tiles of 16 pairs the bf16 routed experts' tensor-core kernels multiply by each weight fragment they stream: 1, "
+     "2 or 4 (an expert of up to 16 x N pairs then streams its weights once; an experiment, not yet run on a GPU: "
+     "A/B)"},
     {"TESSERA_EXPERT_RING", "1",
      "0: quantized (NVFP4, FP8) routed experts on sm_90a stream their weights into registers (quant_expert_mma_kernel) "
      "instead of through the shared-memory ring a producer warp fills by TMA (A/B)"},

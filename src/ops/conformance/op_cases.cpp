@@ -1424,6 +1424,9 @@ void add_moe(Table& tb) {
                              {kRagged, 50, 40, 8, 512, 96, 96, 40, false},
                              {kRagged, 300, 12, 4, 256, 64, 128, 12, false},
                              {kRagged, 40, 64, 8, 256, 512, 0, 64, true},
+                             // 64 pairs an expert on average within the grouped limit: experts of several
+                             // tiles of 16 pairs, whole and part (TESSERA_MOE_GROUPED_TILES groups them).
+                             {kRagged, 128, 16, 8, 256, 128, 0, 16, false},
                              // Past the grouped limit (the per-expert GEMMs): a hidden of 96 (rows of 384 bytes, so the
                              // down projections' rows in the sorted order are not all 256-byte aligned), and a
                              // tensor-parallel rank's share (the sort drops the other ranks' experts).

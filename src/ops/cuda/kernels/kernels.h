@@ -215,6 +215,10 @@ bool ab_switch_on(const char* name);
 // none; an experiment, quant/grouped_mma.cu). Read once; throws core::Error naming the variable for
 // a value that is not a number from 0 to 64.
 int expert_prefetch_blocks();
+// TESSERA_MOE_GROUPED_TILES: tiles of 16 pairs the bf16 grouped expert kernels multiply by each
+// weight fragment they stream (1, the default, 2 or 4; an experiment, moe/grouped.cu). Read once;
+// throws core::Error naming the variable for another value.
+int moe_grouped_tiles();
 // TESSERA_MLA_DECODE_PREFETCH: tiles ahead that the MLA decode kernels ask L2 for (0, the default:
 // none; an experiment). Read once; throws core::Error naming the variable for a value that is not
 // a number from 0 to 16.

@@ -27,6 +27,15 @@ int expert_prefetch_blocks() {
   return blocks;
 }
 
+int moe_grouped_tiles() {
+  static const int tiles = [] {
+    const int n = core::env_int("TESSERA_MOE_GROUPED_TILES", 1, 4);
+    TESSERA_CHECK(n != 3, "TESSERA_MOE_GROUPED_TILES=3: expected 1, 2 or 4");
+    return n;
+  }();
+  return tiles;
+}
+
 int mla_decode_prefetch_tiles() {
   static const int tiles = core::env_int("TESSERA_MLA_DECODE_PREFETCH", 0, 16);
   return tiles;

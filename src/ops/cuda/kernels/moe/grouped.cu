@@ -126,8 +126,11 @@ __global__ void __launch_bounds__(1024)
 // a_row(m) = sorted[m] / top_k (the token: gate and up read x) or m (down reads act), row(m) = m or
 // sorted[m] (down writes each pair's own row). gridDim.z > 1 splits K: slice z writes its partial
 // sums to out + z · out_slice. Each warp streams 8 weight rows (gate and up are separate launches:
-// 16 rows 14 KB apart per warp ran at ~57% of the bandwidth, 8 at ~80%).
-template <bool kTokenRows, bool kPairRowsOut>
+// 16 rows 14 KB apart per warp ran at ~57% of the bandwidth, 8 at ~80%). MT tiles of 16 pairs
+// share each weight fragment (TESSERA_MOE_GROUPED_TILES), so an expert's weights are streamed once
+// per 16 MT pairs: with MT = 1 an expert of 17-32 pairs (batch 128 over 64 experts averages 16)
+// streams them twice. A tile's sums are the same MMAs in the same order whatever MT.
+template <bool kTokenRows, bool kPairRowsOut, int MT>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     expert_project_kernel(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k, const int32_t* __restrict__ sorted,
                           const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
@@ -153,32 +156,47 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int k_len = k_dim / static_cast<int>(gridDim.z), k_begin = static_cast<int>(blockIdx.z) * k_len;
   const int k_end = k_begin + k_len;
   auto a_row = [&](int m) { return kTokenRows ? sorted[m] / top_k : m; };
-  for (int m0 = begin; m0 < end; m0 += 16) {
-    const int m_lo = m0 + g, m_hi = m0 + g + 8;
-    const __nv_bfloat16* alo_p = m_lo < end ? a + static_cast<int64_t>(a_row(m_lo)) * k_dim + 8 * c : nullptr;
-    const __nv_bfloat16* ahi_p = m_hi < end ? a + static_cast<int64_t>(a_row(m_hi)) * k_dim + 8 * c : nullptr;
-    float acc[4] = {0, 0, 0, 0};
+  for (int m0 = begin; m0 < end; m0 += 16 * MT) {
+    // Tile mt: pairs m0 + 16 mt + g and + 8 (rows past the expert's end are zeros).
+    const int tiles = min(MT, (end - m0 + 15) / 16);  // the same for every lane
+    const __nv_bfloat16* alo_p[MT];
+    const __nv_bfloat16* ahi_p[MT];
+    float acc[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m_lo = m0 + 16 * mt + g, m_hi = m_lo + 8;
+      alo_p[mt] = m_lo < end ? a + static_cast<int64_t>(a_row(m_lo)) * k_dim + 8 * c : nullptr;
+      ahi_p[mt] = m_hi < end ? a + static_cast<int64_t>(a_row(m_hi)) * k_dim + 8 * c : nullptr;
+      acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+    }
+    auto chunk = [&](int k, const uint4& b) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        if (MT == 1 || mt < tiles)
+          mma_chunk(acc[mt], load_or_zero(alo_p[mt] ? alo_p[mt] + k : nullptr),
+                    load_or_zero(ahi_p[mt] ? ahi_p[mt] + k : nullptr), b);
+    };
     int k0 = k_begin;
     for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
       uint4 b[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wr + k0 + 32 * u, policy);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        mma_chunk(acc, load_or_zero(alo_p ? alo_p + k0 + 32 * u : nullptr),
-                  load_or_zero(ahi_p ? ahi_p + k0 + 32 * u : nullptr), b[u]);
+      for (int u = 0; u < kUnroll; ++u) chunk(k0 + 32 * u, b[u]);
     }
-    for (; k0 < k_end; k0 += 32)
-      mma_chunk(acc, load_or_zero(alo_p ? alo_p + k0 : nullptr), load_or_zero(ahi_p ? ahi_p + k0 : nullptr),
-                load_stream(wr + k0, policy));
-    // C fragment: rows (pairs) g and g + 8, columns (weight rows) n0 + 2c, n0 + 2c + 1.
-    if (m_lo < end) {
-      const int64_t r = kPairRowsOut ? sorted[m_lo] : m_lo;
-      *reinterpret_cast<float2*>(out_z + r * n_dim + n0 + 2 * c) = make_float2(acc[0], acc[1]);
-    }
-    if (m_hi < end) {
-      const int64_t r = kPairRowsOut ? sorted[m_hi] : m_hi;
-      *reinterpret_cast<float2*>(out_z + r * n_dim + n0 + 2 * c) = make_float2(acc[2], acc[3]);
+    for (; k0 < k_end; k0 += 32) chunk(k0, load_stream(wr + k0, policy));
+      // C fragment: rows (pairs) g and g + 8, columns (weight rows) n0 + 2c, n0 + 2c + 1.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m_lo = m0 + 16 * mt + g, m_hi = m_lo + 8;
+      if (m_lo < end) {
+        const int64_t r = kPairRowsOut ? sorted[m_lo] : m_lo;
+        *reinterpret_cast<float2*>(out_z + r * n_dim + n0 + 2 * c) = make_float2(acc[mt][0], acc[mt][1]);
+      }
+      if (m_hi < end) {
+        const int64_t r = kPairRowsOut ? sorted[m_hi] : m_hi;
+        *reinterpret_cast<float2*>(out_z + r * n_dim + n0 + 2 * c) = make_float2(acc[mt][2], acc[mt][3]);
+      }
     }
   }
 }
@@ -276,11 +294,14 @@ void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
   const int64_t slice = static_cast<int64_t>(pairs) * inter;
   dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
                static_cast<unsigned>(splits));
+  const int mt = moe_grouped_tiles();
+  auto kernel = mt == 4   ? expert_project_kernel<true, false, 4>
+                : mt == 2 ? expert_project_kernel<true, false, 2>
+                          : expert_project_kernel<true, false, 1>;
   for (int matrix = 0; matrix < 2; ++matrix)
-    launch_plain(expert_project_kernel<true, false>, gu_grid, kWarpsPerBlock * 32, 0, stream, x,
-                 static_cast<int>(hidden), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active,
-                 matrix == 0 ? gate_w : up_w, static_cast<int>(inter), s.gate_up_part + matrix * splits * slice, slice,
-                 min_pairs);
+    launch_plain(kernel, gu_grid, kWarpsPerBlock * 32, 0, stream, x, static_cast<int>(hidden), static_cast<int>(top_k),
+                 s.sorted, s.offsets, s.active, s.num_active, matrix == 0 ? gate_w : up_w, static_cast<int>(inter),
+                 s.gate_up_part + matrix * splits * slice, slice, min_pairs);
   launch_plain(gate_up_finish_kernel, static_cast<unsigned>((slice + 255) / 256), 256, 0, stream, s.gate_up_part,
                s.gate_up_part + splits * slice, static_cast<int>(splits), slice, s.act);
 }
@@ -288,9 +309,12 @@ void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
 void launch_mma_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, unsigned expert_slots, int min_pairs,
                      const __nv_bfloat16* const* down_w, int64_t inter, cudaStream_t stream) {
   dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
-  launch_plain(expert_project_kernel<false, true>, d_grid, kWarpsPerBlock * 32, 0, stream, s.act,
-               static_cast<int>(inter), static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, down_w,
-               static_cast<int>(hidden), s.y, 0, min_pairs);
+  const int mt = moe_grouped_tiles();
+  auto kernel = mt == 4   ? expert_project_kernel<false, true, 4>
+                : mt == 2 ? expert_project_kernel<false, true, 2>
+                          : expert_project_kernel<false, true, 1>;
+  launch_plain(kernel, d_grid, kWarpsPerBlock * 32, 0, stream, s.act, static_cast<int>(inter), static_cast<int>(top_k),
+               s.sorted, s.offsets, s.active, s.num_active, down_w, static_cast<int>(hidden), s.y, 0, min_pairs);
 }
 
 }  // namespace
