@@ -364,11 +364,17 @@ case "$what" in
         --input-len 128 --output-len 256 --num-requests 256 --concurrency 128 --skip-self-check 2>&1 |
         grep -E "output tokens/s|ITL" | cut -c1-110 || true
     done
-    for n in 1 4; do
-      echo "== TESSERA_MOE_GROUPED_TILES=$n, 128 concurrent, 128-token prompts arriving at 20 req/s"
-      TESSERA_MOE_GROUPED_TILES=$n timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB \
-        --input-len 128 --output-len 256 --num-requests 384 --concurrency 128 --request-rate 20 --skip-self-check 2>&1 |
-        grep -E "output tokens/s|TTFT|ITL" | cut -c1-110 || true
+    # Last, the grouped kernels for every step size (--kernels moe=grouped; by default steps over 256
+    # tokens, as mixed steps of 128 decodes and a prompt are, take the per-expert GEMMs after reading
+    # the routing back to the host: a suspect for a mixed step's ~3 ms fixed cost).
+    for v in "1 auto" "4 auto" "4 moe=grouped"; do
+      set -- $v
+      echo "== TESSERA_MOE_GROUPED_TILES=$1 TESSERA_KERNELS=$2, 128 concurrent, 128-token prompts arriving at 20 req/s"
+      kernels=""
+      [ "$2" = auto ] || kernels="$2"
+      TESSERA_MOE_GROUPED_TILES=$1 TESSERA_KERNELS="$kernels" timeout 150 tessera bench offline --device cuda \
+        --model "$dir" --kv-cache-bytes 16GiB --input-len 128 --output-len 256 --num-requests 384 --concurrency 128 \
+        --request-rate 20 --skip-self-check 2>&1 | grep -E "output tokens/s|TTFT|ITL|engine:" | cut -c1-110 || true
     done ;;
   pacer-ab)
     # The step pacer's backlog share and the clustered sampling against the baseline
