@@ -185,9 +185,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       for (int u = 0; u < kUnroll; ++u) chunk(k0 + 32 * u, b[u]);
     }
     for (; k0 < k_end; k0 += 32) chunk(k0, load_stream(wr + k0, policy));
-      // C fragment: rows (pairs) g and g + 8, columns (weight rows) n0 + 2c, n0 + 2c + 1.
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
+      // C fragment: rows (pairs) g and g + 8, columns (weight rows) n0 + 2c, n0 + 2c + 1.
       const int m_lo = m0 + 16 * mt + g, m_hi = m_lo + 8;
       if (m_lo < end) {
         const int64_t r = kPairRowsOut ? sorted[m_lo] : m_lo;
