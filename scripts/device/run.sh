@@ -207,7 +207,7 @@ case "$what" in
       echo "== bench offline, concurrency $c"
       tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len 128 --output-len 128 \
         --num-requests $((c == 1 ? 4 : 256)) --concurrency $c --skip-self-check 2>&1 \
-        | grep -E "output tokens/s|TTFT|ITL|engine:" || true
+        | grep -E "output tokens/s|TTFT|ITL|engine:|decode graphs" || true
     done
     echo "== bench offline --trace, concurrency 1"
     tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len 128 --output-len 128 \
@@ -326,7 +326,7 @@ case "$what" in
       echo "== 128 concurrent, $len-token prompts arriving at 20 req/s"
       timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len $len \
         --output-len 256 --num-requests 384 --concurrency 128 --request-rate 20 --skip-self-check 2>&1 |
-        grep -E "output tokens/s|TTFT|ITL|engine:" | cut -c1-110 || true
+        grep -E "output tokens/s|TTFT|ITL|engine:|decode graphs" | cut -c1-110 || true
     done ;;
   mla-decode)
     # The MLA decode experiments of 2026-12-06 (fifth session), timed: bench kernels' batch-1 rows at
@@ -374,7 +374,7 @@ case "$what" in
       [ "$2" = auto ] || kernels="$2"
       TESSERA_MOE_GROUPED_TILES=$1 TESSERA_KERNELS="$kernels" timeout 150 tessera bench offline --device cuda \
         --model "$dir" --kv-cache-bytes 16GiB --input-len 128 --output-len 256 --num-requests 384 --concurrency 128 \
-        --request-rate 20 --skip-self-check 2>&1 | grep -E "output tokens/s|TTFT|ITL|engine:" | cut -c1-110 || true
+        --request-rate 20 --skip-self-check 2>&1 | grep -E "output tokens/s|TTFT|ITL|engine:|decode graphs" | cut -c1-110 || true
     done ;;
   pacer-ab)
     # The step pacer's backlog share and the clustered sampling against the baseline
@@ -392,7 +392,7 @@ case "$what" in
         clusters=1; [ $side = new-1block ] && clusters=0
         TESSERA_SAMPLE_CLUSTERS=$clusters tessera_side ${side%-1block} 160 bench offline --device cuda --model "$dir" \
           --kv-cache-bytes 16GiB --input-len $len --output-len 256 --num-requests 384 --concurrency 128 \
-          --request-rate 20 --skip-self-check 2>&1 | grep -E "output tokens/s|TTFT|ITL|engine:" | cut -c1-110 || echo "(no result in 160 s)"
+          --request-rate 20 --skip-self-check 2>&1 | grep -E "output tokens/s|TTFT|ITL|engine:|decode graphs" | cut -c1-110 || echo "(no result in 160 s)"
       done
     done
     # Where a step's time goes on each side (128-token prompts): sample_kernel's time a call, the time

@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "cli/trace_report.h"
+#include "ops/cuda/cuda_ops.h"
 #endif
 
 namespace tessera::cli {
@@ -158,6 +159,16 @@ int run(const BenchArgs& a) {
       "{:.1f}%, KV pages in use at the end {}/{} (idle cached {})\n",
       met.steps, met.paced_steps, met.widened_steps, met.preemptions, met.prefix_hit_rate * 100, met.kv_pages_used,
       met.kv_pages_total, met.kv_pages_cached_idle);
+#ifdef TESSERA_HAVE_CUDA
+  // Decode steps as CUDA graphs: a batch size's first step runs eagerly and its second is recorded,
+  // so with requests arriving (batch sizes changing) the recordings show how many steps paid for it.
+  const ops::cuda::StepGraphStats g = ops::cuda::step_graph_stats(m.model->ops());
+  if (g.eager + g.recorded + g.replayed > 0)
+    fmt::print(
+        "decode graphs (steps without prompt tokens): {} replayed, {} recorded, {} eager (a size's first, or "
+        "not capturable), {} replays refused as stale; replay checks {:.1f} ms of host time\n",
+        g.replayed, g.recorded, g.eager, g.stale, g.replay_host_seconds * 1e3);
+#endif
   if (mem) {
     constexpr double kMiB = 1 << 20;
     const uint64_t used = mem->total_bytes - mem->free_bytes;
