@@ -19,7 +19,10 @@
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
 #   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: sampling in
-#                                                   clusters, the engine and the goldens; the MLA decode experiments on)
+#                                                   clusters, the engine and the goldens; the MLA cases with each MLA
+#                                                   decode experiment on)
+#   bash device_carry/run.sh pending-more           and the bf16 MoE cases with 2 and 4 tiles, the goldens, engine,
+#                                                   graphs and tensor parallel with every experiment on
 #   bash device_carry/run.sh pending-time           and timed: bench kernels' sampling rows, the pacer's backlog share at
 #                                                   128 concurrent with 128- and 2048-token prompts arriving
 #   bash device_carry/run.sh mla-decode             MLA decode: bench kernels with TESSERA_MLA_DECODE_PREFETCH 0/1/2/4,
@@ -287,8 +290,8 @@ case "$what" in
     grep "\[ sampling \]" "$OUT/pending_tests.log" || true
     # Session of 2026-12-06, fifth (no GPU): the MLA decode combine's split loads unrolled (on by
     # default), and four experiments (off): TESSERA_MLA_DECODE_PREFETCH, TESSERA_MLA_EARLY_KV,
-    # TESSERA_MLA_DECODE_FEWER_BARRIERS, TESSERA_MLA_DECODE_CLUSTERS. The MLA cases with each alone,
-    # then the decode paths through the engine with all four; then `run.sh mla-decode`.
+    # TESSERA_MLA_DECODE_FEWER_BARRIERS, TESSERA_MLA_DECODE_CLUSTERS: the MLA cases with each alone.
+    # Then `run.sh pending-more` (MoE tiles, the engine paths with everything on), `run.sh mla-decode`.
     mla_cases='*CudaAgainstCpu/mla_attention*:*CudaAgainstCpu/mla_attend_latent*'
     for sw in TESSERA_MLA_DECODE_PREFETCH=2 TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_FEWER_BARRIERS=1 \
       TESSERA_MLA_DECODE_CLUSTERS=1; do
@@ -297,18 +300,23 @@ case "$what" in
         > "$OUT/pending_mla_${sw%%=*}.log" 2>&1 || rc=1
       show "$OUT/pending_mla_${sw%%=*}.log"
     done
-    # And TESSERA_MOE_GROUPED_TILES (bf16 routed experts: 2 or 4 tiles of 16 pairs a weight fragment).
+    exit $rc ;;
+  pending-more)
+    # The rest of what waits for a GPU (a second call: each part takes minutes): the bf16 MoE cases
+    # (the quantized ones do not run these kernels) with TESSERA_MOE_GROUPED_TILES 2 and 4, then the
+    # goldens, fixture models, engine, graphs and tensor parallel with every experiment on.
+    rc=0
     for n in 2 4; do
-      echo "== MoE cases with TESSERA_MOE_GROUPED_TILES=$n"
+      echo "== bf16 MoE cases with TESSERA_MOE_GROUPED_TILES=$n"
       TESSERA_MOE_GROUPED_TILES=$n timeout 200 "$KIT/bin/backend_ops_tests" \
-        --gtest_filter='*CudaAgainstCpu/moe*' --gtest_brief=1 \
+        --gtest_filter='*CudaAgainstCpu/moe*-*nvfp4*:*fp8*' --gtest_brief=1 \
         > "$OUT/pending_moe_tiles$n.log" 2>&1 || rc=1
       show "$OUT/pending_moe_tiles$n.log"
     done
     export TESSERA_MOE_GROUPED_TILES=4
-    echo "== goldens, fixture models, engine, graphs, tensor parallel with all four on (and 4 MoE tiles)"
     export TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_PREFETCH=2 TESSERA_MLA_DECODE_FEWER_BARRIERS=1
     export TESSERA_MLA_DECODE_CLUSTERS=1
+    echo "== goldens, fixture models, engine, graphs, tensor parallel with the four MLA experiments and 4 MoE tiles"
     timeout 300 "$KIT/bin/cuda_tests" \
       --gtest_filter='*Mla*:*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*:*TensorParallel*' \
       --gtest_brief=1 > "$OUT/pending_mla.log" 2>&1 || rc=1
