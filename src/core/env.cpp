@@ -112,20 +112,24 @@ bool env_switch_on(std::string_view name) {
   return !v || *v != "0";
 }
 
+namespace {
+// The environment's value of declared switch `name`, else the table's default.
+std::string value_or_default(std::string_view name) {
+  if (auto v = env_value(name)) return *v;
+  for (const EnvSwitch& s : kSwitches)
+    if (name == s.name) return s.default_value;
+  return "";
+}
+}  // namespace
+
 bool env_flag(std::string_view name) {
-  std::string v = env_value(name).value_or("");
-  if (v.empty())
-    for (const EnvSwitch& s : kSwitches)
-      if (name == s.name) v = s.default_value;
+  const std::string v = value_or_default(name);
   TESSERA_CHECK(v == "0" || v == "1", "{}={}: expected 0 or 1", name, v);
   return v == "1";
 }
 
 int env_int(std::string_view name, int lo, int hi) {
-  std::string v = env_value(name).value_or("");
-  if (v.empty())
-    for (const EnvSwitch& s : kSwitches)
-      if (name == s.name) v = s.default_value;
+  const std::string v = value_or_default(name);
   int n = 0;
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
   TESSERA_CHECK(!v.empty() && ec == std::errc() && end == v.data() + v.size() && n >= lo && n <= hi,

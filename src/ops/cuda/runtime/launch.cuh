@@ -104,13 +104,6 @@ void launch_with_attributes(void (*kernel)(Params...), dim3 grid, dim3 block, si
   (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 
-template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      Args... args) {
-  if (!admit_launch(kernel, grid, block, smem, stream, dim3(1, 1, 1), args...)) return;
-  launch_with_attributes(kernel, grid, block, smem, stream, pdl_enabled(), dim3(1, 1, 1), args...);
-}
-
 // launch_dependent in clusters of shape `cluster` (each grid dimension a multiple of its size).
 template <typename... Params, typename... Args>
 void launch_dependent_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
@@ -119,7 +112,14 @@ void launch_dependent_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, 
   launch_with_attributes(kernel, grid, block, smem, stream, pdl_enabled(), cluster, args...);
 }
 
-// An ordinary launch (no programmatic serialization) in clusters of `cluster_y` blocks along y:
+// A dependent launch of single blocks (launch.cuh's head comment).
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args... args) {
+  launch_dependent_cluster(kernel, grid, block, smem, stream, dim3(1, 1, 1), args...);
+}
+
+// An ordinary launch (no programmatic serialization) in clusters of shape `cluster`:
 // for kernels whose blocks are too large to sit on an SM waiting for the kernel before them (a
 // waiting 1024-thread block holds what that kernel's next blocks need).
 template <typename... Params, typename... Args>

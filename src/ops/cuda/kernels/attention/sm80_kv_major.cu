@@ -129,9 +129,7 @@ __device__ void reduce_cluster_partials(const float (&o)[LAT / 16 / warps_for<LA
   float* o_s = reinterpret_cast<float*>(o_smem);
   mma::cp_async_wait<0>();  // the pipeline's last copies (zero fills past the end) have landed
   __syncthreads();          // every warp is done with the last tile; m and l are final
-  const float m_mine = threadIdx.x < NH ? m_final[threadIdx.x] : 0.0f;
-  __syncthreads();  // (m_final may be m_s: read before it is written)
-  if (threadIdx.x < NH) m_s[threadIdx.x] = m_mine;
+  if (threadIdx.x < NH) m_s[threadIdx.x] = m_final[threadIdx.x];  // each thread its own head
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
