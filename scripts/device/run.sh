@@ -18,17 +18,11 @@
 #                                                   cases); `verify serve`: serve_check.sh on
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
-#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: sampling in
-#                                                   clusters, the engine and the goldens; the MLA cases with each MLA
-#                                                   decode experiment on)
-#   bash device_carry/run.sh pending-more           and the bf16 MoE cases with 2 and 4 tiles, the goldens, engine,
-#                                                   graphs and tensor parallel with every experiment on
-#   bash device_carry/run.sh pending-time           and timed: bench kernels' sampling rows, the pacer's backlog share at
-#                                                   128 concurrent with 128- and 2048-token prompts arriving
-#   bash device_carry/run.sh mla-decode             MLA decode: bench kernels with TESSERA_MLA_DECODE_PREFETCH 0/1/2/4,
-#                                                   TESSERA_MLA_DECODE_FEWER_BARRIERS and TESSERA_MLA_DECODE_CLUSTERS 0/1,
-#                                                   then bench decode with TESSERA_MLA_EARLY_KV 0/1 (MLA_PREFETCH=N
-#                                                   MLA_FEWER_BARRIERS=B MLA_CLUSTERS=C set the others)
+#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: 4-pass
+#                                                   sampling and 2 MoE tiles by default, the KV-major MLA kernel
+#                                                   without its removed experiments, the remaining ones on)
+#   bash device_carry/run.sh pending-time           and timed: MoE tiles by the step against 1 at 128 concurrent, a
+#                                                   decode-only trace at 128, the early MLA launch at 32k
 #   bash device_carry/run.sh moe-tiles              TESSERA_MOE_GROUPED_TILES 1/2/4: bench offline at 128 concurrent on issue 19's
 #                                                   checkpoint (64 experts), alternated, and with prompts arriving
 #   bash device_carry/run.sh pacer-ab               the pacer's backlog share and clustered sampling against the baseline
@@ -276,89 +270,51 @@ case "$what" in
     done
     exit $rc ;;
   pending)
-    # What waits for a GPU (session of 2026-12-06, fourth), checked: sampling in clusters of up to 8
-    # blocks a row (sm_90+) as an ordinary launch, against the CPU reference over shapes that take
-    # 1, 2, 4 and 8 blocks, also with TESSERA_SAMPLE_FEWER_PASSES=1 (not yet run); the engine tests
-    # on the GPU (the pacer's backlog share runs in every engine step), the goldens and fixture
-    # models. Then `run.sh pending-time` (its bench kernels rows time the fewer passes) and
-    # `run.sh pacer-ab`.
-    echo "== sampling, engine, goldens and fixture models"
+    # What waits for a GPU (session of 2026-12-06, sixth), checked: the new defaults (4-pass top-p
+    # sampling, 2 tiles of bf16 routed experts where a step averages more than 8 pairs an expert;
+    # the 7-pass sampling path compared too) and the KV-major MLA kernel without the removed prefetch
+    # and fewer-barriers instances: sampling, tiles rule, goldens, fixture models, engine, graphs;
+    # the MLA cases by default and with each remaining experiment; the bf16 MoE cases.
     rc=0
-    timeout 300 "$KIT/bin/cuda_tests" --gtest_filter='*Sampling*:*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*' \
+    echo "== sampling, tiles rule, goldens, fixture models, engine, graphs"
+    timeout 300 "$KIT/bin/cuda_tests" \
+      --gtest_filter='*Sampling*:*MoeGroupedTiles*:*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*:*MlaSplits*' \
       --gtest_brief=1 > "$OUT/pending_tests.log" 2>&1 || rc=1
     show "$OUT/pending_tests.log"
     grep "\[ sampling \]" "$OUT/pending_tests.log" || true
-    # Session of 2026-12-06, fifth (no GPU): the MLA decode combine's split loads unrolled (on by
-    # default), and four experiments (off): TESSERA_MLA_DECODE_PREFETCH, TESSERA_MLA_EARLY_KV,
-    # TESSERA_MLA_DECODE_FEWER_BARRIERS, TESSERA_MLA_DECODE_CLUSTERS: the MLA cases with each alone.
-    # Then `run.sh pending-more` (MoE tiles, the engine paths with everything on), `run.sh mla-decode`.
     mla_cases='*CudaAgainstCpu/mla_attention*:*CudaAgainstCpu/mla_attend_latent*'
-    for sw in TESSERA_MLA_DECODE_PREFETCH=2 TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_FEWER_BARRIERS=1 \
-      TESSERA_MLA_DECODE_CLUSTERS=1; do
+    for sw in TESSERA_MLA_EARLY_KV=0 TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_CLUSTERS=1; do
       echo "== MLA cases with $sw"
       env "$sw" timeout 200 "$KIT/bin/backend_ops_tests" --gtest_filter="$mla_cases" --gtest_brief=1 \
-        > "$OUT/pending_mla_${sw%%=*}.log" 2>&1 || rc=1
-      show "$OUT/pending_mla_${sw%%=*}.log"
+        > "$OUT/pending_mla_${sw//=/_}.log" 2>&1 || rc=1
+      show "$OUT/pending_mla_${sw//=/_}.log"
     done
-    exit $rc ;;
-  pending-more)
-    # The rest of what waits for a GPU (a second call: each part takes minutes): the bf16 MoE cases
-    # (the quantized ones do not run these kernels) with TESSERA_MOE_GROUPED_TILES 2 and 4, then the
-    # goldens, fixture models, engine, graphs and tensor parallel with every experiment on.
-    rc=0
-    for n in 2 4; do
-      echo "== bf16 MoE cases with TESSERA_MOE_GROUPED_TILES=$n"
-      TESSERA_MOE_GROUPED_TILES=$n timeout 200 "$KIT/bin/backend_ops_tests" \
-        --gtest_filter='*CudaAgainstCpu/moe*-*nvfp4*:*fp8*' --gtest_brief=1 \
-        > "$OUT/pending_moe_tiles$n.log" 2>&1 || rc=1
-      show "$OUT/pending_moe_tiles$n.log"
-    done
-    export TESSERA_MOE_GROUPED_TILES=4
-    export TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_PREFETCH=2 TESSERA_MLA_DECODE_FEWER_BARRIERS=1
-    export TESSERA_MLA_DECODE_CLUSTERS=1
-    echo "== goldens, fixture models, engine, graphs, tensor parallel with the four MLA experiments and 4 MoE tiles"
-    timeout 300 "$KIT/bin/cuda_tests" \
-      --gtest_filter='*Mla*:*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*:*TensorParallel*' \
-      --gtest_brief=1 > "$OUT/pending_mla.log" 2>&1 || rc=1
-    show "$OUT/pending_mla.log"
+    echo "== bf16 MoE cases, tiles by the step"
+    timeout 200 "$KIT/bin/backend_ops_tests" --gtest_filter='*CudaAgainstCpu/moe*-*nvfp4*:*fp8*' --gtest_brief=1 \
+      > "$OUT/pending_moe.log" 2>&1 || rc=1
+    show "$OUT/pending_moe.log"
     exit $rc ;;
   pending-time)
-    # And timed: bench kernels' sampling rows (the blocks a row gets against one), then the pacer's
-    # backlog share at 128 concurrent with 128-token prompts (twice) and 2048-token prompts arriving
-    # at 20 req/s (run.sh pacer-ab's rows; its baseline 8b11d7c on an H100 gave ITL p50 14.26 /
-    # 14.27 ms and p99 27.10 / 26.37 ms with 128-token prompts, 644 tok/s and TTFT p50 47.4 s with
-    # 2048-token ones).
-    tessera bench kernels --filter sample --iterations 50 2>&1 | grep -E "ceiling|sample" || true
+    # And timed: bench offline at 128 concurrent with tiles by the step (2 there) against 1,
+    # alternated; a decode-only trace at 128 (16-token prompts: where a ~14 ms step goes against
+    # ~7 ms of bytes on an H100); the early MLA launch at 32k context (batch 1 and 16: batch 128
+    # at 32k does not fit an 80 GB card).
     dir=$(issue19_checkpoint)
-    for len in 128 128 2048; do
-      echo "== 128 concurrent, $len-token prompts arriving at 20 req/s"
-      timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len $len \
-        --output-len 256 --num-requests 384 --concurrency 128 --request-rate 20 --skip-self-check 2>&1 |
-        grep -E "output tokens/s|TTFT|ITL|engine:|decode graphs" | cut -c1-110 || true
-    done ;;
-  mla-decode)
-    # The MLA decode experiments of 2026-12-06 (fifth session), timed: bench kernels' batch-1 rows at
-    # 8k / 32k / 128k context and batch 128 at 8k, for (prefetch tiles, fewer barriers, clusters)
-    # (issue 19's goals: batch 1 x 32k at >= 60% of copy bandwidth for 8 heads, >= 50% for 64;
-    # 8 heads x batch 128 x 8k >= 90%), then bench decode (bf16, batch 1 / 16 / 128, 32k context)
-    # with TESSERA_MLA_EARLY_KV 0 and 1 alternated twice, the others at MLA_PREFETCH (default 2),
-    # MLA_FEWER_BARRIERS (1) and MLA_CLUSTERS (1).
-    for v in "0 0 0" "1 0 0" "2 0 0" "4 0 0" "0 1 0" "0 0 1" "2 1 1" "0 0 0"; do
-      set -- $v
-      echo "== TESSERA_MLA_DECODE_PREFETCH=$1 TESSERA_MLA_DECODE_FEWER_BARRIERS=$2 TESSERA_MLA_DECODE_CLUSTERS=$3"
-      export TESSERA_MLA_DECODE_PREFETCH=$1 TESSERA_MLA_DECODE_FEWER_BARRIERS=$2 TESSERA_MLA_DECODE_CLUSTERS=$3
-      tessera bench kernels --filter mla_decode --batch 1 --heads 8 --heads 64 --context 8192 --context 32768 \
-        --context 131072 --iterations 50 2>&1 | grep -E "ceiling|mla_decode" | cut -c1-120 || true
-      tessera bench kernels --filter mla_decode --batch 128 --heads 8 --heads 64 --context 8192 --iterations 20 2>&1 |
-        grep -E "mla_decode" | cut -c1-120 || true
+    for n in 0 1 0 1; do
+      echo "== TESSERA_MOE_GROUPED_TILES=$n, 128 concurrent"
+      TESSERA_MOE_GROUPED_TILES=$n timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB \
+        --input-len 128 --output-len 256 --num-requests 256 --concurrency 128 --skip-self-check 2>&1 |
+        grep -E "output tokens/s|ITL" | cut -c1-110 || true
     done
-    export TESSERA_MLA_DECODE_PREFETCH="${MLA_PREFETCH:-2}" TESSERA_MLA_DECODE_FEWER_BARRIERS="${MLA_FEWER_BARRIERS:-1}"
-    export TESSERA_MLA_DECODE_CLUSTERS="${MLA_CLUSTERS:-1}"
+    echo "== bench offline --trace, 128 concurrent, 16-token prompts (decode steps)"
+    timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len 16 --output-len 128 \
+      --num-requests 128 --concurrency 128 --skip-self-check --trace > "$OUT/trace128_decode.log" 2>&1 || true
+    grep -E "ITL|output tokens/s|decode graphs" "$OUT/trace128_decode.log" | cut -c1-150 || true
+    sed -n '/kernels of the run/,$p' "$OUT/trace128_decode.log" | head -45 | cut -c1-170
     for e in 0 1 0 1; do
-      echo "== TESSERA_MLA_EARLY_KV=$e (prefetch $TESSERA_MLA_DECODE_PREFETCH, fewer barriers" \
-        "$TESSERA_MLA_DECODE_FEWER_BARRIERS, clusters $TESSERA_MLA_DECODE_CLUSTERS), bench decode bf16"
-      TESSERA_MLA_EARLY_KV=$e tessera bench decode --device cuda --synthetic kimi-k2.5 --layers 3 --batch 1,16,128 \
-        --context 32768 --steps 20 2>&1 | tail -4
+      echo "== TESSERA_MLA_EARLY_KV=$e, bench decode bf16 at 32k"
+      TESSERA_MLA_EARLY_KV=$e timeout 60 tessera bench decode --device cuda --synthetic kimi-k2.5 --layers 3 --batch 1,16 \
+        --context 32768 --steps 20 2>&1 | tail -3
     done ;;
   moe-tiles)
     # TESSERA_MOE_GROUPED_TILES 1 / 2 / 4 (2026-12-06, fifth session): issue 19's checkpoint has 64

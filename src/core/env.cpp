@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 32> kSwitches{{
+constexpr std::array<EnvSwitch, 30> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -28,10 +28,10 @@ constexpr std::array<EnvSwitch, 32> kSwitches{{
     {"TESSERA_EXPERT_PREFETCH", "0",
      "K blocks ahead the quantized MMA kernels (experts, dense NVFP4/FP8) ask L2 for their weights; 0: none "
      "(an experiment, A/B)"},
-    {"TESSERA_MOE_GROUPED_TILES", "1",
-     "tiles of 16 pairs the bf16 routed experts' tensor-core kernels multiply by each weight fragment they stream: 1, "
-     "2 or 4 (an expert of up to 16 x N pairs then streams its weights once; an experiment, not yet run on a GPU: "
-     "A/B)"},
+    {"TESSERA_MOE_GROUPED_TILES", "0",
+     "tiles of 16 pairs the bf16 routed experts' tensor-core kernels multiply by each weight fragment they stream "
+     "(an expert of up to 16 x N pairs then streams its weights once): 1, 2 or 4; 0: by the step, 2 where it "
+     "averages more than 8 pairs an expert, else 1 (A/B)"},
     {"TESSERA_EXPERT_RING", "1",
      "0: quantized (NVFP4, FP8) routed experts on sm_90a stream their weights into registers (quant_expert_mma_kernel) "
      "instead of through the shared-memory ring a producer warp fills by TMA (A/B)"},
@@ -54,24 +54,17 @@ constexpr std::array<EnvSwitch, 32> kSwitches{{
     {"TESSERA_SAMPLE_CLUSTERS", "1",
      "0: sampling reads a row with one block instead of a cluster of up to 8 (sm_90+; 33 against 158 us for a "
      "163840-token row at batch 1 on an H100) (A/B)"},
-    {"TESSERA_SAMPLE_FEWER_PASSES", "0",
-     "1: top-p sampling takes its total from the first radix pass, and a radix selection's last two passes read "
-     "the first pass's bin from shared memory (4 passes over the row instead of 7) (an experiment, not yet run on "
-     "a GPU: A/B)"},
-    {"TESSERA_MLA_DECODE_PREFETCH", "0",
-     "tiles of 32 cache rows ahead of its loads that the KV-major MLA decode kernel asks L2 for, 0 to 16; 0: none "
-     "(an experiment, not yet run on a GPU: A/B)"},
+    {"TESSERA_SAMPLE_FEWER_PASSES", "1",
+     "0: top-p sampling makes 7 passes over a row instead of 4 (its total in a pass of its own, a radix "
+     "selection's last two passes over the row rather than the first pass's bin in shared memory; the same "
+     "tokens; 670 against 548 us at batch 128 on an H100) (A/B)"},
     {"TESSERA_MLA_EARLY_KV", "0",
      "1: the KV-major MLA decode kernel of a decode step starts (a dependent launch) while the kernel before it "
-     "runs and copies the cache rows of earlier steps before waiting for it (an experiment, not yet run on a GPU: "
-     "A/B)"},
-    {"TESSERA_MLA_DECODE_FEWER_BARRIERS", "0",
-     "1: the KV-major MLA decode kernel runs its instance with three block-wide barriers a tile instead of five "
-     "(the same values; an experiment, not yet run on a GPU: A/B)"},
+     "runs and copies the cache rows of earlier steps before waiting for it (an experiment, A/B)"},
     {"TESSERA_MLA_DECODE_CLUSTERS", "0",
      "1: the KV-major MLA decode kernel's context splits run in clusters of up to 8 (sm_90+) that merge their "
      "partials through distributed shared memory, so the combine reads one partial a cluster, or none runs (an "
-     "experiment, not yet run on a GPU: A/B)"},
+     "experiment, slower on an H100: 44 against 31 us at batch 1, 8 heads and 32k context; A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

@@ -67,24 +67,24 @@ TEST(Env, StrictFlagTakesItsDefaultAndRejectsOtherValues) {
 
 TEST(Env, WholeNumberTakesItsDefaultAndRejectsOtherValuesByName) {
   // Declared with default "0" in core/env.cpp.
-  ::unsetenv("TESSERA_MLA_DECODE_PREFETCH");
-  EXPECT_EQ(core::env_int("TESSERA_MLA_DECODE_PREFETCH", 0, 16), 0);
-  ::setenv("TESSERA_MLA_DECODE_PREFETCH", "3", 1);
-  EXPECT_EQ(core::env_int("TESSERA_MLA_DECODE_PREFETCH", 0, 16), 3);
-  ::setenv("TESSERA_MLA_DECODE_PREFETCH", "16", 1);
-  EXPECT_EQ(core::env_int("TESSERA_MLA_DECODE_PREFETCH", 0, 16), 16);
-  for (const char* bad : {"17", "-1", "2x", "two", " 2"}) {
-    ::setenv("TESSERA_MLA_DECODE_PREFETCH", bad, 1);
+  ::unsetenv("TESSERA_EXPERT_PREFETCH");
+  EXPECT_EQ(core::env_int("TESSERA_EXPERT_PREFETCH", 0, 64), 0);
+  ::setenv("TESSERA_EXPERT_PREFETCH", "3", 1);
+  EXPECT_EQ(core::env_int("TESSERA_EXPERT_PREFETCH", 0, 64), 3);
+  ::setenv("TESSERA_EXPERT_PREFETCH", "64", 1);
+  EXPECT_EQ(core::env_int("TESSERA_EXPERT_PREFETCH", 0, 64), 64);
+  for (const char* bad : {"65", "-1", "2x", "two", " 2"}) {
+    ::setenv("TESSERA_EXPERT_PREFETCH", bad, 1);
     try {
-      (void)core::env_int("TESSERA_MLA_DECODE_PREFETCH", 0, 16);
-      ADD_FAILURE() << "TESSERA_MLA_DECODE_PREFETCH=" << bad << " was taken";
+      (void)core::env_int("TESSERA_EXPERT_PREFETCH", 0, 64);
+      ADD_FAILURE() << "TESSERA_EXPERT_PREFETCH=" << bad << " was taken";
     } catch (const core::Error& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find(std::string("TESSERA_MLA_DECODE_PREFETCH=") + bad), std::string::npos) << what;
-      EXPECT_NE(what.find("from 0 to 16"), std::string::npos) << what;
+      EXPECT_NE(what.find(std::string("TESSERA_EXPERT_PREFETCH=") + bad), std::string::npos) << what;
+      EXPECT_NE(what.find("from 0 to 64"), std::string::npos) << what;
     }
   }
-  ::unsetenv("TESSERA_MLA_DECODE_PREFETCH");
+  ::unsetenv("TESSERA_EXPERT_PREFETCH");
 }
 
 TEST(Env, EverySwitchHasADocAndAUniqueName) {

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "core/dtype.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "model/golden_util.h"
 #include "ops/cpu/cpu_ops.h"
@@ -832,6 +833,20 @@ TEST(MlaSplits, CountsKeepTheSplitsBusyAndChangeRarelyAsTheContextGrows) {
             EXPECT_LE(changes, 8) << tokens << " tokens, " << heads << " heads, " << sms << " SMs, from " << start;
           }
         }
+}
+
+// The bf16 grouped expert kernels' tiles of 16 pairs a weight fragment: two once a step averages
+// more than 8 pairs an expert (issue 19's batch 128 over 64 experts: 16), one below (the second
+// tile would sit idle and cost its registers).
+TEST(MoeGroupedTiles, TwoTilesOnceAnExpertAveragesMoreThanEightPairs) {
+  if (core::env_value("TESSERA_MOE_GROUPED_TILES").value_or("0") != "0")
+    GTEST_SKIP() << "TESSERA_MOE_GROUPED_TILES forces a count";
+  EXPECT_EQ(ops::cuda::moe_grouped_tiles(128 * 8, 64), 2);
+  EXPECT_EQ(ops::cuda::moe_grouped_tiles(256 * 8, 64), 2);
+  EXPECT_EQ(ops::cuda::moe_grouped_tiles(64 * 8, 64), 1);  // 8 an expert
+  EXPECT_EQ(ops::cuda::moe_grouped_tiles(65 * 8, 64), 2);
+  EXPECT_EQ(ops::cuda::moe_grouped_tiles(128 * 8, 384), 1);  // Kimi-K2.5's 384 experts at batch 128
+  EXPECT_EQ(ops::cuda::moe_grouped_tiles(1, 64), 1);
 }
 
 // TESSERA_MLA_DECODE_CLUSTERS: a step's splits run in clusters of the largest power of two up to

@@ -201,12 +201,13 @@ void SamplingCudaTest::compare_shapes(const char* label) {
 
 TEST_F(SamplingCudaTest, MatchesTheCpuReferenceOverShapesAndMixedParameters) { compare_shapes("default"); }
 
-// TESSERA_SAMPLE_FEWER_PASSES=1: top-p's total from the first radix pass, the last two passes over
-// the first pass's bin in shared memory (kind 7's rows, shaped like a model's, keep that bin small
-// enough; the other kinds also take the fallback over the row).
-TEST_F(SamplingCudaTest, FewerPassesGiveTheSameTokens) {
-  ::setenv("TESSERA_SAMPLE_FEWER_PASSES", "1", 1);
-  compare_shapes("fewer passes");
+// The default (TESSERA_SAMPLE_FEWER_PASSES=1) takes top-p's total from the first radix pass and runs
+// the last two passes over the first pass's bin in shared memory (kind 7's rows, shaped like a
+// model's, keep that bin small enough; the other kinds also take the fallback over the row). The
+// seven passes over the row (0) must give the same tokens too.
+TEST_F(SamplingCudaTest, SevenPassesGiveTheSameTokens) {
+  ::setenv("TESSERA_SAMPLE_FEWER_PASSES", "0", 1);
+  compare_shapes("seven passes");
   ::unsetenv("TESSERA_SAMPLE_FEWER_PASSES");
 }
 

@@ -142,18 +142,15 @@ constexpr int kMlaMaxSplits = 256;
 // context growth (each change makes a recorded decode graph stale).
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
                           MlaKernel kernel = MlaKernel::kKvMajor);
-// How the MLA decode kernels are launched (experiments, attention/sm80_kv_major.cu): L2 requests
-// `prefetch_tiles` tiles ahead of the loads (also the wgmma kernel's); `early`: a dependent launch
-// whose blocks start copying the rows earlier steps wrote before the kernel before it has finished;
-// `fewer_barriers`: the instance with three block-wide barriers a tile instead of five; `cluster`:
-// up to this many consecutive context splits merge their partials in a cluster (sm_90+; 1 = none).
+// How the KV-major MLA decode kernel is launched (experiments, attention/sm80_kv_major.cu): `early`:
+// a dependent launch whose blocks start copying the rows earlier steps wrote before the kernel
+// before it has finished; `cluster`: up to this many consecutive context splits merge their
+// partials in a cluster (sm_90+; 1 = none).
 struct MlaDecodeLaunch {
-  int prefetch_tiles = 0;
   bool early = false;
-  bool fewer_barriers = false;
   int cluster = 1;
 };
-// What the TESSERA_MLA_DECODE_* / TESSERA_MLA_EARLY_KV switches ask for on a device of compute
+// What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV switches ask for on a device of compute
 // capability `sm` (10 x major + minor), in a step where every token is its sequence's only new one
 // (`one_token_a_sequence`: the cache rows before each token's position were written by earlier
 // steps, which `early` needs) or not.
@@ -215,14 +212,11 @@ bool ab_switch_on(const char* name);
 // none; an experiment, quant/grouped_mma.cu). Read once; throws core::Error naming the variable for
 // a value that is not a number from 0 to 64.
 int expert_prefetch_blocks();
-// TESSERA_MOE_GROUPED_TILES: tiles of 16 pairs the bf16 grouped expert kernels multiply by each
-// weight fragment they stream (1, the default, 2 or 4; an experiment, moe/grouped.cu). Read once;
-// throws core::Error naming the variable for another value.
-int moe_grouped_tiles();
-// TESSERA_MLA_DECODE_PREFETCH: tiles ahead that the MLA decode kernels ask L2 for (0, the default:
-// none; an experiment). Read once; throws core::Error naming the variable for a value that is not
-// a number from 0 to 16.
-int mla_decode_prefetch_tiles();
+// Tiles of 16 pairs the bf16 grouped expert kernels multiply by each weight fragment they stream
+// (moe/grouped.cu), for a step of `pairs` (token, expert) pairs over `experts` routed experts: 2
+// where an expert averages more than 8 pairs, else 1; TESSERA_MOE_GROUPED_TILES=1|2|4 forces a
+// count (read once; throws core::Error naming the variable for another value).
+int moe_grouped_tiles(int64_t pairs, int64_t experts);
 // TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
 // (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.
 bool expert_ring_enabled();

@@ -27,28 +27,25 @@ int expert_prefetch_blocks() {
   return blocks;
 }
 
-int moe_grouped_tiles() {
-  static const int tiles = [] {
-    const int n = core::env_int("TESSERA_MOE_GROUPED_TILES", 1, 4);
-    TESSERA_CHECK(n != 3, "TESSERA_MOE_GROUPED_TILES=3: expected 1, 2 or 4");
+int moe_grouped_tiles(int64_t pairs, int64_t experts) {
+  static const int forced = [] {
+    const int n = core::env_int("TESSERA_MOE_GROUPED_TILES", 0, 4);
+    TESSERA_CHECK(n != 3, "TESSERA_MOE_GROUPED_TILES=3: expected 0 (by the step), 1, 2 or 4");
     return n;
   }();
-  return tiles;
-}
-
-int mla_decode_prefetch_tiles() {
-  static const int tiles = core::env_int("TESSERA_MLA_DECODE_PREFETCH", 0, 16);
-  return tiles;
+  if (forced != 0) return forced;
+  // Measured on an H100 (issue 19's checkpoint, 64 experts): at batch 128, 16 pairs an expert on
+  // average, 2 tiles gave 7,950 against 7,370 tok/s (an expert of 17-32 pairs streams its weights
+  // once instead of twice), 4 tiles no more (their 128 registers a thread). Fewer pairs leave the
+  // second tile idle and cost only its registers: one tile there, as before.
+  return pairs > 8 * experts ? 2 : 1;
 }
 
 MlaDecodeLaunch mla_decode_launch(int sm, bool one_token_a_sequence) {
   static const bool early = core::env_flag("TESSERA_MLA_EARLY_KV");
-  static const bool fewer_barriers = core::env_flag("TESSERA_MLA_DECODE_FEWER_BARRIERS");
   static const bool clusters = core::env_flag("TESSERA_MLA_DECODE_CLUSTERS");
   MlaDecodeLaunch how;
-  how.prefetch_tiles = mla_decode_prefetch_tiles();
   how.early = early && one_token_a_sequence;
-  how.fewer_barriers = fewer_barriers;
   how.cluster = clusters && sm >= 90 ? 8 : 1;  // 8: the portable cluster size
   return how;
 }

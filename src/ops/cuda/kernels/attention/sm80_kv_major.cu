@@ -16,21 +16,15 @@
 // bf16 tile 36.5 KB + staging 2 x 18 KB + P, reductions 7.8 KB = 98.5 KB (bf16 path: two tiles,
 // 99 KB), within the 99 KB a block may use on SM120.
 //
-// Four experiments for batch 1 at long context, where a block's tiles arrive one DRAM round trip
-// after another (a tile is requested only when the one before has landed; Nsight Compute: 1.9 TB/s
-// at 32k context, docs/PERFORMANCE.md), all off by default until measured (MlaDecodeLaunch):
-// - `prefetch_tiles` > 0 (TESSERA_MLA_DECODE_PREFETCH): each block asks L2 for the rows of the tile
-//   `prefetch_tiles` beyond the one it is loading, so that DRAM works ahead of the cp.async pipeline
-//   without more shared memory (a hint: no effect on the values).
+// Experiments for batch 1 at long context, where a block's tiles arrive one DRAM round trip after
+// another (a tile is requested only when the one before has landed; Nsight Compute: 1.9 TB/s at
+// 32k context, docs/PERFORMANCE.md), off by default (MlaDecodeLaunch). (Two more were measured
+// slower or no faster on an H100 and removed: an L2 prefetch some tiles ahead of the loads, and an
+// instance with three block-wide barriers a tile instead of five.)
 // - `early` (TESSERA_MLA_EARLY_KV; a dependent launch, launch.cuh): the block looks up and starts
 //   copying its first tiles' rows that earlier steps wrote (positions before its token's: a decode
 //   step adds one row a sequence, at the token's position) before waiting for the kernel before it,
 //   and reads q and the token's own row only after the wait.
-// - LEAN (TESSERA_MLA_DECODE_FEWER_BARRIERS) shortens each tile's chain of barriers from five
-//   block-wide ones to three and a barrier of warps 0 and 1: those two warps (the softmax of the
-//   two position halves) each compute the new running maxima from the column maxima themselves
-//   (the same values, bit for bit), and warp 0 stores them, in one of two buffers by tile parity
-//   so that warp 1 never reads a maximum warp 0 has already replaced, with the rescale factors.
 // - `cluster` > 1 (TESSERA_MLA_DECODE_CLUSTERS, sm_90+): consecutive splits merge their partials
 //   in a cluster before the combine (reduce_cluster_partials).
 #include <cooperative_groups.h>
@@ -61,22 +55,6 @@ __host__ __device__ constexpr int warps_for() {
   return LAT >= 512 ? 8 : 4;
 }
 
-// Asks L2 for `bytes` (a multiple of 16) at `p`, as one bulk request on sm_90+, else one request
-// per 128-byte line from the `lanes` threads that share the row (this one is `lane` of them).
-__device__ __forceinline__ void prefetch_row_l2(const void* p, int bytes, int lane, int lanes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (lane == 0)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(p)), "r"(bytes)
-                 : "memory");
-#else
-  for (int b = 128 * lane; b < bytes; b += 128 * lanes)
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const unsigned char*>(p) + b));
-#endif
-}
-
-// Warps 0 and 1 (the two position halves' softmax) meet here; the other warps go on.
-__device__ __forceinline__ void pair_barrier() { asm volatile("bar.sync 1, 64;\n" ::: "memory"); }
-
 template <int NH, int LAT, int ROPE, int STAGES, bool FP8 = false>
 struct Layout {
   static constexpr int kWarps = warps_for<LAT>();
@@ -96,7 +74,7 @@ struct Layout {
   static constexpr size_t kStageBytes = FP8 ? STAGES * kTp * kEntry : 0;
   static constexpr size_t kPBytes = NH * kPStride * 2;
   static constexpr size_t kSredBytes = (kKGroups - 1) * 2 * 16 * NH * 4;  // Sᵀ partials of K parts 1..
-  static constexpr size_t kStatBytes = (2 * 2 * NH + 4 * NH) * 4;  // col max/sum of warps 0,1; m, l, alpha, m (LEAN)
+  static constexpr size_t kStatBytes = (2 * 2 * NH + 4 * NH) * 4;  // col max/sum of warps 0,1; m, l, alpha, spare
   static constexpr size_t kSmem = kQBytes + kKBytes + kStageBytes + kPBytes + kSredBytes + kStatBytes;
   static_assert(LAT % (16 * kWarps) == 0 && ROPE % 16 == 0, "latent must split into 16-row tiles over the warps");
   static_assert(kKSteps >= kKGroups && kTp * kThreadsPerRow == kWarps * 32, "K parts and tile rows to share out");
@@ -110,16 +88,16 @@ struct Layout {
 // head group) form a cluster along x, and merge their partials through distributed shared memory
 // into one partial, `part` = split / cluster of gridDim.x / cluster; with one part it is the
 // normalised output (as a single split's is), so no combine runs. Each block first puts its Oᵀ
-// ([NH][LAT] fp32, times `o_scale`) over its free tile buffers (`o_smem`) and its final running
-// maxima into m_s; threads < NH of each block then take every block's m and l for the merge
+// ([NH][LAT] fp32, times `o_scale`) over its free tile buffers (`o_smem`) (its final running maxima
+// are in m_s); threads < NH of each block then take every block's m and l for the merge
 // factors (in `factors`, the free Sᵀ partials), and block `rank` merges latent columns [rank,
 // rank + 1) x LAT / cluster of every head. A cluster barrier before (the partials are complete
 // and visible) and after (no block leaves while another reads its shared memory).
 template <int NH, int LAT>
 __device__ void reduce_cluster_partials(const float (&o)[LAT / 16 / warps_for<LAT>()][NH / 8][4], unsigned char* o_smem,
-                                        float* factors, float* m_s, const float* l_s, const float* m_final,
-                                        float o_scale, int cluster, int heads, int h0, int t, int tokens,
-                                        float* __restrict__ o_part, float* __restrict__ ml_part) {
+                                        float* factors, const float* m_s, const float* l_s, float o_scale, int cluster,
+                                        int heads, int h0, int t, int tokens, float* __restrict__ o_part,
+                                        float* __restrict__ ml_part) {
   namespace cg = cooperative_groups;
   constexpr int kWarps = warps_for<LAT>(), kLatPerWarp = LAT / kWarps, kMTiles = kLatPerWarp / 16, kNTiles = NH / 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -129,7 +107,6 @@ __device__ void reduce_cluster_partials(const float (&o)[LAT / 16 / warps_for<LA
   float* o_s = reinterpret_cast<float*>(o_smem);
   mma::cp_async_wait<0>();  // the pipeline's last copies (zero fills past the end) have landed
   __syncthreads();          // every warp is done with the last tile; m and l are final
-  if (threadIdx.x < NH) m_s[threadIdx.x] = m_final[threadIdx.x];  // each thread its own head
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
@@ -178,12 +155,12 @@ __device__ void reduce_cluster_partials(const float (&o)[LAT / 16 / warps_for<LA
 #endif
 
 // CacheT: __nv_bfloat16 (FP8 false), or uint8_t holding e4m3 values q · kv_scale (FP8 true).
-template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT, bool LEAN>
+template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT>
 __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
                            const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page, float scale,
-                           float kv_scale, float* __restrict__ o_part, float* __restrict__ ml_part, int prefetch_tiles,
-                           bool early, int cluster) {
+                           float kv_scale, float* __restrict__ o_part, float* __restrict__ ml_part, bool early,
+                           int cluster) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride, kWarps = L::kWarps, kTpr = L::kThreadsPerRow;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -197,7 +174,6 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
   float* m_s = colsum + 2 * NH;                                                               // [NH]
   float* l_s = m_s + NH;
   float* alpha_s = l_s + NH;
-  float* m_alt = alpha_s + NH;  // LEAN: the running maxima of odd tiles (m_s: even), [NH]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int split = blockIdx.x, t = blockIdx.y, h0 = blockIdx.z * NH;
@@ -232,9 +208,6 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     copy_row(src, stage);
     cp_async_commit();
   };
-  auto prefetch = [&](const CacheT* src) {
-    if (src) prefetch_row_l2(src, E * static_cast<int>(sizeof(CacheT)), my_sub, kTpr);
-  };
   // Prologue: tiles 0 .. STAGES-2 in flight (a group is committed even when empty, so that the
   // wait below always counts the same number of groups). With `early`, the rows earlier steps
   // wrote are copied before the wait for the kernel before this one (which may still be writing
@@ -249,10 +222,6 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     for (int st = 0; st < STAGES - 1; ++st)
       if (written_before(st)) copy_row(first_src[st], st);
   }
-  // The window of L2 requests: tiles STAGES-1 .. STAGES-2 + prefetch_tiles (the loop keeps it
-  // prefetch_tiles ahead of the tile it loads).
-  for (int j = 0; j < prefetch_tiles; ++j) prefetch(row_source(STAGES - 1 + j));
-  const CacheT* prefetch_src = prefetch_tiles > 0 ? row_source(STAGES - 1 + prefetch_tiles) : nullptr;
   if (early) pdl_wait();
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
@@ -307,11 +276,6 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     // Refill the stage tile - 1 used with tile + STAGES - 1.
     load_tile(next_src, (tile + STAGES - 1) % STAGES);
     next_src = row_source(tile + STAGES);
-    if (prefetch_tiles > 0) {
-      // Looked up an iteration ahead, like next_src: a lookup used at once would stall the warp.
-      prefetch(prefetch_src);
-      prefetch_src = row_source(tile + STAGES + prefetch_tiles);
-    }
     const __nv_bfloat16* kt = ks + (FP8 ? 0 : stage) * kTp * S;
     if constexpr (FP8) {
       // Each thread converts the pieces it copied (its own cp.async writes are visible to it after
@@ -384,48 +348,20 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
           colmax[mt * NH + 8 * nt + 2 * c + 1] = mx[nt][1];
         }
     }
-    // The running maxima of this lane's heads 8 nt + 2c (+1) after this tile.
-    float m_row[L::kNTiles][2];
-    if constexpr (LEAN) {
-      if (kg == 0) {
-        pair_barrier();  // both position halves' column maxima are in colmax
-        const float* m_cur = (tile & 1) ? m_alt : m_s;
-        float* m_next = (tile & 1) ? m_s : m_alt;
-#pragma unroll
-        for (int nt = 0; nt < L::kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int h = 8 * nt + 2 * c + e;
-            const float m_old = m_cur[h];
-            m_row[nt][e] = fmaxf(m_old, fmaxf(colmax[h], colmax[NH + h]));
-            if (warp == 0 && g == 0) {  // warp 1 computed the same values
-              m_next[h] = m_row[nt][e];
-              alpha_s[h] = __expf(m_old - m_row[nt][e]);
-            }
-          }
-      }
-    } else {
-      __syncthreads();
-      if (threadIdx.x < NH) {
-        const int h = threadIdx.x;
-        const float m_new = fmaxf(m_s[h], fmaxf(colmax[h], colmax[NH + h]));
-        alpha_s[h] = __expf(m_s[h] - m_new);
-        m_s[h] = m_new;
-      }
-      __syncthreads();
-      if (kg == 0)
-#pragma unroll
-        for (int nt = 0; nt < L::kNTiles; ++nt) {
-          m_row[nt][0] = m_s[8 * nt + 2 * c];
-          m_row[nt][1] = m_s[8 * nt + 2 * c + 1];
-        }
+    __syncthreads();
+    if (threadIdx.x < NH) {
+      const int h = threadIdx.x;
+      const float m_new = fmaxf(m_s[h], fmaxf(colmax[h], colmax[NH + h]));
+      alpha_s[h] = __expf(m_s[h] - m_new);
+      m_s[h] = m_new;
     }
+    __syncthreads();
     if (kg == 0) {
       float sum[L::kNTiles][2];
 #pragma unroll
       for (int nt = 0; nt < L::kNTiles; ++nt) {
         const int hh = 8 * nt + 2 * c;
-        const float m0 = m_row[nt][0], m1 = m_row[nt][1];
+        const float m0 = m_s[hh], m1 = m_s[hh + 1];
         const float p0 = __expf(s[nt][0] - m0), p1 = __expf(s[nt][1] - m1);
         const float p2 = __expf(s[nt][2] - m0), p3 = __expf(s[nt][3] - m1);
         const int pos = 16 * mt + g;
@@ -489,8 +425,8 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (cluster > 1) {
-    reduce_cluster_partials<NH, LAT>(o, smem_raw + L::kQBytes, sred, m_s, l_s, LEAN && (ntiles & 1) ? m_alt : m_s,
-                                     FP8 ? kv_scale : 1.0f, cluster, heads, h0, t, tokens, o_part, ml_part);
+    reduce_cluster_partials<NH, LAT>(o, smem_raw + L::kQBytes, sred, m_s, l_s, FP8 ? kv_scale : 1.0f, cluster, heads,
+                                     h0, t, tokens, o_part, ml_part);
     return;
   }
 #endif
@@ -517,7 +453,7 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     }
   if (threadIdx.x < NH && h0 + static_cast<int>(threadIdx.x) < heads) {
     const int64_t slot = (static_cast<int64_t>(split) * tokens + t) * heads + h0 + threadIdx.x;
-    ml_part[2 * slot] = (LEAN && (ntiles & 1) ? m_alt : m_s)[threadIdx.x];
+    ml_part[2 * slot] = m_s[threadIdx.x];
     ml_part[2 * slot + 1] = l_s[threadIdx.x];
   }
 }
@@ -532,19 +468,17 @@ void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo*
             const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
             float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
-  auto kernel = how.fewer_barriers ? attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT, true>
-                                   : attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT, false>;
+  auto kernel = attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>;
   allow_dynamic_smem(kernel, static_cast<int>(L::kSmem));
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>((heads + NH - 1) / NH));
   const dim3 cluster(static_cast<unsigned>(std::max(1, how.cluster)), 1, 1);
   if (how.early)
     launch_dependent_cluster(kernel, grid, L::kWarps * 32, L::kSmem, s, cluster, q_full, static_cast<int>(heads), info,
-                             tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part,
-                             how.prefetch_tiles, true, how.cluster);
+                             tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, true,
+                             how.cluster);
   else
     launch_cluster(kernel, grid, L::kWarps * 32, L::kSmem, s, cluster, q_full, static_cast<int>(heads), info, tables,
-                   cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, how.prefetch_tiles, false,
-                   how.cluster);
+                   cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, false, how.cluster);
 }
 
 template <int LAT, int ROPE, bool FP8, class CacheT>

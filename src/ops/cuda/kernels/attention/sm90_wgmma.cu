@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     attend_wgmma_kernel(const __grid_constant__ CUtensorMap cache_map, const float* __restrict__ q_full, int heads,
                         const TokenInfo* __restrict__ info, const int32_t* __restrict__ tables,
                         const __nv_bfloat16* __restrict__ cache, int page, float scale, float* __restrict__ o_part,
-                        float* __restrict__ ml_part, int prefetch_tiles) {
+                        float* __restrict__ ml_part) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace mma;
   pdl_wait();  // first: launched with launch_dependent (q_full and the cache's newest entry are the
@@ -189,22 +189,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   load_tile(0, row_source(0), 0);
   load_tile(1, row_source(1), 1);
   const __nv_bfloat16* next_src = row_source(2);
-  // `prefetch_tiles` > 0 (TESSERA_MLA_DECODE_PREFETCH, an experiment; TMA only, where a tile is 64
-  // rows of one page, 72 KB in one piece): warpgroup 0's issuing thread asks L2 for the tile that
-  // many beyond the one it loads, so that DRAM works ahead of the two stages (a hint: no effect on
-  // the values). The window starts at tiles 2 .. 1 + prefetch_tiles; looked up a tile ahead.
-  auto prefetch_tile = [&](const __nv_bfloat16* src) {
-    if (src != nullptr)
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src)),
-                   "r"(kTp * kEntry * 2)
-                   : "memory");
-  };
-  const bool prefetching = kTma && prefetch_tiles > 0 && wg == 0;
-  const __nv_bfloat16* prefetch_src = nullptr;
-  if (prefetching) {
-    for (int j = 0; j < prefetch_tiles; ++j) prefetch_tile(row_source(2 + j));
-    prefetch_src = row_source(2 + prefetch_tiles);
-  }
 
   // Q (pre-scaled, bf16) into the swizzled layout: 64 rows x 144 float4; all of a batch's loads
   // are issued before any is used. Splits past the visible context skip it.
@@ -373,10 +357,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::named_barrier_sync(kBarWg0, 128);
       load_tile(tile + 2, next_src, stage);
       next_src = row_source(tile + 3);
-      if (prefetching) {
-        prefetch_tile(prefetch_src);
-        prefetch_src = row_source(tile + 3 + prefetch_tiles);
-      }
     }
   } else {
     if (ntiles > 0) {
@@ -518,7 +498,7 @@ void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(heads / kHeads));
   auto kernel = tma ? attend_wgmma_kernel<true> : attend_wgmma_kernel<false>;
   launch_dependent(kernel, grid, kThreads, kSmemBytes, s, map, q_full, static_cast<int>(heads), info, tables, cache,
-                   static_cast<int>(page), scale, o_part, ml_part, mla_decode_prefetch_tiles());
+                   static_cast<int>(page), scale, o_part, ml_part);
 }
 
 }  // namespace tessera::ops::cuda

@@ -127,9 +127,9 @@ __global__ void __launch_bounds__(1024)
 // sorted[m] (down writes each pair's own row). gridDim.z > 1 splits K: slice z writes its partial
 // sums to out + z · out_slice. Each warp streams 8 weight rows (gate and up are separate launches:
 // 16 rows 14 KB apart per warp ran at ~57% of the bandwidth, 8 at ~80%). MT tiles of 16 pairs
-// share each weight fragment (TESSERA_MOE_GROUPED_TILES), so an expert's weights are streamed once
-// per 16 MT pairs: with MT = 1 an expert of 17-32 pairs (batch 128 over 64 experts averages 16)
-// streams them twice. A tile's sums are the same MMAs in the same order whatever MT.
+// share each weight fragment (moe_grouped_tiles), so an expert's weights are streamed once per 16 MT
+// pairs: with MT = 1 an expert of 17-32 pairs (batch 128 over 64 experts averages 16) streams them
+// twice. A tile's sums are the same MMAs in the same order whatever MT.
 template <bool kTokenRows, bool kPairRowsOut, int MT>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     expert_project_kernel(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k, const int32_t* __restrict__ sorted,
@@ -285,7 +285,7 @@ namespace {
 
 // Gate and up (split over the hidden dimension for few pairs), then the finish kernel, on tensor
 // cores, for the experts with at least min_pairs pairs.
-void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, int64_t top_k,
+void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts,
                         const MoeGroupedScratch& s, unsigned expert_slots, int min_pairs,
                         const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w, int64_t inter,
                         cudaStream_t stream) {
@@ -294,7 +294,7 @@ void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
   const int64_t slice = static_cast<int64_t>(pairs) * inter;
   dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
                static_cast<unsigned>(splits));
-  const int mt = moe_grouped_tiles();
+  const int mt = moe_grouped_tiles(pairs, experts);
   auto kernel = mt == 4   ? expert_project_kernel<true, false, 4>
                 : mt == 2 ? expert_project_kernel<true, false, 2>
                           : expert_project_kernel<true, false, 1>;
@@ -306,10 +306,11 @@ void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
                s.gate_up_part + splits * slice, static_cast<int>(splits), slice, s.act);
 }
 
-void launch_mma_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, unsigned expert_slots, int min_pairs,
-                     const __nv_bfloat16* const* down_w, int64_t inter, cudaStream_t stream) {
+void launch_mma_down(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, const MoeGroupedScratch& s,
+                     unsigned expert_slots, int min_pairs, const __nv_bfloat16* const* down_w, int64_t inter,
+                     cudaStream_t stream) {
   dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
-  const int mt = moe_grouped_tiles();
+  const int mt = moe_grouped_tiles(tokens * top_k, experts);
   auto kernel = mt == 4   ? expert_project_kernel<false, true, 4>
                 : mt == 2 ? expert_project_kernel<false, true, 2>
                           : expert_project_kernel<false, true, 1>;
@@ -348,9 +349,10 @@ void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, 
   // (Without the tensor-core kernels the matrix-vector ones take every expert, however many pairs.)
   const int gemv_max = !gemv ? 0 : mma ? kMoeGemvMaxPairs : std::numeric_limits<int>::max();
   const int mma_min = gemv ? kMoeGemvMaxPairs + 1 : 0;
-  if (mma) launch_mma_gate_up(xb, tokens, hidden, top_k, s, expert_slots, mma_min, gate_w, up_w, inter, stream);
+  if (mma)
+    launch_mma_gate_up(xb, tokens, hidden, top_k, experts, s, expert_slots, mma_min, gate_w, up_w, inter, stream);
   if (gemv) launch_moe_gemv_gate_up(xb, hidden, top_k, s, expert_slots, gemv_max, gate_w, up_w, inter, stream);
-  if (mma) launch_mma_down(hidden, top_k, s, expert_slots, mma_min, down_w, inter, stream);
+  if (mma) launch_mma_down(tokens, hidden, top_k, experts, s, expert_slots, mma_min, down_w, inter, stream);
   if (gemv) launch_moe_gemv_down(hidden, top_k, s, expert_slots, gemv_max, down_w, inter, stream);
 }
 
