@@ -159,6 +159,15 @@ int run(const BenchArgs& a) {
       "{:.1f}%, KV pages in use at the end {}/{} (idle cached {})\n",
       met.steps, met.paced_steps, met.widened_steps, met.preemptions, met.prefix_hit_rate * 100, met.kv_pages_used,
       met.kv_pages_total, met.kv_pages_cached_idle);
+  if (const engine::StepTimes& d = met.decode_steps; d.steps > 0) {
+    // The device idles before execute and after the tokens: at large batches the host's share of ITL.
+    const double k = 1e3 / static_cast<double>(d.steps);
+    fmt::print(
+        "engine: a decode step (mean of {}): {:.3f} ms before execute (scheduling, the batch), {:.3f} ms in "
+        "execute (its host part), {:.3f} ms waiting for the device and the sampled tokens, {:.3f} ms after "
+        "(tokens emitted)\n",
+        d.steps, d.before_execute_s * k, d.execute_s * k, d.sample_wait_s * k, d.after_s * k);
+  }
 #ifdef TESSERA_HAVE_CUDA
   // Decode steps as CUDA graphs: a batch size's first step runs eagerly and its second is recorded,
   // so with requests arriving (batch sizes changing) the recordings show how many steps paid for it.

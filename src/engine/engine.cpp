@@ -347,6 +347,7 @@ void Engine::fail_all() {
 }
 
 bool Engine::step() {
+  const double t_begin = now_seconds();
   take_incoming();
   std::vector<ScheduledChunk> plan =
       scheduler_.schedule([this](int64_t decodes, int64_t backlog) { return pacer_.prefill_cap(decodes, backlog); });
@@ -372,14 +373,24 @@ bool Engine::step() {
     try {
       const double t0 = now_seconds();
       const core::Tensor logits = executor_->execute(batch);
+      const double t1 = now_seconds();
       std::vector<std::optional<SampledToken>> tokens = sample_step(plan, logits);  // waits for the step
-      pacer_.observe(decodes, prefill, now_seconds() - t0);
+      const double t2 = now_seconds();
+      pacer_.observe(decodes, prefill, t2 - t0);
       for (size_t i = 0; i < plan.size(); ++i) {
         scheduler_.on_computed(plan[i]);
         if (tokens[i]) {  // the chunk reached the end: its row predicted the next token
           emit_token(plan[i].seq, std::move(*tokens[i]));
           ++generated;
         }
+      }
+      if (prefill == 0) {
+        StepTimes& d = decode_steps_;
+        ++d.steps;
+        d.before_execute_s += t0 - t_begin;
+        d.execute_s += t1 - t0;
+        d.sample_wait_s += t2 - t1;
+        d.after_s += now_seconds() - t2;
       }
     } catch (const std::exception& e) {
       spdlog::error("engine step failed, aborting {} requests: {}", live_.size(), e.what());
@@ -424,6 +435,7 @@ void Engine::update_metrics(int64_t generated) {
   for (size_t i = 1; i < recent_.size(); ++i) window_tokens += recent_[i].second;
   const double span = recent_.back().first - recent_.front().first;
   m.tokens_per_second = span > 0 ? window_tokens / span : 0;
+  m.decode_steps = decode_steps_;
 }
 
 EngineMetrics Engine::metrics() const {

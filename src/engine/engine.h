@@ -39,6 +39,17 @@ struct EngineConfig {
 };
 
 // Counters for metrics; a snapshot taken at the end of the last step.
+// Where the engine's steps of one kind spend their time, summed over `steps`: the host before
+// execute (scheduling, the batch's token ids and block tables), execute's host part (the inputs'
+// upload and the kernel launches or a graph replay; a backend that computes synchronously, as the
+// CPU one does, spends its compute here), the wait for the device and the sampled tokens, and the
+// host after (tokens emitted to the streams, bookkeeping). The device idles during the first and
+// last, which bench offline's inter-token latency at large batches includes.
+struct StepTimes {
+  int64_t steps = 0;
+  double before_execute_s = 0, execute_s = 0, sample_wait_s = 0, after_s = 0;
+};
+
 struct EngineMetrics {
   int64_t waiting = 0;  // queue depth
   int64_t running = 0;
@@ -56,6 +67,7 @@ struct EngineMetrics {
   int64_t steps = 0;
   int64_t requests_finished = 0;
   double tokens_per_second = 0;  // generated tokens over the last few seconds
+  StepTimes decode_steps;        // the steps without prompt tokens (those inter-token latency measures)
 };
 
 struct RequestState {
@@ -157,6 +169,7 @@ class Engine {
   EngineMetrics metrics_;
   std::deque<std::pair<double, int64_t>> recent_;  // (time, generated) per step, for tokens/s
   int64_t prompt_tokens_computed_ = 0, generated_tokens_ = 0, steps_ = 0, finished_ = 0;
+  StepTimes decode_steps_;
 };
 
 }  // namespace tessera::engine

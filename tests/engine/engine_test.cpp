@@ -104,6 +104,23 @@ TEST_F(EngineTest, ChunkedPrefillOfAPromptLongerThanTheStepBudget) {
   EXPECT_EQ(e->leak_report(), "");
 }
 
+// The metrics time the steps without prompt tokens in four parts that add up to no more than the
+// run: one prefill step, then max_tokens - 1 decode steps for a request alone.
+TEST_F(EngineTest, DecodeStepsAreTimedInFourParts) {
+  auto e = make_engine(16);
+  auto s = e->submit(sampled_request("timed", random_ids(20, 7), 6, 1));
+  const auto start = std::chrono::steady_clock::now();
+  run_all(*e);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(drain(*s).tokens[0].size(), 6u);
+  const StepTimes d = e->metrics().decode_steps;
+  EXPECT_EQ(d.steps, 5);
+  for (double part : {d.before_execute_s, d.execute_s, d.sample_wait_s, d.after_s}) EXPECT_GE(part, 0.0);
+  EXPECT_GT(d.execute_s, 0.0);  // the CPU backend computes the step inside execute
+  EXPECT_LE(d.before_execute_s + d.execute_s + d.sample_wait_s + d.after_s, wall);
+  EXPECT_EQ(e->leak_report(), "");
+}
+
 TEST_F(EngineTest, PrefixHitsAcrossRequestsAreReported) {
   const auto shared = random_ids(150, 2);
   auto e = make_engine(32);
