@@ -304,12 +304,12 @@ case "$what" in
       echo "== TESSERA_MOE_GROUPED_TILES=$n, 128 concurrent"
       TESSERA_MOE_GROUPED_TILES=$n timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB \
         --input-len 128 --output-len 256 --num-requests 256 --concurrency 128 --skip-self-check 2>&1 |
-        grep -E "output tokens/s|ITL" | cut -c1-110 || true
+        grep -E "output tokens/s|ITL|a decode step" | cut -c1-260 || true
     done
     echo "== bench offline --trace, 128 concurrent, 16-token prompts (decode steps)"
     timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len 16 --output-len 128 \
       --num-requests 128 --concurrency 128 --skip-self-check --trace > "$OUT/trace128_decode.log" 2>&1 || true
-    grep -E "ITL|output tokens/s|decode graphs" "$OUT/trace128_decode.log" | cut -c1-150 || true
+    grep -E "ITL|output tokens/s|decode graphs|a decode step|none running" "$OUT/trace128_decode.log" | cut -c1-260 || true
     sed -n '/kernels of the run/,$p' "$OUT/trace128_decode.log" | head -45 | cut -c1-170
     for e in 0 1 0 1; do
       echo "== TESSERA_MLA_EARLY_KV=$e, bench decode bf16 at 32k"
