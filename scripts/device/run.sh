@@ -18,11 +18,10 @@
 #                                                   cases); `verify serve`: serve_check.sh on
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
-#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: 4-pass
-#                                                   sampling and 2 MoE tiles by default, the KV-major MLA kernel
-#                                                   without its removed experiments, the remaining ones on)
-#   bash device_carry/run.sh pending-time           and timed: MoE tiles by the step against 1 at 128 concurrent, a
-#                                                   decode-only trace at 128, the early MLA launch at 32k
+#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: the bf16
+#                                                   routed experts' pipelined weight stream, TESSERA_MOE_GROUPED_PIPELINE)
+#   bash device_carry/run.sh pending-time           and timed: that switch off and on at 128 concurrent, its trace, the
+#                                                   early MLA launch at 32k
 #   bash device_carry/run.sh moe-tiles              TESSERA_MOE_GROUPED_TILES 1/2/4: bench offline at 128 concurrent on issue 19's
 #                                                   checkpoint (64 experts), alternated, and with prompts arriving
 #   bash device_carry/run.sh pacer-ab               the pacer's backlog share and clustered sampling against the baseline
@@ -270,47 +269,43 @@ case "$what" in
     done
     exit $rc ;;
   pending)
-    # What waits for a GPU (session of 2026-12-06, sixth), checked: the new defaults (4-pass top-p
-    # sampling, 2 tiles of bf16 routed experts where a step averages more than 8 pairs an expert;
-    # the 7-pass sampling path compared too) and the KV-major MLA kernel without the removed prefetch
-    # and fewer-barriers instances: sampling, tiles rule, goldens, fixture models, engine, graphs;
-    # the MLA cases by default and with each remaining experiment; the bf16 MoE cases.
+    # What waits for a GPU (session of 2026-12-06, sixth; the rest of its tree passed on an H100):
+    # TESSERA_MOE_GROUPED_PIPELINE=1, the bf16 routed experts' next weight chunks requested before
+    # the current ones' MMAs: the bf16 MoE cases with 1 and 2 tiles forced and by the step, then the
+    # goldens, fixture models, engine and graphs with it on.
     rc=0
-    echo "== sampling, tiles rule, goldens, fixture models, engine, graphs"
-    timeout 300 "$KIT/bin/cuda_tests" \
-      --gtest_filter='*Sampling*:*MoeGroupedTiles*:*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*:*MlaSplits*' \
+    export TESSERA_MOE_GROUPED_PIPELINE=1
+    for n in 1 2 0; do
+      echo "== bf16 MoE cases, TESSERA_MOE_GROUPED_PIPELINE=1, TESSERA_MOE_GROUPED_TILES=$n"
+      TESSERA_MOE_GROUPED_TILES=$n timeout 200 "$KIT/bin/backend_ops_tests" \
+        --gtest_filter='*CudaAgainstCpu/moe*-*nvfp4*:*fp8*' --gtest_brief=1 > "$OUT/pending_moe_$n.log" 2>&1 || rc=1
+      show "$OUT/pending_moe_$n.log"
+    done
+    echo "== goldens, fixture models, engine, graphs with TESSERA_MOE_GROUPED_PIPELINE=1"
+    timeout 300 "$KIT/bin/cuda_tests" --gtest_filter='*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*' \
       --gtest_brief=1 > "$OUT/pending_tests.log" 2>&1 || rc=1
     show "$OUT/pending_tests.log"
-    grep "\[ sampling \]" "$OUT/pending_tests.log" || true
-    mla_cases='*CudaAgainstCpu/mla_attention*:*CudaAgainstCpu/mla_attend_latent*'
-    for sw in TESSERA_MLA_EARLY_KV=0 TESSERA_MLA_EARLY_KV=1 TESSERA_MLA_DECODE_CLUSTERS=1; do
-      echo "== MLA cases with $sw"
-      env "$sw" timeout 200 "$KIT/bin/backend_ops_tests" --gtest_filter="$mla_cases" --gtest_brief=1 \
-        > "$OUT/pending_mla_${sw//=/_}.log" 2>&1 || rc=1
-      show "$OUT/pending_mla_${sw//=/_}.log"
-    done
-    echo "== bf16 MoE cases, tiles by the step"
-    timeout 200 "$KIT/bin/backend_ops_tests" --gtest_filter='*CudaAgainstCpu/moe*-*nvfp4*:*fp8*' --gtest_brief=1 \
-      > "$OUT/pending_moe.log" 2>&1 || rc=1
-    show "$OUT/pending_moe.log"
     exit $rc ;;
   pending-time)
-    # And timed: bench offline at 128 concurrent with tiles by the step (2 there) against 1,
-    # alternated; a decode-only trace at 128 (16-token prompts: where a ~14 ms step goes against
-    # ~7 ms of bytes on an H100); the early MLA launch at 32k context (batch 1 and 16: batch 128
-    # at 32k does not fit an 80 GB card).
+    # And timed: bench offline at 128 concurrent on issue 19's checkpoint (16-token prompts, so
+    # nearly every step decodes) with TESSERA_MOE_GROUPED_PIPELINE 0 and 1 alternated twice, with
+    # the engine's split of a decode step (2026-12-06, sixth session, H100, pipeline off: 8,085
+    # tok/s, 13.73 ms a step waiting for the device); then the trace of that run with it on (the
+    # routed experts' kernels: ~64% of the busy time at 128, at roughly half the copy rate); then
+    # the early MLA launch at 32k context (batch 1 and 16: batch 128 at 32k does not fit 80 GB).
     dir=$(issue19_checkpoint)
-    for n in 0 1 0 1; do
-      echo "== TESSERA_MOE_GROUPED_TILES=$n, 128 concurrent"
-      TESSERA_MOE_GROUPED_TILES=$n timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB \
-        --input-len 128 --output-len 256 --num-requests 256 --concurrency 128 --skip-self-check 2>&1 |
+    for p in 0 1 0 1; do
+      echo "== TESSERA_MOE_GROUPED_PIPELINE=$p, 128 concurrent"
+      TESSERA_MOE_GROUPED_PIPELINE=$p timeout 100 tessera bench offline --device cuda --model "$dir" \
+        --kv-cache-bytes 16GiB --input-len 16 --output-len 128 --num-requests 128 --concurrency 128 --skip-self-check 2>&1 |
         grep -E "output tokens/s|ITL|a decode step" | cut -c1-260 || true
     done
-    echo "== bench offline --trace, 128 concurrent, 16-token prompts (decode steps)"
-    timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len 16 --output-len 128 \
-      --num-requests 128 --concurrency 128 --skip-self-check --trace > "$OUT/trace128_decode.log" 2>&1 || true
+    echo "== bench offline --trace, 128 concurrent, 16-token prompts, TESSERA_MOE_GROUPED_PIPELINE=1"
+    TESSERA_MOE_GROUPED_PIPELINE=1 timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB \
+      --input-len 16 --output-len 128 --num-requests 128 --concurrency 128 --skip-self-check --trace \
+      > "$OUT/trace128_decode.log" 2>&1 || true
     grep -E "ITL|output tokens/s|decode graphs|a decode step|none running" "$OUT/trace128_decode.log" | cut -c1-260 || true
-    sed -n '/kernels of the run/,$p' "$OUT/trace128_decode.log" | head -45 | cut -c1-170
+    sed -n '/kernels of the run/,$p' "$OUT/trace128_decode.log" | head -30 | cut -c1-170
     for e in 0 1 0 1; do
       echo "== TESSERA_MLA_EARLY_KV=$e, bench decode bf16 at 32k"
       TESSERA_MLA_EARLY_KV=$e timeout 60 tessera bench decode --device cuda --synthetic kimi-k2.5 --layers 3 --batch 1,16 \

@@ -217,6 +217,9 @@ int expert_prefetch_blocks();
 // where an expert averages more than 8 pairs, else 1; TESSERA_MOE_GROUPED_TILES=1|2|4 forces a
 // count (read once; throws core::Error naming the variable for another value).
 int moe_grouped_tiles(int64_t pairs, int64_t experts);
+// TESSERA_MOE_GROUPED_PIPELINE (default 0; an experiment, moe/grouped.cu): those kernels request
+// their next group of weight chunks before the MMAs of the current one (1 and 2 tiles). Read once.
+bool moe_grouped_pipeline();
 // TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
 // (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.
 bool expert_ring_enabled();

@@ -41,6 +41,11 @@ int moe_grouped_tiles(int64_t pairs, int64_t experts) {
   return pairs > 8 * experts ? 2 : 1;
 }
 
+bool moe_grouped_pipeline() {
+  static const bool on = core::env_flag("TESSERA_MOE_GROUPED_PIPELINE");
+  return on;
+}
+
 MlaDecodeLaunch mla_decode_launch(int sm, bool one_token_a_sequence) {
   static const bool early = core::env_flag("TESSERA_MLA_EARLY_KV");
   static const bool clusters = core::env_flag("TESSERA_MLA_DECODE_CLUSTERS");

@@ -130,7 +130,11 @@ __global__ void __launch_bounds__(1024)
 // share each weight fragment (moe_grouped_tiles), so an expert's weights are streamed once per 16 MT
 // pairs: with MT = 1 an expert of 17-32 pairs (batch 128 over 64 experts averages 16) streams them
 // twice. A tile's sums are the same MMAs in the same order whatever MT.
-template <bool kTokenRows, bool kPairRowsOut, int MT>
+// PIPE (TESSERA_MOE_GROUPED_PIPELINE, an experiment): the next group of kUnroll weight chunks is
+// requested before this group's MMAs, so that the weight stream stays in flight while the MMAs
+// wait for their activations' loads; without it a warp has no weight load in flight from its
+// group's last load landing until the next group is issued. The same MMAs in the same order.
+template <bool kTokenRows, bool kPairRowsOut, int MT, bool PIPE = false>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     expert_project_kernel(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k, const int32_t* __restrict__ sorted,
                           const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
@@ -177,12 +181,32 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                     load_or_zero(ahi_p[mt] ? ahi_p[mt] + k : nullptr), b);
     };
     int k0 = k_begin;
-    for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
+    if constexpr (PIPE) {
       uint4 b[kUnroll];
+      if (k0 + 32 * kUnroll <= k_end)
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wr + k0 + 32 * u, policy);
+        for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wr + k0 + 32 * u, policy);
+      for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
+        // The loop runs again exactly when there is a next group: b is used only then.
+        const bool next = k0 + 64 * kUnroll <= k_end;
+        uint4 nb[kUnroll];
+        if (next)
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) chunk(k0 + 32 * u, b[u]);
+          for (int u = 0; u < kUnroll; ++u) nb[u] = load_stream(wr + k0 + 32 * (kUnroll + u), policy);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) chunk(k0 + 32 * u, b[u]);
+        if (next)
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) b[u] = nb[u];
+      }
+    } else {
+      for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
+        uint4 b[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wr + k0 + 32 * u, policy);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) chunk(k0 + 32 * u, b[u]);
+      }
     }
     for (; k0 < k_end; k0 += 32) chunk(k0, load_stream(wr + k0, policy));
 #pragma unroll
@@ -283,6 +307,18 @@ bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts) {
 
 namespace {
 
+// The instance of expert_project_kernel for `tiles` tiles of 16 pairs (moe_grouped_tiles) and the
+// pipelined weight stream where TESSERA_MOE_GROUPED_PIPELINE asks for it (1 and 2 tiles).
+template <bool kTokenRows, bool kPairRowsOut>
+auto project_kernel(int tiles) {
+  const bool pipe = moe_grouped_pipeline();
+  return tiles == 4   ? expert_project_kernel<kTokenRows, kPairRowsOut, 4>
+         : tiles == 2 ? (pipe ? expert_project_kernel<kTokenRows, kPairRowsOut, 2, true>
+                              : expert_project_kernel<kTokenRows, kPairRowsOut, 2>)
+                      : (pipe ? expert_project_kernel<kTokenRows, kPairRowsOut, 1, true>
+                              : expert_project_kernel<kTokenRows, kPairRowsOut, 1>);
+}
+
 // Gate and up (split over the hidden dimension for few pairs), then the finish kernel, on tensor
 // cores, for the experts with at least min_pairs pairs.
 void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts,
@@ -294,10 +330,7 @@ void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
   const int64_t slice = static_cast<int64_t>(pairs) * inter;
   dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
                static_cast<unsigned>(splits));
-  const int mt = moe_grouped_tiles(pairs, experts);
-  auto kernel = mt == 4   ? expert_project_kernel<true, false, 4>
-                : mt == 2 ? expert_project_kernel<true, false, 2>
-                          : expert_project_kernel<true, false, 1>;
+  const auto kernel = project_kernel<true, false>(moe_grouped_tiles(pairs, experts));
   for (int matrix = 0; matrix < 2; ++matrix)
     launch_plain(kernel, gu_grid, kWarpsPerBlock * 32, 0, stream, x, static_cast<int>(hidden), static_cast<int>(top_k),
                  s.sorted, s.offsets, s.active, s.num_active, matrix == 0 ? gate_w : up_w, static_cast<int>(inter),
@@ -310,10 +343,7 @@ void launch_mma_down(int64_t tokens, int64_t hidden, int64_t top_k, int64_t expe
                      unsigned expert_slots, int min_pairs, const __nv_bfloat16* const* down_w, int64_t inter,
                      cudaStream_t stream) {
   dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
-  const int mt = moe_grouped_tiles(tokens * top_k, experts);
-  auto kernel = mt == 4   ? expert_project_kernel<false, true, 4>
-                : mt == 2 ? expert_project_kernel<false, true, 2>
-                          : expert_project_kernel<false, true, 1>;
+  const auto kernel = project_kernel<false, true>(moe_grouped_tiles(tokens * top_k, experts));
   launch_plain(kernel, d_grid, kWarpsPerBlock * 32, 0, stream, s.act, static_cast<int>(inter), static_cast<int>(top_k),
                s.sorted, s.offsets, s.active, s.num_active, down_w, static_cast<int>(hidden), s.y, 0, min_pairs);
 }
