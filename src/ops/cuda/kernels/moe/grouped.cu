@@ -321,7 +321,7 @@ auto project_kernel(int tiles) {
 
 // Gate and up (split over the hidden dimension for few pairs), then the finish kernel, on tensor
 // cores, for the experts with at least min_pairs pairs.
-void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts,
+void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, int64_t top_k, int tiles,
                         const MoeGroupedScratch& s, unsigned expert_slots, int min_pairs,
                         const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w, int64_t inter,
                         cudaStream_t stream) {
@@ -330,7 +330,7 @@ void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
   const int64_t slice = static_cast<int64_t>(pairs) * inter;
   dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
                static_cast<unsigned>(splits));
-  const auto kernel = project_kernel<true, false>(moe_grouped_tiles(pairs, experts));
+  const auto kernel = project_kernel<true, false>(tiles);
   for (int matrix = 0; matrix < 2; ++matrix)
     launch_plain(kernel, gu_grid, kWarpsPerBlock * 32, 0, stream, x, static_cast<int>(hidden), static_cast<int>(top_k),
                  s.sorted, s.offsets, s.active, s.num_active, matrix == 0 ? gate_w : up_w, static_cast<int>(inter),
@@ -339,11 +339,10 @@ void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
                s.gate_up_part + splits * slice, static_cast<int>(splits), slice, s.act);
 }
 
-void launch_mma_down(int64_t tokens, int64_t hidden, int64_t top_k, int64_t experts, const MoeGroupedScratch& s,
-                     unsigned expert_slots, int min_pairs, const __nv_bfloat16* const* down_w, int64_t inter,
-                     cudaStream_t stream) {
+void launch_mma_down(int64_t hidden, int64_t top_k, int tiles, const MoeGroupedScratch& s, unsigned expert_slots,
+                     int min_pairs, const __nv_bfloat16* const* down_w, int64_t inter, cudaStream_t stream) {
   dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
-  const auto kernel = project_kernel<false, true>(moe_grouped_tiles(tokens * top_k, experts));
+  const auto kernel = project_kernel<false, true>(tiles);
   launch_plain(kernel, d_grid, kWarpsPerBlock * 32, 0, stream, s.act, static_cast<int>(inter), static_cast<int>(top_k),
                s.sorted, s.offsets, s.active, s.num_active, down_w, static_cast<int>(hidden), s.y, 0, min_pairs);
 }
@@ -379,10 +378,10 @@ void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, 
   // (Without the tensor-core kernels the matrix-vector ones take every expert, however many pairs.)
   const int gemv_max = !gemv ? 0 : mma ? kMoeGemvMaxPairs : std::numeric_limits<int>::max();
   const int mma_min = gemv ? kMoeGemvMaxPairs + 1 : 0;
-  if (mma)
-    launch_mma_gate_up(xb, tokens, hidden, top_k, experts, s, expert_slots, mma_min, gate_w, up_w, inter, stream);
+  const int tiles = moe_grouped_tiles(pairs, experts);  // gate, up and down alike
+  if (mma) launch_mma_gate_up(xb, tokens, hidden, top_k, tiles, s, expert_slots, mma_min, gate_w, up_w, inter, stream);
   if (gemv) launch_moe_gemv_gate_up(xb, hidden, top_k, s, expert_slots, gemv_max, gate_w, up_w, inter, stream);
-  if (mma) launch_mma_down(tokens, hidden, top_k, experts, s, expert_slots, mma_min, down_w, inter, stream);
+  if (mma) launch_mma_down(hidden, top_k, tiles, s, expert_slots, mma_min, down_w, inter, stream);
   if (gemv) launch_moe_gemv_down(hidden, top_k, s, expert_slots, gemv_max, down_w, inter, stream);
 }
 
