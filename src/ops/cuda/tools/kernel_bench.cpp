@@ -434,6 +434,64 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
     }
   }
 
+  // The bf16 routed experts on the grouped kernels (launch_moe_grouped_experts: sort, gate/up,
+  // finish, down; the matrix-vector kernels take experts of at most kMoeGemvMaxPairs pairs) at
+  // Kimi-K2.5's widths (hidden 7168, moe_intermediate 2048, top 8), every expert with its own
+  // weights: 64 experts (issue 19's checkpoint; 16 pairs an expert at 128 tokens) and 384 (the real
+  // model; ~2.7 at 128), and the shared expert alone (one expert, a slot a token). GB/s counts the
+  // weights of the experts the routing touched, the activations and y.
+  for (int64_t E : {int64_t{64}, int64_t{384}, int64_t{1}})
+    for (int64_t T : {int64_t{16}, int64_t{128}, int64_t{256}}) {
+      const int64_t H = 7168, I = 2048, K = E == 1 ? 0 : 8, per_token = E == 1 ? 1 : K, P = T * per_token;
+      const std::string name = E == 1 ? fmt::format("moe grouped bf16 shared expert t{} h{} i{}", T, H, I)
+                                      : fmt::format("moe grouped bf16 e{} t{} top{} h{} i{}", E, T, K, H, I);
+      if (!wanted(name)) continue;
+      const int64_t per_expert = 3 * H * I;
+      DeviceMem weights(static_cast<size_t>(E * per_expert) * 2), x(T * H * 4), xb(T * H * 2),
+          meta((2 * E + 2 + P) * 4), act(P * I * 2), y(P * H * 4), part(2 * 4 * P * I * 4), table(3 * E * 8),
+          ids(std::max<int64_t>(P, 1) * 4), wts(std::max<int64_t>(P, 1) * 4);
+      fill_random_bf16(weights.p, static_cast<size_t>(E * per_expert), 12);
+      fill_random_f32(x.p, T * H, 13);
+      std::vector<const __nv_bfloat16*> ptrs(static_cast<size_t>(3 * E));
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t m = 0; m < 3; ++m)
+          ptrs[static_cast<size_t>(m * E + e)] = weights.as<__nv_bfloat16>() + e * per_expert + m * H * I;
+      TESSERA_CUDA_CHECK(cudaMemcpy(table.p, ptrs.data(), ptrs.size() * 8, cudaMemcpyHostToDevice));
+      // Distinct experts a token, uniformly at random (a trained router's load is less even).
+      std::vector<int32_t> host_ids;
+      std::vector<float> host_wts;
+      std::vector<bool> touched(static_cast<size_t>(E), E == 1);
+      std::mt19937_64 rng(14);
+      for (int64_t t = 0; t < T && K > 0; ++t) {
+        std::vector<int32_t> all(static_cast<size_t>(E));
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int64_t k = 0; k < K; ++k) {
+          host_ids.push_back(all[static_cast<size_t>(k)]);
+          host_wts.push_back(0.1f);
+          touched[static_cast<size_t>(all[static_cast<size_t>(k)])] = true;
+        }
+      }
+      if (K > 0) {
+        TESSERA_CUDA_CHECK(cudaMemcpy(ids.p, host_ids.data(), host_ids.size() * 4, cudaMemcpyHostToDevice));
+        TESSERA_CUDA_CHECK(cudaMemcpy(wts.p, host_wts.data(), host_wts.size() * 4, cudaMemcpyHostToDevice));
+      }
+      const MoeSlots slots{ids.as<int32_t>(), wts.as<float>(), static_cast<int>(K), E == 1 ? 0 : -1};
+      auto* m = meta.as<int32_t>();
+      const MoeGroupedScratch scratch{
+          xb.as<__nv_bfloat16>(), m, m + E + 1, m + 2 * E + 1, m + 2 * E + 2, act.as<__nv_bfloat16>(), y.as<float>(),
+          part.as<float>()};
+      auto* tab = table.as<const __nv_bfloat16*>();
+      KernelBenchRow r;
+      r.name = name;
+      r.seconds = time_it(o.iterations, [&] {
+        launch_moe_grouped_experts(x.as<float>(), T, H, slots, E, tab, tab + E, tab + 2 * E, I, scratch, 0);
+      });
+      const double used = static_cast<double>(std::count(touched.begin(), touched.end(), true));
+      r.bytes = used * per_expert * 2 + T * H * 4.0 + P * H * 4.0;
+      r.flops = 2.0 * P * per_expert;
+      report(r);
+    }
   // RMSNorm over a hidden state of 7168 (decode batch 128).
   if (wanted("rms_norm")) {
     const int64_t T = 128, H = 7168;
