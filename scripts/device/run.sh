@@ -18,10 +18,8 @@
 #                                                   cases); `verify serve`: serve_check.sh on
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
-#   bash device_carry/run.sh pending                what this tree has not yet run on a GPU, checked (now: the bf16
-#                                                   routed experts' pipelined weight stream, TESSERA_MOE_GROUPED_PIPELINE)
-#   bash device_carry/run.sh pending-time           and timed: that switch off and on at 128 concurrent, its trace, the
-#                                                   early MLA launch at 32k
+#   bash device_carry/run.sh moe-bench [ENV...]     the bf16 grouped expert kernels alone (bench kernels) per environment, then ncu
+#   bash device_carry/run.sh wa                     the bf16 MoE cases and goldens, then bench offline TESSERA_MOE_GROUPED_WA 0/1
 #   bash device_carry/run.sh moe-tiles              TESSERA_MOE_GROUPED_TILES 1/2/4: bench offline at 128 concurrent on issue 19's
 #                                                   checkpoint (64 experts), alternated, and with prompts arriving
 #   bash device_carry/run.sh pacer-ab               the pacer's backlog share and clustered sampling against the baseline
@@ -268,49 +266,51 @@ case "$what" in
       show "$OUT/verify_moe_$1$2$3.log"
     done
     exit $rc ;;
-  pending)
-    # What waits for a GPU (session of 2026-12-06, sixth; the rest of its tree passed on an H100):
-    # TESSERA_MOE_GROUPED_PIPELINE=1, the bf16 routed experts' next weight chunks requested before
-    # the current ones' MMAs: the bf16 MoE cases with 1 and 2 tiles forced and by the step, then the
-    # goldens, fixture models, engine and graphs with it on.
-    rc=0
-    export TESSERA_MOE_GROUPED_PIPELINE=1
-    for n in 1 2 0; do
-      echo "== bf16 MoE cases, TESSERA_MOE_GROUPED_PIPELINE=1, TESSERA_MOE_GROUPED_TILES=$n"
-      TESSERA_MOE_GROUPED_TILES=$n timeout 200 "$KIT/bin/backend_ops_tests" \
-        --gtest_filter='*CudaAgainstCpu/moe*-*nvfp4*:*fp8*' --gtest_brief=1 > "$OUT/pending_moe_$n.log" 2>&1 || rc=1
-      show "$OUT/pending_moe_$n.log"
+  moe-bench)
+    # The bf16 grouped routed-expert kernels alone (bench kernels --filter "moe grouped": 64 and 384
+    # experts and the shared expert at 16 / 128 / 256 tokens) for each environment given (default:
+    # TESSERA_MOE_GROUPED_WA=0 and the defaults; "-" is the defaults), then Nsight Compute on the
+    # kernels of 64 experts x 128 tokens under the last one (why they stream at the rate they do).
+    [ $# -gt 0 ] || set -- TESSERA_MOE_GROUPED_WA=0 -
+    for v in "$@"; do
+      [ "$v" = - ] && v=""
+      echo "== bench kernels --filter 'moe grouped' ${v:-(defaults)}"
+      env $v timeout 300 tessera bench kernels --iterations 10 --filter "moe grouped" 2>&1 | grep -E "^moe|ceiling|read-only" || true
     done
-    echo "== goldens, fixture models, engine, graphs with TESSERA_MOE_GROUPED_PIPELINE=1"
-    timeout 300 "$KIT/bin/cuda_tests" --gtest_filter='*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*' \
-      --gtest_brief=1 > "$OUT/pending_tests.log" 2>&1 || rc=1
-    show "$OUT/pending_tests.log"
-    exit $rc ;;
-  pending-time)
-    # And timed: bench offline at 128 concurrent on issue 19's checkpoint (16-token prompts, so
-    # nearly every step decodes) with TESSERA_MOE_GROUPED_PIPELINE 0 and 1 alternated twice, with
-    # the engine's split of a decode step (2026-12-06, sixth session, H100, pipeline off: 8,085
-    # tok/s, 13.73 ms a step waiting for the device); then the trace of that run with it on (the
-    # routed experts' kernels: ~64% of the busy time at 128, at roughly half the copy rate); then
-    # the early MLA launch at 32k context (batch 1 and 16: batch 128 at 32k does not fit 80 GB).
-    dir=$(issue19_checkpoint)
-    for p in 0 1 0 1; do
-      echo "== TESSERA_MOE_GROUPED_PIPELINE=$p, 128 concurrent"
-      TESSERA_MOE_GROUPED_PIPELINE=$p timeout 100 tessera bench offline --device cuda --model "$dir" \
-        --kv-cache-bytes 16GiB --input-len 16 --output-len 128 --num-requests 128 --concurrency 128 --skip-self-check 2>&1 |
-        grep -E "output tokens/s|ITL|a decode step" | cut -c1-260 || true
-    done
-    echo "== bench offline --trace, 128 concurrent, 16-token prompts, TESSERA_MOE_GROUPED_PIPELINE=1"
-    TESSERA_MOE_GROUPED_PIPELINE=1 timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB \
-      --input-len 16 --output-len 128 --num-requests 128 --concurrency 128 --skip-self-check --trace \
-      > "$OUT/trace128_decode.log" 2>&1 || true
-    grep -E "ITL|output tokens/s|decode graphs|a decode step|none running" "$OUT/trace128_decode.log" | cut -c1-260 || true
-    sed -n '/kernels of the run/,$p' "$OUT/trace128_decode.log" | head -30 | cut -c1-170
-    for e in 0 1 0 1; do
-      echo "== TESSERA_MLA_EARLY_KV=$e, bench decode bf16 at 32k"
-      TESSERA_MLA_EARLY_KV=$e timeout 60 tessera bench decode --device cuda --synthetic kimi-k2.5 --layers 3 --batch 1,16 \
-        --context 32768 --steps 20 2>&1 | tail -3
+    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 0; }
+    for v in "$@"; do
+      [ "$v" = - ] && v=""
+      echo "== ncu, 64 experts x 128 tokens, ${v:-(defaults)}"
+      env $v timeout 300 "$NCU" -k "regex:expert_project|expert_wa" -c 3 --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+        --section SchedulerStats tessera bench kernels --iterations 1 --filter "moe grouped bf16 e64 t128" \
+        > "$OUT/ncu_moe.log" 2>&1 || true
+      grep -E "expert_|DRAM Throughput|L1/TEX Cache Throughput|Duration|Registers Per|Achieved Occupancy|Stall|Wavefronts|Bank|Eligible|L1/TEX Hit|L2 Hit|ERR|rror" \
+        "$OUT/ncu_moe.log" | cut -c1-150 | head -60 || tail -5 "$OUT/ncu_moe.log"
     done ;;
+  wa)
+    # The bf16 routed experts with the weights as the MMA's A operand (TESSERA_MOE_GROUPED_WA, the
+    # default since the session of 2026-12-06, seventh): the bf16 MoE cases and the goldens, engine
+    # and graphs (the default), then bench offline at 128 concurrent on issue 19's checkpoint with
+    # TESSERA_MOE_GROUPED_WA 0 and 1 alternated twice.
+    rc=0
+    echo "== bf16 MoE cases"
+    timeout 200 "$KIT/bin/backend_ops_tests" --gtest_filter='*CudaAgainstCpu/moe*-*nvfp4*:*fp8*' --gtest_brief=1 \
+      > "$OUT/wa_moe.log" 2>&1 || rc=1
+    show "$OUT/wa_moe.log"
+    echo "== goldens, fixture models, engine, graphs"
+    timeout 300 "$KIT/bin/cuda_tests" --gtest_filter='*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*' \
+      --gtest_brief=1 > "$OUT/wa_tests.log" 2>&1 || rc=1
+    show "$OUT/wa_tests.log"
+    dir=$(issue19_checkpoint)
+    for w in 0 1 0 1; do
+      echo "== TESSERA_MOE_GROUPED_WA=$w, 128 concurrent, 16-token prompts"
+      TESSERA_MOE_GROUPED_WA=$w timeout 100 tessera bench offline --device cuda --model "$dir" \
+        --kv-cache-bytes 16GiB --input-len 16 --output-len 128 --num-requests 128 --concurrency 128 --skip-self-check 2>&1 |
+        grep -E "output tokens/s|ITL|a decode step" | cut -c1-200 || true
+    done
+    exit $rc ;;
   moe-tiles)
     # TESSERA_MOE_GROUPED_TILES 1 / 2 / 4 (2026-12-06, fifth session): issue 19's checkpoint has 64
     # experts, so batch 128 averages 16 pairs an expert and with 1 tile an expert of 17-32 streams

@@ -32,10 +32,10 @@ constexpr std::array<EnvSwitch, 31> kSwitches{{
      "tiles of 16 pairs the bf16 routed experts' tensor-core kernels multiply by each weight fragment they stream "
      "(an expert of up to 16 x N pairs then streams its weights once): 1, 2 or 4; 0: by the step, 2 where it "
      "averages more than 8 pairs an expert, else 1 (A/B)"},
-    {"TESSERA_MOE_GROUPED_PIPELINE", "0",
-     "1: the bf16 routed experts' tensor-core kernels (1 and 2 tiles) request their next group of weight chunks "
-     "before the MMAs of the current one, so the weight stream stays in flight (the same values; an experiment, "
-     "not yet run on a GPU: A/B)"},
+    {"TESSERA_MOE_GROUPED_WA", "1",
+     "0: the bf16 routed experts' tensor-core kernels put the activations in the MMA's A operand (the earlier "
+     "kernels) instead of the weights (16 rows of gate and up, or of down, a warp; up to 32 pairs a pass; "
+     "silu(gate) * up in registers where K is not split); for A/B"},
     {"TESSERA_EXPERT_RING", "1",
      "0: quantized (NVFP4, FP8) routed experts on sm_90a stream their weights into registers (quant_expert_mma_kernel) "
      "instead of through the shared-memory ring a producer warp fills by TMA (A/B)"},

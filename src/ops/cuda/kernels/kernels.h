@@ -217,9 +217,10 @@ int expert_prefetch_blocks();
 // where an expert averages more than 8 pairs, else 1; TESSERA_MOE_GROUPED_TILES=1|2|4 forces a
 // count (read once; throws core::Error naming the variable for another value).
 int moe_grouped_tiles(int64_t pairs, int64_t experts);
-// TESSERA_MOE_GROUPED_PIPELINE (default 0; an experiment, moe/grouped.cu): those kernels request
-// their next group of weight chunks before the MMAs of the current one (1 and 2 tiles). Read once.
-bool moe_grouped_pipeline();
+// TESSERA_MOE_GROUPED_WA (default 1; 0 for A/B): the bf16 routed experts' tensor-core projections
+// with the weights as the MMA's A operand (moe/grouped_wa.cu), else the activations (grouped.cu's
+// expert_project_kernel). Read once.
+bool moe_grouped_weights_a();
 // TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
 // (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.
 bool expert_ring_enabled();
@@ -300,6 +301,18 @@ struct MoeGroupedScratch {
 };
 // Slices of the hidden dimension the gate/up kernel splits into for `pairs` (token, expert) pairs.
 int64_t moe_grouped_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter);
+// --- moe/grouped_wa.cu --- (launch_moe_grouped_experts calls these when moe_grouped_weights_a())
+// The weights-as-A gate/up projections' K slices for a step: 1 where there are blocks enough
+// without a split (then they write scratch.act themselves), else moe_grouped_gate_up_splits'.
+int64_t moe_wa_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter, int64_t expert_slots);
+// Gate/up of the experts with at least min_pairs pairs: scratch.act (splits 1), else fp32 partial
+// sums in scratch.gate_up_part for the finish kernel. Down: scratch.y.
+void launch_moe_wa_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top_k, const MoeGroupedScratch& scratch,
+                           unsigned expert_slots, int min_pairs, int64_t splits, const __nv_bfloat16* const* gate_w,
+                           const __nv_bfloat16* const* up_w, int64_t inter, int64_t pairs, cudaStream_t s);
+void launch_moe_wa_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& scratch, unsigned expert_slots,
+                        int min_pairs, const __nv_bfloat16* const* down_w, int64_t inter, int64_t pairs,
+                        cudaStream_t s);
 // Shapes the grouped kernels take (16-byte loads over 32-wide K chunks; one block sorts the pairs).
 bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts);
 // scratch.y[p] = Expert_{id(p)}(x[token of p]) for every pair p of the step's slots, with no host

@@ -41,8 +41,8 @@ int moe_grouped_tiles(int64_t pairs, int64_t experts) {
   return pairs > 8 * experts ? 2 : 1;
 }
 
-bool moe_grouped_pipeline() {
-  static const bool on = core::env_flag("TESSERA_MOE_GROUPED_PIPELINE");
+bool moe_grouped_weights_a() {
+  static const bool on = core::env_flag("TESSERA_MOE_GROUPED_WA");
   return on;
 }
 

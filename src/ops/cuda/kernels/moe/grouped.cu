@@ -5,7 +5,9 @@
 //             (fp32, split over the hidden dimension for few tokens), act[m] = silu(g[m]) * u[m]
 //   down:     y[pair] = act[m] · Wd[e]ᵀ
 // and a combine adds Σ_k w[t, k] · y[t, k] in slot order (deterministic whatever order the sort
-// produced). Decode is bound by reading expert weights, so the GEMM kernels stream the weight rows
+// produced). The tensor-core projections are grouped_wa.cu's (the weights as the MMA's A operand:
+// 2.0x these at batch 128 over 64 experts on an H200) unless TESSERA_MOE_GROUPED_WA=0 picks the
+// ones here. Decode is bound by reading expert weights, so the GEMM kernels stream the weight rows
 // straight from global memory with 16-byte loads into mma.sync B fragments (no shared memory, no
 // block barriers), 16 tokens per MMA tile. Inside each 32-wide K chunk a lane holds 8 consecutive K
 // values; the MMA's logical K slots are permuted the same way for A and B, which a dot product
@@ -130,11 +132,7 @@ __global__ void __launch_bounds__(1024)
 // share each weight fragment (moe_grouped_tiles), so an expert's weights are streamed once per 16 MT
 // pairs: with MT = 1 an expert of 17-32 pairs (batch 128 over 64 experts averages 16) streams them
 // twice. A tile's sums are the same MMAs in the same order whatever MT.
-// PIPE (TESSERA_MOE_GROUPED_PIPELINE, an experiment): the next group of kUnroll weight chunks is
-// requested before this group's MMAs, so that the weight stream stays in flight while the MMAs
-// wait for their activations' loads; without it a warp has no weight load in flight from its
-// group's last load landing until the next group is issued. The same MMAs in the same order.
-template <bool kTokenRows, bool kPairRowsOut, int MT, bool PIPE = false>
+template <bool kTokenRows, bool kPairRowsOut, int MT>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     expert_project_kernel(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k, const int32_t* __restrict__ sorted,
                           const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
@@ -181,32 +179,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                     load_or_zero(ahi_p[mt] ? ahi_p[mt] + k : nullptr), b);
     };
     int k0 = k_begin;
-    if constexpr (PIPE) {
+    for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
       uint4 b[kUnroll];
-      if (k0 + 32 * kUnroll <= k_end)
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wr + k0 + 32 * u, policy);
-      for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
-        // The loop runs again exactly when there is a next group: b is used only then.
-        const bool next = k0 + 64 * kUnroll <= k_end;
-        uint4 nb[kUnroll];
-        if (next)
+      for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wr + k0 + 32 * u, policy);
 #pragma unroll
-          for (int u = 0; u < kUnroll; ++u) nb[u] = load_stream(wr + k0 + 32 * (kUnroll + u), policy);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) chunk(k0 + 32 * u, b[u]);
-        if (next)
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u) b[u] = nb[u];
-      }
-    } else {
-      for (; k0 + 32 * kUnroll <= k_end; k0 += 32 * kUnroll) {
-        uint4 b[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) b[u] = load_stream(wr + k0 + 32 * u, policy);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) chunk(k0 + 32 * u, b[u]);
-      }
+      for (int u = 0; u < kUnroll; ++u) chunk(k0 + 32 * u, b[u]);
     }
     for (; k0 < k_end; k0 += 32) chunk(k0, load_stream(wr + k0, policy));
 #pragma unroll
@@ -307,16 +285,12 @@ bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts) {
 
 namespace {
 
-// The instance of expert_project_kernel for `tiles` tiles of 16 pairs (moe_grouped_tiles) and the
-// pipelined weight stream where TESSERA_MOE_GROUPED_PIPELINE asks for it (1 and 2 tiles).
+// The instance of expert_project_kernel for `tiles` tiles of 16 pairs (moe_grouped_tiles).
 template <bool kTokenRows, bool kPairRowsOut>
 auto project_kernel(int tiles) {
-  const bool pipe = moe_grouped_pipeline();
   return tiles == 4   ? expert_project_kernel<kTokenRows, kPairRowsOut, 4>
-         : tiles == 2 ? (pipe ? expert_project_kernel<kTokenRows, kPairRowsOut, 2, true>
-                              : expert_project_kernel<kTokenRows, kPairRowsOut, 2>)
-                      : (pipe ? expert_project_kernel<kTokenRows, kPairRowsOut, 1, true>
-                              : expert_project_kernel<kTokenRows, kPairRowsOut, 1>);
+         : tiles == 2 ? expert_project_kernel<kTokenRows, kPairRowsOut, 2>
+                      : expert_project_kernel<kTokenRows, kPairRowsOut, 1>;
 }
 
 // Gate and up (split over the hidden dimension for few pairs), then the finish kernel, on tensor
@@ -326,21 +300,33 @@ void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
                         const __nv_bfloat16* const* gate_w, const __nv_bfloat16* const* up_w, int64_t inter,
                         cudaStream_t stream) {
   const int pairs = static_cast<int>(tokens * top_k);
-  const int64_t splits = moe_grouped_gate_up_splits(tokens, pairs, hidden, inter);
+  const bool weights_a = moe_grouped_weights_a();
+  const int64_t splits = weights_a ? moe_wa_gate_up_splits(tokens, pairs, hidden, inter, expert_slots)
+                                   : moe_grouped_gate_up_splits(tokens, pairs, hidden, inter);
   const int64_t slice = static_cast<int64_t>(pairs) * inter;
-  dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
-               static_cast<unsigned>(splits));
-  const auto kernel = project_kernel<true, false>(tiles);
-  for (int matrix = 0; matrix < 2; ++matrix)
-    launch_plain(kernel, gu_grid, kWarpsPerBlock * 32, 0, stream, x, static_cast<int>(hidden), static_cast<int>(top_k),
-                 s.sorted, s.offsets, s.active, s.num_active, matrix == 0 ? gate_w : up_w, static_cast<int>(inter),
-                 s.gate_up_part + matrix * splits * slice, slice, min_pairs);
+  if (weights_a) {
+    launch_moe_wa_gate_up(x, hidden, top_k, s, expert_slots, min_pairs, splits, gate_w, up_w, inter, pairs, stream);
+    if (splits == 1) return;  // act written: no partial sums
+  } else {
+    dim3 gu_grid(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots,
+                 static_cast<unsigned>(splits));
+    const auto kernel = project_kernel<true, false>(tiles);
+    for (int matrix = 0; matrix < 2; ++matrix)
+      launch_plain(kernel, gu_grid, kWarpsPerBlock * 32, 0, stream, x, static_cast<int>(hidden),
+                   static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, matrix == 0 ? gate_w : up_w,
+                   static_cast<int>(inter), s.gate_up_part + matrix * splits * slice, slice, min_pairs);
+  }
   launch_plain(gate_up_finish_kernel, static_cast<unsigned>((slice + 255) / 256), 256, 0, stream, s.gate_up_part,
                s.gate_up_part + splits * slice, static_cast<int>(splits), slice, s.act);
 }
 
-void launch_mma_down(int64_t hidden, int64_t top_k, int tiles, const MoeGroupedScratch& s, unsigned expert_slots,
-                     int min_pairs, const __nv_bfloat16* const* down_w, int64_t inter, cudaStream_t stream) {
+void launch_mma_down(int64_t hidden, int64_t top_k, int64_t pairs, int tiles, const MoeGroupedScratch& s,
+                     unsigned expert_slots, int min_pairs, const __nv_bfloat16* const* down_w, int64_t inter,
+                     cudaStream_t stream) {
+  if (moe_grouped_weights_a()) {
+    launch_moe_wa_down(hidden, top_k, s, expert_slots, min_pairs, down_w, inter, pairs, stream);
+    return;
+  }
   dim3 d_grid(static_cast<unsigned>((hidden + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots);
   const auto kernel = project_kernel<false, true>(tiles);
   launch_plain(kernel, d_grid, kWarpsPerBlock * 32, 0, stream, s.act, static_cast<int>(inter), static_cast<int>(top_k),
@@ -381,7 +367,7 @@ void launch_moe_grouped_experts(const float* x, int64_t tokens, int64_t hidden, 
   const int tiles = moe_grouped_tiles(pairs, experts);  // gate, up and down alike
   if (mma) launch_mma_gate_up(xb, tokens, hidden, top_k, tiles, s, expert_slots, mma_min, gate_w, up_w, inter, stream);
   if (gemv) launch_moe_gemv_gate_up(xb, hidden, top_k, s, expert_slots, gemv_max, gate_w, up_w, inter, stream);
-  if (mma) launch_mma_down(hidden, top_k, tiles, s, expert_slots, mma_min, down_w, inter, stream);
+  if (mma) launch_mma_down(hidden, top_k, pairs, tiles, s, expert_slots, mma_min, down_w, inter, stream);
   if (gemv) launch_moe_gemv_down(hidden, top_k, s, expert_slots, gemv_max, down_w, inter, stream);
 }
 
