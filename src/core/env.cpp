@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 31> kSwitches{{
+constexpr std::array<EnvSwitch, 32> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -32,6 +32,9 @@ constexpr std::array<EnvSwitch, 31> kSwitches{{
      "tiles of 16 pairs the bf16 routed experts' tensor-core kernels multiply by each weight fragment they stream "
      "(an expert of up to 16 x N pairs then streams its weights once): 1, 2 or 4; 0: by the step, 2 where it "
      "averages more than 8 pairs an expert, else 1 (A/B)"},
+    {"TESSERA_MOE_GROUPED_WA_THREE_BLOCKS", "0",
+     "1: the bf16 routed experts' weights-as-A kernels capped at 80 registers for 3 blocks an SM instead of 2 "
+     "(some spills; the same values; an experiment: A/B)"},
     {"TESSERA_MOE_GROUPED_WA", "1",
      "0: the bf16 routed experts' tensor-core kernels put the activations in the MMA's A operand (the earlier "
      "kernels) instead of the weights (16 rows of gate and up, or of down, a warp; up to 32 pairs a pass; "

@@ -221,6 +221,9 @@ int moe_grouped_tiles(int64_t pairs, int64_t experts);
 // with the weights as the MMA's A operand (moe/grouped_wa.cu), else the activations (grouped.cu's
 // expert_project_kernel). Read once.
 bool moe_grouped_weights_a();
+// TESSERA_MOE_GROUPED_WA_THREE_BLOCKS (default 0; an experiment, moe/grouped_wa.cu): those kernels'
+// registers capped for 3 blocks an SM. Read once.
+bool moe_grouped_wa_three_blocks();
 // TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
 // (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.
 bool expert_ring_enabled();

@@ -85,13 +85,15 @@ __device__ __forceinline__ void stream_k(const __nv_bfloat16* r0, const __nv_bfl
 // slice (slice = pairs · inter) for grouped.cu's finish kernel. blockIdx.z / splits is the block's
 // pair group: its passes are those of pairs begin + 32 (group + groups · i). Experts of fewer than
 // min_pairs pairs are the matrix-vector kernels'.
+#define TESSERA_WA_PARAMS                                                                                              \
+  const __nv_bfloat16 *__restrict__ a, int k_dim, int top_k, const int32_t *__restrict__ sorted,                       \
+      const int32_t *__restrict__ offsets, const int32_t *__restrict__ active, const int32_t *__restrict__ num_active, \
+      const __nv_bfloat16 *const *__restrict__ w0, const __nv_bfloat16 *const *__restrict__ w1, int n_dim,             \
+      __nv_bfloat16 *__restrict__ act_out, float *__restrict__ out, int64_t slice, int splits, int min_pairs
+#define TESSERA_WA_ARGS \
+  a, k_dim, top_k, sorted, offsets, active, num_active, w0, w1, n_dim, act_out, out, slice, splits, min_pairs
 template <bool kGateUp>
-__global__ void __launch_bounds__(kWarps * 32)
-    expert_wa_kernel(const __nv_bfloat16* __restrict__ a, int k_dim, int top_k, const int32_t* __restrict__ sorted,
-                     const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
-                     const int32_t* __restrict__ num_active, const __nv_bfloat16* const* __restrict__ w0,
-                     const __nv_bfloat16* const* __restrict__ w1, int n_dim, __nv_bfloat16* __restrict__ act_out,
-                     float* __restrict__ out, int64_t slice, int splits, int min_pairs) {
+__device__ __forceinline__ void expert_wa(TESSERA_WA_PARAMS) {
   if (static_cast<int>(blockIdx.y) >= *num_active) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int n0 = blockIdx.x * rows_per_block<kGateUp>() + warp * (kGateUp ? kRowsPerWarp : 2 * kRowsPerWarp);
@@ -160,6 +162,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// The kernels: registers as ptxas chooses (104-110 on sm_90a, 2 blocks an SM), or capped at 80 for 3
+// blocks (24 warps) an SM, at the price of spills (TESSERA_MOE_GROUPED_WA_THREE_BLOCKS, an
+// experiment: more weight loads in flight an SM).
+template <bool kGateUp>
+__global__ void __launch_bounds__(kWarps * 32) expert_wa_kernel(TESSERA_WA_PARAMS) {
+  expert_wa<kGateUp>(TESSERA_WA_ARGS);
+}
+template <bool kGateUp>
+__global__ void __launch_bounds__(kWarps * 32, 3) expert_wa_3_kernel(TESSERA_WA_PARAMS) {
+  expert_wa<kGateUp>(TESSERA_WA_ARGS);
+}
+#undef TESSERA_WA_PARAMS
+#undef TESSERA_WA_ARGS
 int num_sms() {
   static const int n = [] {
     int device = 0, sms = 1;
@@ -195,19 +210,20 @@ void launch_moe_wa_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top_k
                            const __nv_bfloat16* const* up_w, int64_t inter, int64_t pairs, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>((inter + rows_per_block<true>() - 1) / rows_per_block<true>()), expert_slots,
             static_cast<unsigned>(splits) * pair_groups(pairs, expert_slots));
-  launch_plain(expert_wa_kernel<true>, grid, kWarps * 32, 0, stream, x, static_cast<int>(hidden),
-               static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, gate_w, up_w,
-               static_cast<int>(inter), s.act, s.gate_up_part, pairs * inter, static_cast<int>(splits), min_pairs);
+  const auto gate_up_kernel = moe_grouped_wa_three_blocks() ? expert_wa_3_kernel<true> : expert_wa_kernel<true>;
+  launch_plain(gate_up_kernel, grid, kWarps * 32, 0, stream, x, static_cast<int>(hidden), static_cast<int>(top_k),
+               s.sorted, s.offsets, s.active, s.num_active, gate_w, up_w, static_cast<int>(inter), s.act,
+               s.gate_up_part, pairs * inter, static_cast<int>(splits), min_pairs);
 }
 
 void launch_moe_wa_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, unsigned expert_slots, int min_pairs,
                         const __nv_bfloat16* const* down_w, int64_t inter, int64_t pairs, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>((hidden + rows_per_block<false>() - 1) / rows_per_block<false>()), expert_slots,
             pair_groups(pairs, expert_slots));
-  launch_plain(expert_wa_kernel<false>, grid, kWarps * 32, 0, stream, s.act, static_cast<int>(inter),
-               static_cast<int>(top_k), s.sorted, s.offsets, s.active, s.num_active, down_w,
-               static_cast<const __nv_bfloat16* const*>(nullptr), static_cast<int>(hidden),
-               static_cast<__nv_bfloat16*>(nullptr), s.y, int64_t{0}, 1, min_pairs);
+  const auto down_kernel = moe_grouped_wa_three_blocks() ? expert_wa_3_kernel<false> : expert_wa_kernel<false>;
+  launch_plain(down_kernel, grid, kWarps * 32, 0, stream, s.act, static_cast<int>(inter), static_cast<int>(top_k),
+               s.sorted, s.offsets, s.active, s.num_active, down_w, static_cast<const __nv_bfloat16* const*>(nullptr),
+               static_cast<int>(hidden), static_cast<__nv_bfloat16*>(nullptr), s.y, int64_t{0}, 1, min_pairs);
 }
 
 }  // namespace tessera::ops::cuda
