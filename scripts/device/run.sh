@@ -19,7 +19,8 @@
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
 #   bash device_carry/run.sh moe-bench [ENV...]     the bf16 grouped expert kernels alone (bench kernels) per environment, then ncu
-#   bash device_carry/run.sh wa                     the bf16 MoE cases and goldens, then bench offline TESSERA_MOE_GROUPED_WA 0/1
+#   bash device_carry/run.sh wa                     the MoE cases and goldens with the weights-as-A experiments (pair
+#                                                   groups, three blocks), then bench offline and kernel rows A/B
 #   bash device_carry/run.sh moe-tiles              TESSERA_MOE_GROUPED_TILES 1/2/4: bench offline at 128 concurrent on issue 19's
 #                                                   checkpoint (64 experts), alternated, and with prompts arriving
 #   bash device_carry/run.sh pacer-ab               the pacer's backlog share and clustered sampling against the baseline
@@ -291,24 +292,37 @@ case "$what" in
     done ;;
   wa)
     # The bf16 routed experts with the weights as the MMA's A operand (TESSERA_MOE_GROUPED_WA, the
-    # default since the session of 2026-12-06, seventh): the bf16 MoE cases and the goldens, engine
-    # and graphs (the default), then bench offline at 128 concurrent on issue 19's checkpoint with
-    # TESSERA_MOE_GROUPED_WA 0 and 1 alternated twice.
+    # default since the session of 2026-12-06, seventh) and its two experiments written after the
+    # last GPU run of that session, TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=1 and
+    # TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1: every MoE case (the bf16 shared expert of the quantized
+    # ones runs alone in these kernels) and the goldens, engine and graphs with each; then bench
+    # offline at 128 concurrent on issue 19's checkpoint and the kernel rows of 64 experts x 128
+    # tokens and of the shared expert alone, for WA off, the default and each experiment.
     rc=0
-    echo "== bf16 MoE cases"
-    timeout 200 "$KIT/bin/backend_ops_tests" --gtest_filter='*CudaAgainstCpu/moe*-*nvfp4*:*fp8*' --gtest_brief=1 \
-      > "$OUT/wa_moe.log" 2>&1 || rc=1
-    show "$OUT/wa_moe.log"
-    echo "== goldens, fixture models, engine, graphs"
-    timeout 300 "$KIT/bin/cuda_tests" --gtest_filter='*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*' \
-      --gtest_brief=1 > "$OUT/wa_tests.log" 2>&1 || rc=1
-    show "$OUT/wa_tests.log"
+    for v in TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=1 TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1; do
+      echo "== MoE cases, $v"
+      env $v timeout 200 "$KIT/bin/backend_ops_tests" --gtest_filter='*moe*' --gtest_brief=1 > "$OUT/wa_moe_$v.log" 2>&1 || rc=1
+      show "$OUT/wa_moe_$v.log"
+      echo "== goldens, fixture models, engine, graphs, $v"
+      env $v timeout 120 "$KIT/bin/cuda_tests" --gtest_filter='*Engine*:*CudaGolden*:*FixtureModels*:*StepGraph*' \
+        --gtest_brief=1 > "$OUT/wa_tests_$v.log" 2>&1 || rc=1
+      show "$OUT/wa_tests_$v.log"
+    done
     dir=$(issue19_checkpoint)
-    for w in 0 1 0 1; do
-      echo "== TESSERA_MOE_GROUPED_WA=$w, 128 concurrent, 16-token prompts"
-      TESSERA_MOE_GROUPED_WA=$w timeout 100 tessera bench offline --device cuda --model "$dir" \
+    for v in TESSERA_MOE_GROUPED_WA=0 - TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=1 TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1 \
+      TESSERA_MOE_GROUPED_WA=0 - TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=1 TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1; do
+      [ "$v" = - ] && v=""
+      echo "== ${v:-(defaults)}, 128 concurrent, 16-token prompts"
+      env $v timeout 100 tessera bench offline --device cuda --model "$dir" \
         --kv-cache-bytes 16GiB --input-len 16 --output-len 128 --num-requests 128 --concurrency 128 --skip-self-check 2>&1 |
         grep -E "output tokens/s|ITL|a decode step" | cut -c1-200 || true
+    done
+    for v in TESSERA_MOE_GROUPED_WA=0 - TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=1 TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1; do
+      [ "$v" = - ] && v=""
+      echo "== bench kernels, ${v:-(defaults)}"
+      for f in "moe grouped bf16 e64" "moe grouped bf16 shared"; do
+        env $v timeout 60 tessera bench kernels --iterations 10 --filter "$f" 2>&1 | grep -E "^moe" || true
+      done
     done
     exit $rc ;;
   moe-tiles)

@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 32> kSwitches{{
+constexpr std::array<EnvSwitch, 33> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -32,6 +32,10 @@ constexpr std::array<EnvSwitch, 32> kSwitches{{
      "tiles of 16 pairs the bf16 routed experts' tensor-core kernels multiply by each weight fragment they stream "
      "(an expert of up to 16 x N pairs then streams its weights once): 1, 2 or 4; 0: by the step, 2 where it "
      "averages more than 8 pairs an expert, else 1 (A/B)"},
+    {"TESSERA_MOE_GROUPED_WA_PAIR_GROUPS", "0",
+     "1: the bf16 routed experts' weights-as-A kernels run an expert's passes of 32 pairs in parallel blocks where "
+     "the step averages more than 32 pairs an expert (the shared expert alone at 128 tokens: 4), not one after "
+     "another (the same values; an experiment, not yet run on a GPU: A/B)"},
     {"TESSERA_MOE_GROUPED_WA_THREE_BLOCKS", "0",
      "1: the bf16 routed experts' weights-as-A kernels capped at 80 registers for 3 blocks an SM instead of 2 "
      "(some spills; the same values; an experiment: A/B)"},

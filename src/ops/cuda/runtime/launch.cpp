@@ -51,6 +51,11 @@ bool moe_grouped_wa_three_blocks() {
   return on;
 }
 
+bool moe_grouped_wa_pair_groups() {
+  static const bool on = core::env_flag("TESSERA_MOE_GROUPED_WA_PAIR_GROUPS");
+  return on;
+}
+
 MlaDecodeLaunch mla_decode_launch(int sm, bool one_token_a_sequence) {
   static const bool early = core::env_flag("TESSERA_MLA_EARLY_KV");
   static const bool clusters = core::env_flag("TESSERA_MLA_DECODE_CLUSTERS");
