@@ -19,8 +19,8 @@
 #                                                   real-size NVFP4 and FP8 checkpoints (a second device call: each
 #                                                   part takes minutes)
 #   bash device_carry/run.sh moe-bench [ENV...]     the bf16 grouped expert kernels alone (bench kernels) per environment, then ncu
-#   bash device_carry/run.sh wa                     the MoE cases and goldens with the weights-as-A experiments (pair
-#                                                   groups, three blocks), then bench offline and kernel rows A/B
+#   bash device_carry/run.sh wa                     the MoE cases and goldens with the weights-as-A switches (pair
+#                                                   groups off, three blocks on), then bench offline and kernel rows A/B
 #   bash device_carry/run.sh moe-tiles              TESSERA_MOE_GROUPED_TILES 1/2/4: bench offline at 128 concurrent on issue 19's
 #                                                   checkpoint (64 experts), alternated, and with prompts arriving
 #   bash device_carry/run.sh pacer-ab               the pacer's backlog share and clustered sampling against the baseline
@@ -291,15 +291,15 @@ case "$what" in
         "$OUT/ncu_moe.log" | cut -c1-150 | head -60 || tail -5 "$OUT/ncu_moe.log"
     done ;;
   wa)
-    # The bf16 routed experts with the weights as the MMA's A operand (TESSERA_MOE_GROUPED_WA, the
-    # default since the session of 2026-12-06, seventh) and its two experiments written after the
-    # last GPU run of that session, TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=1 and
-    # TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1: every MoE case (the bf16 shared expert of the quantized
-    # ones runs alone in these kernels) and the goldens, engine and graphs with each; then bench
-    # offline at 128 concurrent on issue 19's checkpoint and the kernel rows of 64 experts x 128
-    # tokens and of the shared expert alone, for WA off, the default and each experiment.
+    # The bf16 routed experts with the weights as the MMA's A operand (TESSERA_MOE_GROUPED_WA) and
+    # its pair groups (TESSERA_MOE_GROUPED_WA_PAIR_GROUPS), both default since the session of
+    # 2026-12-06, seventh (the pair groups' goldens, engine and graphs not yet run), and the
+    # experiment TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1: every MoE case and the goldens, engine and
+    # graphs with pair groups off and with three blocks on; then bench offline at 128 concurrent on
+    # issue 19's checkpoint and the kernel rows of 64 experts x 128 tokens and of the shared expert
+    # alone, for WA off, the default and each switch.
     rc=0
-    for v in TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=1 TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1; do
+    for v in TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=0 TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1; do
       echo "== MoE cases, $v"
       env $v timeout 200 "$KIT/bin/backend_ops_tests" --gtest_filter='*moe*' --gtest_brief=1 > "$OUT/wa_moe_$v.log" 2>&1 || rc=1
       show "$OUT/wa_moe_$v.log"
@@ -309,15 +309,18 @@ case "$what" in
       show "$OUT/wa_tests_$v.log"
     done
     dir=$(issue19_checkpoint)
-    for v in TESSERA_MOE_GROUPED_WA=0 - TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=1 TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1 \
-      TESSERA_MOE_GROUPED_WA=0 - TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=1 TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1; do
+    # (TESSERA_SHARED_EXPERT_STREAM=0: the shared expert as one more expert of the routed launch
+    # instead of alone on the second stream, 378 us a layer at 128 tokens there.)
+    for v in TESSERA_MOE_GROUPED_WA=0 - TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=0 TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1 \
+      TESSERA_SHARED_EXPERT_STREAM=0 TESSERA_MOE_GROUPED_WA=0 - TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=0 \
+      TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1 TESSERA_SHARED_EXPERT_STREAM=0; do
       [ "$v" = - ] && v=""
       echo "== ${v:-(defaults)}, 128 concurrent, 16-token prompts"
       env $v timeout 100 tessera bench offline --device cuda --model "$dir" \
         --kv-cache-bytes 16GiB --input-len 16 --output-len 128 --num-requests 128 --concurrency 128 --skip-self-check 2>&1 |
         grep -E "output tokens/s|ITL|a decode step" | cut -c1-200 || true
     done
-    for v in TESSERA_MOE_GROUPED_WA=0 - TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=1 TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1; do
+    for v in TESSERA_MOE_GROUPED_WA=0 - TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=0 TESSERA_MOE_GROUPED_WA_THREE_BLOCKS=1; do
       [ "$v" = - ] && v=""
       echo "== bench kernels, ${v:-(defaults)}"
       for f in "moe grouped bf16 e64" "moe grouped bf16 shared"; do

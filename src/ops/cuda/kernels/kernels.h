@@ -224,8 +224,8 @@ bool moe_grouped_weights_a();
 // TESSERA_MOE_GROUPED_WA_THREE_BLOCKS (default 0; an experiment, moe/grouped_wa.cu): those kernels'
 // registers capped for 3 blocks an SM. Read once.
 bool moe_grouped_wa_three_blocks();
-// TESSERA_MOE_GROUPED_WA_PAIR_GROUPS (default 0; an experiment, moe/grouped_wa.cu): an expert's
-// passes of 32 pairs in parallel blocks where the step averages more than one an expert. Read once.
+// TESSERA_MOE_GROUPED_WA_PAIR_GROUPS (default 1; 0 for A/B; moe/grouped_wa.cu): an expert's passes
+// of 32 pairs in parallel blocks where the step averages more than one an expert. Read once.
 bool moe_grouped_wa_pair_groups();
 // TESSERA_EXPERT_RING (default 1; 0 for A/B): quantized routed experts on the ring kernels
 // (quant/grouped_ring.cu) where the GPU and shapes allow. Read once.

@@ -14,9 +14,9 @@
 // shared expert alone, the heavy experts of a step the matrix-vector kernels mostly take), it writes
 // fp32 partial sums in grouped.cu's layout and grouped.cu's finish kernel takes silu(gate) * up.
 // Where experts average more pairs than a pass takes (the shared expert alone: every token), the
-// passes of an expert may run in parallel blocks (pair groups, TESSERA_MOE_GROUPED_WA_PAIR_GROUPS,
-// an experiment) rather than one after another in one block: the blocks of a row group read the
-// same weights at about the same time, the repeats from L2.
+// passes of an expert run in parallel blocks (pair groups; TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=0: one
+// after another in one block): the blocks of a row group read the same weights at about the same
+// time, the repeats from L2. The shared expert alone at 128 tokens: 354 -> 152 us on an H100.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -198,7 +198,7 @@ int64_t moe_wa_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int
 namespace {
 
 // Pair groups: the passes an expert averages, at most 8 (the shared expert alone at 128 tokens: 4),
-// where TESSERA_MOE_GROUPED_WA_PAIR_GROUPS asks for them; else 1 (one block takes every pass).
+// unless TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=0 (then one block takes every pass).
 unsigned pair_groups(int64_t pairs, unsigned expert_slots) {
   if (!moe_grouped_wa_pair_groups()) return 1;
   const int64_t per_expert = (pairs + expert_slots - 1) / expert_slots;
