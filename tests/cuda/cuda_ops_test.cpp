@@ -849,6 +849,21 @@ TEST(MoeGroupedTiles, TwoTilesOnceAnExpertAveragesMoreThanEightPairs) {
   EXPECT_EQ(ops::cuda::moe_grouped_tiles(1, 64), 1);
 }
 
+// The weights-as-A expert kernels run an expert's passes of 32 pairs in parallel blocks, as many as
+// the step averages passes an expert, at most 8: the shared expert alone at batch 128 in 4, the
+// routed experts of issue 19's batch 128 (16 pairs an expert over 64) in one.
+TEST(MoeGroupedWa, PairGroupsAreThePassesAnExpertAverages) {
+  if (core::env_value("TESSERA_MOE_GROUPED_WA_PAIR_GROUPS").value_or("1") != "1")
+    GTEST_SKIP() << "TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=0";
+  EXPECT_EQ(ops::cuda::moe_wa_pair_groups(128, 1), 4u);
+  EXPECT_EQ(ops::cuda::moe_wa_pair_groups(128 * 8, 64), 1u);
+  EXPECT_EQ(ops::cuda::moe_wa_pair_groups(256 * 8, 64), 1u);  // 32 an expert: one pass
+  EXPECT_EQ(ops::cuda::moe_wa_pair_groups(256 * 8 + 1, 64), 2u);
+  EXPECT_EQ(ops::cuda::moe_wa_pair_groups(33, 1), 2u);
+  EXPECT_EQ(ops::cuda::moe_wa_pair_groups(100000, 1), 8u);  // at most 8
+  EXPECT_EQ(ops::cuda::moe_wa_pair_groups(1, 1), 1u);
+}
+
 // TESSERA_MLA_DECODE_CLUSTERS: a step's splits run in clusters of the largest power of two up to
 // the allowed size that divides them (a cluster must tile the grid), and the combine then reads
 // splits / cluster parts.

@@ -311,6 +311,9 @@ int64_t moe_grouped_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden
 // The weights-as-A gate/up projections' K slices for a step: 1 where there are blocks enough
 // without a split (then they write scratch.act themselves), else moe_grouped_gate_up_splits'.
 int64_t moe_wa_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter, int64_t expert_slots);
+// The pair groups of a step (grid z): the passes of 32 pairs an expert averages over expert_slots,
+// 1 to 8; 1 with TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=0.
+unsigned moe_wa_pair_groups(int64_t pairs, unsigned expert_slots);
 // Gate/up of the experts with at least min_pairs pairs: scratch.act (splits 1), else fp32 partial
 // sums in scratch.gate_up_part for the finish kernel. Down: scratch.y.
 void launch_moe_wa_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top_k, const MoeGroupedScratch& scratch,

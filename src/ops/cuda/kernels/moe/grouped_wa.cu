@@ -195,24 +195,18 @@ int64_t moe_wa_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden, int
   return blocks >= 4 * num_sms() ? 1 : moe_grouped_gate_up_splits(tokens, pairs, hidden, inter);
 }
 
-namespace {
-
-// Pair groups: the passes an expert averages, at most 8 (the shared expert alone at 128 tokens: 4),
-// unless TESSERA_MOE_GROUPED_WA_PAIR_GROUPS=0 (then one block takes every pass).
-unsigned pair_groups(int64_t pairs, unsigned expert_slots) {
+unsigned moe_wa_pair_groups(int64_t pairs, unsigned expert_slots) {
   if (!moe_grouped_wa_pair_groups()) return 1;
   const int64_t per_expert = (pairs + expert_slots - 1) / expert_slots;
   const int64_t pass = kRowsPerWarp * kMaxTiles;
   return static_cast<unsigned>(std::clamp<int64_t>((per_expert + pass - 1) / pass, 1, 8));
 }
 
-}  // namespace
-
 void launch_moe_wa_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top_k, const MoeGroupedScratch& s,
                            unsigned expert_slots, int min_pairs, int64_t splits, const __nv_bfloat16* const* gate_w,
                            const __nv_bfloat16* const* up_w, int64_t inter, int64_t pairs, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>((inter + rows_per_block<true>() - 1) / rows_per_block<true>()), expert_slots,
-            static_cast<unsigned>(splits) * pair_groups(pairs, expert_slots));
+            static_cast<unsigned>(splits) * moe_wa_pair_groups(pairs, expert_slots));
   const auto gate_up_kernel = moe_grouped_wa_three_blocks() ? expert_wa_3_kernel<true> : expert_wa_kernel<true>;
   launch_plain(gate_up_kernel, grid, kWarps * 32, 0, stream, x, static_cast<int>(hidden), static_cast<int>(top_k),
                s.sorted, s.offsets, s.active, s.num_active, gate_w, up_w, static_cast<int>(inter), s.act,
@@ -222,7 +216,7 @@ void launch_moe_wa_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top_k
 void launch_moe_wa_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& s, unsigned expert_slots, int min_pairs,
                         const __nv_bfloat16* const* down_w, int64_t inter, int64_t pairs, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>((hidden + rows_per_block<false>() - 1) / rows_per_block<false>()), expert_slots,
-            pair_groups(pairs, expert_slots));
+            moe_wa_pair_groups(pairs, expert_slots));
   const auto down_kernel = moe_grouped_wa_three_blocks() ? expert_wa_3_kernel<false> : expert_wa_kernel<false>;
   launch_plain(down_kernel, grid, kWarps * 32, 0, stream, s.act, static_cast<int>(inter), static_cast<int>(top_k),
                s.sorted, s.offsets, s.active, s.num_active, down_w, static_cast<const __nv_bfloat16* const*>(nullptr),
