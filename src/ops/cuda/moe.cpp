@@ -85,7 +85,7 @@ GroupedExperts grouped_experts(CudaContext& ctx, const Tensor& x, const MoeSlots
   r.meta = ctx.alloc(DType::kI32, {2 * experts + 2 + P});
   r.act = ctx.alloc(DType::kBF16, {P, inter});
   r.y_rows = ctx.alloc(DType::kF32, {P, H});
-  r.part = ctx.alloc(DType::kF32, {2 * moe_grouped_gate_up_splits(T, P, H, inter) * P * inter});
+  r.part = ctx.alloc(DType::kF32, {2 * moe_grouped_part_splits(T, P, H, inter, experts) * P * inter});
   int32_t* m = ptr<int32_t>(r.meta);
   const MoeGroupedScratch scratch{ptr<__nv_bfloat16>(r.xb), m,
                                   m + experts + 1,          m + 2 * experts + 1,

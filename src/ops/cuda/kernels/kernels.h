@@ -322,6 +322,10 @@ void launch_moe_wa_gate_up(const __nv_bfloat16* x, int64_t hidden, int64_t top_k
 void launch_moe_wa_down(int64_t hidden, int64_t top_k, const MoeGroupedScratch& scratch, unsigned expert_slots,
                         int min_pairs, const __nv_bfloat16* const* down_w, int64_t inter, int64_t pairs,
                         cudaStream_t s);
+// The K slices of launch_moe_grouped_experts' gate/up projections for a step over `experts` routed
+// experts (with the weights as A: moe_wa_gate_up_splits; else moe_grouped_gate_up_splits):
+// scratch.gate_up_part holds 2 x that many [pairs, inter] fp32 slices (read only where it is over 1).
+int64_t moe_grouped_part_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter, int64_t experts);
 // Shapes the grouped kernels take (16-byte loads over 32-wide K chunks; one block sorts the pairs).
 bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts);
 // scratch.y[p] = Expert_{id(p)}(x[token of p]) for every pair p of the step's slots, with no host

@@ -447,6 +447,13 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
                                       : fmt::format("moe grouped bf16 e{} t{} top{} h{} i{}", E, T, K, H, I);
       if (!wanted(name)) continue;
       const int64_t per_expert = 3 * H * I;
+      size_t free_bytes = 0, total_bytes = 0;
+      TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+      const double need = static_cast<double>(E * per_expert) * 2;
+      if (need > 0.9 * static_cast<double>(free_bytes)) {
+        fmt::print("{:<52} skipped: its weights need {:.1f} GB, {:.1f} GB free\n", name, need / 1e9, free_bytes / 1e9);
+        continue;
+      }
       DeviceMem weights(static_cast<size_t>(E * per_expert) * 2), x(T * H * 4), xb(T * H * 2),
           meta((2 * E + 2 + P) * 4), act(P * I * 2), y(P * H * 4), part(2 * 4 * P * I * 4), table(3 * E * 8),
           ids(std::max<int64_t>(P, 1) * 4), wts(std::max<int64_t>(P, 1) * 4);

@@ -279,6 +279,11 @@ int64_t moe_grouped_gate_up_splits(int64_t tokens, int64_t pairs, int64_t hidden
   return pairs <= 64 || (moe_gemv_supported(hidden, inter) && tokens > kMoeGemvMaxPairs) ? 4 : 1;
 }
 
+int64_t moe_grouped_part_splits(int64_t tokens, int64_t pairs, int64_t hidden, int64_t inter, int64_t experts) {
+  if (!moe_grouped_weights_a()) return moe_grouped_gate_up_splits(tokens, pairs, hidden, inter);
+  return moe_wa_gate_up_splits(tokens, pairs, hidden, inter, std::min(experts, pairs));
+}
+
 bool moe_grouped_supported(int64_t hidden, int64_t inter, int64_t experts) {
   return experts <= kMaxExperts && hidden % 32 == 0 && inter % 32 == 0;
 }
@@ -301,8 +306,7 @@ void launch_mma_gate_up(const __nv_bfloat16* x, int64_t tokens, int64_t hidden, 
                         cudaStream_t stream) {
   const int pairs = static_cast<int>(tokens * top_k);
   const bool weights_a = moe_grouped_weights_a();
-  const int64_t splits = weights_a ? moe_wa_gate_up_splits(tokens, pairs, hidden, inter, expert_slots)
-                                   : moe_grouped_gate_up_splits(tokens, pairs, hidden, inter);
+  const int64_t splits = moe_grouped_part_splits(tokens, pairs, hidden, inter, expert_slots);
   const int64_t slice = static_cast<int64_t>(pairs) * inter;
   if (weights_a) {
     launch_moe_wa_gate_up(x, hidden, top_k, s, expert_slots, min_pairs, splits, gate_w, up_w, inter, pairs, stream);
