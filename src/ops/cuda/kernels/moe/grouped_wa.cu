@@ -33,6 +33,7 @@ namespace tessera::ops::cuda {
 namespace {
 
 using quant_mma::kRowsPerWarp;  // 8: a stream's rows a warp
+using quant_mma::load_or_zero;
 using quant_mma::store_tiles_wa;
 using quant_mma::tile_rows_wa;
 
@@ -44,10 +45,6 @@ constexpr int kMaxTiles = 4;  // tiles of 8 pairs a pass
 template <bool kGateUp>
 __host__ __device__ constexpr int rows_per_block() {
   return kWarps * (kGateUp ? kRowsPerWarp : 2 * kRowsPerWarp);
-}
-
-__device__ __forceinline__ uint4 load_or_zero(const __nv_bfloat16* p) {
-  return p ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
 // acc[t] += W(16 rows: r0's 8, r1's 8) · A(tile t's 8 pairs)ᵀ over K [k_begin, k_end): lane (g, c)
