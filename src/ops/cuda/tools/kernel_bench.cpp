@@ -440,30 +440,40 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
   // weights: 64 experts (issue 19's checkpoint; 16 pairs an expert at 128 tokens) and 384 (the real
   // model; ~2.7 at 128), and the shared expert alone (one expert, a slot a token). GB/s counts the
   // weights of the experts the routing touched, the activations and y.
-  for (int64_t E : {int64_t{64}, int64_t{384}, int64_t{1}})
-    for (int64_t T : {int64_t{16}, int64_t{128}, int64_t{256}}) {
-      const int64_t H = 7168, I = 2048, K = E == 1 ? 0 : 8, per_token = E == 1 ? 1 : K, P = T * per_token;
-      const std::string name = E == 1 ? fmt::format("moe grouped bf16 shared expert t{} h{} i{}", T, H, I)
-                                      : fmt::format("moe grouped bf16 e{} t{} top{} h{} i{}", E, T, K, H, I);
-      if (!wanted(name)) continue;
-      const int64_t per_expert = 3 * H * I;
-      size_t free_bytes = 0, total_bytes = 0;
-      TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-      const double need = static_cast<double>(E * per_expert) * 2;
-      if (need > 0.9 * static_cast<double>(free_bytes)) {
-        fmt::print("{:<52} skipped: its weights need {:.1f} GB, {:.1f} GB free\n", name, need / 1e9, free_bytes / 1e9);
-        continue;
-      }
-      DeviceMem weights(static_cast<size_t>(E * per_expert) * 2), x(T * H * 4), xb(T * H * 2),
-          meta((2 * E + 2 + P) * 4), act(P * I * 2), y(P * H * 4), part(2 * 4 * P * I * 4), table(3 * E * 8),
-          ids(std::max<int64_t>(P, 1) * 4), wts(std::max<int64_t>(P, 1) * 4);
-      fill_random_bf16(weights.p, static_cast<size_t>(E * per_expert), 12);
+  for (int64_t E : {int64_t{64}, int64_t{384}, int64_t{1}}) {
+    const int64_t H = 7168, I = 2048, K = E == 1 ? 0 : 8, per_token = E == 1 ? 1 : K, per_expert = 3 * H * I;
+    auto name_of = [&](int64_t T) {
+      return E == 1 ? fmt::format("moe grouped bf16 shared expert t{} h{} i{}", T, H, I)
+                    : fmt::format("moe grouped bf16 e{} t{} top{} h{} i{}", E, T, K, H, I);
+    };
+    std::vector<int64_t> token_counts;
+    for (int64_t T : {int64_t{16}, int64_t{128}, int64_t{256}})
+      if (wanted(name_of(T))) token_counts.push_back(T);
+    if (token_counts.empty()) continue;
+    // The experts' weights, filled once for every token count.
+    size_t free_bytes = 0, total_bytes = 0;
+    TESSERA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const double need = static_cast<double>(E * per_expert) * 2;
+    if (need > 0.9 * static_cast<double>(free_bytes)) {
+      for (int64_t T : token_counts)
+        fmt::print("{:<52} skipped: its weights need {:.1f} GB, {:.1f} GB free\n", name_of(T), need / 1e9,
+                   free_bytes / 1e9);
+      continue;
+    }
+    DeviceMem weights(static_cast<size_t>(E * per_expert) * 2), table(3 * E * 8);
+    fill_random_bf16(weights.p, static_cast<size_t>(E * per_expert), 12);
+    std::vector<const __nv_bfloat16*> ptrs(static_cast<size_t>(3 * E));
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t m = 0; m < 3; ++m)
+        ptrs[static_cast<size_t>(m * E + e)] = weights.as<__nv_bfloat16>() + e * per_expert + m * H * I;
+    TESSERA_CUDA_CHECK(cudaMemcpy(table.p, ptrs.data(), ptrs.size() * 8, cudaMemcpyHostToDevice));
+    auto* tab = table.as<const __nv_bfloat16*>();
+    for (int64_t T : token_counts) {
+      const int64_t P = T * per_token;
+      DeviceMem x(T * H * 4), xb(T * H * 2), meta((2 * E + 2 + P) * 4), act(P * I * 2), y(P * H * 4),
+          part(2 * moe_grouped_part_splits(T, P, H, I, E) * P * I * 4), ids(std::max<int64_t>(P, 1) * 4),
+          wts(std::max<int64_t>(P, 1) * 4);
       fill_random_f32(x.p, T * H, 13);
-      std::vector<const __nv_bfloat16*> ptrs(static_cast<size_t>(3 * E));
-      for (int64_t e = 0; e < E; ++e)
-        for (int64_t m = 0; m < 3; ++m)
-          ptrs[static_cast<size_t>(m * E + e)] = weights.as<__nv_bfloat16>() + e * per_expert + m * H * I;
-      TESSERA_CUDA_CHECK(cudaMemcpy(table.p, ptrs.data(), ptrs.size() * 8, cudaMemcpyHostToDevice));
       // Distinct experts a token, uniformly at random (a trained router's load is less even).
       std::vector<int32_t> host_ids;
       std::vector<float> host_wts;
@@ -488,9 +498,8 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
       const MoeGroupedScratch scratch{
           xb.as<__nv_bfloat16>(), m, m + E + 1, m + 2 * E + 1, m + 2 * E + 2, act.as<__nv_bfloat16>(), y.as<float>(),
           part.as<float>()};
-      auto* tab = table.as<const __nv_bfloat16*>();
       KernelBenchRow r;
-      r.name = name;
+      r.name = name_of(T);
       r.seconds = time_it(o.iterations, [&] {
         launch_moe_grouped_experts(x.as<float>(), T, H, slots, E, tab, tab + E, tab + 2 * E, I, scratch, 0);
       });
@@ -499,6 +508,7 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
       r.flops = 2.0 * P * per_expert;
       report(r);
     }
+  }
   // RMSNorm over a hidden state of 7168 (decode batch 128).
   if (wanted("rms_norm")) {
     const int64_t T = 128, H = 7168;
