@@ -27,7 +27,7 @@ start=$(date +%s)
 NCCL_ROOT=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real \
-    -DTESSERA_USE_ICU=OFF -DCMAKE_PREFIX_PATH="$DEPS/usr" ${NCCL_ROOT:+-DTESSERA_NCCL_ROOT="$NCCL_ROOT"} \
+    -DTESSERA_USE_ICU=OFF -DCMAKE_CUDA_FLAGS=-lineinfo -DCMAKE_PREFIX_PATH="$DEPS/usr" ${NCCL_ROOT:+-DTESSERA_NCCL_ROOT="$NCCL_ROOT"} \
     -DCMAKE_CXX_FLAGS="-isystem $DEPS/usr/include" > "$BUILD.configure.log" 2>&1 ||
     { tail -40 "$BUILD.configure.log"; exit 1; }
 fi

@@ -36,6 +36,9 @@
 #                                                   prefill, the trace of an 8192-token prompt
 #   bash device_carry/run.sh step-size              --max-num-batched-tokens 2048 against 8192: fresh prompts' TTFT, and ITL
 #                                                   at 128 concurrent with short and long prompts arriving
+#   bash device_carry/run.sh mla-ncu                MLA decode at batch 1 x 32k (8 and 64 heads): kernel rows, then ncu-src
+#   bash device_carry/run.sh ncu-src NAME KERNEL_REGEX COUNT ARGS...  Nsight Compute's full set and per-instruction
+#                                                   stalls of `tessera ARGS...` into $OUT/NAME*
 #   bash device_carry/run.sh ncu-prefill [kernel]   Nsight Compute on the MLA prefill attention kernel (wgmma by default),
 #                                                   64 heads, 8k context: its stall reasons and pipe use
 #   bash device_carry/run.sh ab [weights...]        this tree against device_carry/baseline.tar.xz (make_build_kit.sh
@@ -466,6 +469,33 @@ case "$what" in
           --skip-self-check 2>&1 | grep -E "output tokens/s|TTFT|ITL" || true
       done
     done ;;
+  mla-ncu)
+    # Issue 19's MLA decode at batch 1 and 32k context: the kernel rows (every split count), then
+    # ncu-src on the attention and combine kernels the policy picks for 8 heads (KV-major) and 64
+    # heads (wgmma).
+    tessera bench kernels --iterations 50 --filter "mla_decode" --batch 1 --heads 8 --heads 64 --context 32768 2>&1 |
+      grep -E "ceiling|read-only|mla_decode (kvmajor|wgmma) " || true
+    for r in "8;kvmajor" "64;wgmma"; do
+      h="${r%%;*}"; k="${r#*;}"
+      bash "$0" ncu-src "mla_$k" "attend|combine" 2 bench kernels --iterations 1 --filter "mla_decode $k h$h b1 ctx32768" \
+        --batch 1 --heads "$h" --context 32768
+    done ;;
+  ncu-src)
+    # Nsight Compute's full set with per-instruction stall samples on any tessera command: run.sh
+    # ncu-src NAME KERNEL_REGEX COUNT TESSERA_ARGS... The report, its details page and its SASS
+    # source page (csv) go to $OUT/NAME*; the headline metrics are printed.
+    name=$1 kernel=$2 count=$3
+    shift 3
+    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 0; }
+    echo "== ncu $name: $kernel x $count in tessera $*"
+    timeout 300 "$NCU" -k "regex:$kernel" -c "$count" --set full --import-source yes -f -o "$OUT/$name" tessera "$@" \
+      > "$OUT/${name}_run.log" 2>&1 || tail -5 "$OUT/${name}_run.log"
+    "$NCU" -i "$OUT/$name.ncu-rep" --page details > "$OUT/${name}_details.txt" 2>&1 || true
+    "$NCU" -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/${name}_sass.csv" 2>&1 || true
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Issue Slots Busy|Eligible Warps|Active Warps Per|No Eligible|Registers Per|Achieved Occupancy" \
+      "$OUT/${name}_details.txt" | cut -c1-150 | head -40
+    echo "sass page: $(wc -c < "$OUT/${name}_sass.csv") bytes" ;;
   ncu-prefill)
     # Nsight Compute on the MLA prefill attention kernel (default: the Hopper wgmma kernel; argument:
     # a kernel regex, e.g. prefill_attend_kernel for mma.sync) at 64 heads and 8k context, the 128-row

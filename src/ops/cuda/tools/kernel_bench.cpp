@@ -309,6 +309,25 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
             }
           }
 
+  // What a plain read of the same bytes takes, timed the same way (after the memset, the launch
+  // included): the ceiling of a batch-1 row at this size, where a launch and a ramp are a large
+  // part of the time (issue 19's goals are shares of the copy rate of a 2 GB buffer).
+  if (std::find(o.batches.begin(), o.batches.end(), int64_t{1}) != o.batches.end())
+    for (int64_t ctx : o.contexts) {
+      const std::string name = fmt::format("mla_decode stream b1 ctx{} (the bf16 cache's bytes)", ctx);
+      if (!wanted(name)) continue;
+      const size_t bytes = static_cast<size_t>(ctx * entry * 2);
+      DeviceMem src(bytes), sink(16);
+      fill_random_bf16(src.p, bytes / 2, 3);
+      int sms = 1;
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+      KernelBenchRow r;
+      r.name = name;
+      r.seconds = time_it(o.iterations, [&] { launch_read_stream(src.p, bytes, sink.p, sms, 0); });
+      r.bytes = static_cast<double>(bytes);
+      report(r);
+    }
+
   bench_mla_prefill(o, caps, wanted, report);
 
   // Decode matrix-vector products of one token at Kimi-K2.5's attention shapes, for every K split
