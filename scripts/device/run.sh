@@ -483,7 +483,7 @@ case "$what" in
     done ;;
   mla-ab)
     # The KV-major MLA decode experiments TESSERA_MLA_DECODE_FILL_STAGES and _RELEASE_COMBINE: the MLA
-    # conformance cases with both on, then bench kernels at batch 1 (8 heads; 8k, 32k, 128k) and batch
+    # conformance cases with both on, then bench kernels at batch 1 (8 and 64 heads; 8k, 32k, 128k) and batch
     # 128 x 8k for off, each alone and both, alternated twice.
     TESSERA_MLA_DECODE_FILL_STAGES=1 TESSERA_MLA_DECODE_RELEASE_COMBINE=1 "$KIT/bin/backend_ops_tests" \
       --gtest_filter='*CudaAgainstCpu/mla_attention*:*CudaAgainstCpu/mla_attend_latent*' --gtest_brief=1 \
@@ -494,8 +494,8 @@ case "$what" in
         set -- $v
         echo "== round $round: TESSERA_MLA_DECODE_FILL_STAGES=$1 TESSERA_MLA_DECODE_RELEASE_COMBINE=$2"
         TESSERA_MLA_DECODE_FILL_STAGES=$1 TESSERA_MLA_DECODE_RELEASE_COMBINE=$2 tessera bench kernels --iterations 50 \
-          --filter "mla_decode kvmajor h8" --batch 1 --heads 8 --context 8192 --context 32768 --context 131072 2>&1 |
-          grep -E "\*|ceiling" || true
+          --filter "mla_decode kvmajor h" --batch 1 --heads 8 --heads 64 --context 8192 --context 32768 --context 131072 \
+          2>&1 | grep -E "\*|ceiling" || true
         TESSERA_MLA_DECODE_FILL_STAGES=$1 TESSERA_MLA_DECODE_RELEASE_COMBINE=$2 tessera bench kernels --iterations 20 \
           --filter "mla_decode kvmajor h8" --batch 128 --heads 8 --context 8192 2>&1 | grep -E "^mla" || true
       done
