@@ -16,7 +16,13 @@ def sections(text):
     """The page holds one table per profiled kernel, each after a line naming it."""
     out, name, buf = [], None, []
     for line in text.splitlines():
-        if line.startswith('"Address"') or line.startswith('"#"') or (line.startswith('"') and 'Source' in line[:80] and buf == []):
+        if line.startswith('"Kernel Name"'):
+            if buf:
+                out.append((name, buf))
+                buf = []
+            name = line.split('","', 1)[-1].strip('",')
+            continue
+        if line.startswith('"Address"'):
             buf = [line]
             continue
         if buf:
@@ -60,7 +66,7 @@ def main():
         if allc is None:
             print(f'{name}: no stall sampling column; columns: {cols[:12]}')
             continue
-        reasons = [c for c in cols if c.startswith('stall_') or c.lower().startswith('warp stall sampling (') is False and 'stall' in c.lower()]
+        reasons = [c for c in cols if c.startswith('stall_')]
         total = sum(num(r[allc]) for r in rows) or 1.0
         print(f'== {name}: {len(rows)} instructions, {int(total)} samples ({allc})')
         by_op = collections.Counter()
