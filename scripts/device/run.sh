@@ -37,7 +37,6 @@
 #   bash device_carry/run.sh step-size              --max-num-batched-tokens 2048 against 8192: fresh prompts' TTFT, and ITL
 #                                                   at 128 concurrent with short and long prompts arriving
 #   bash device_carry/run.sh mla-ncu                MLA decode at batch 1 x 32k (8 and 64 heads): kernel rows, then ncu-src
-#   bash device_carry/run.sh mla-ab                 TESSERA_MLA_DECODE_FILL_STAGES / _RELEASE_COMBINE: MLA cases, kernel rows A/B
 #   bash device_carry/run.sh ncu-src NAME KERNEL_REGEX COUNT ARGS...  Nsight Compute's full set and per-instruction
 #                                                   stalls of `tessera ARGS...` into $OUT/NAME*
 #   bash device_carry/run.sh ncu-prefill [kernel]   Nsight Compute on the MLA prefill attention kernel (wgmma by default),
@@ -480,25 +479,6 @@ case "$what" in
       h="${r%%;*}"; k="${r#*;}"
       bash "$0" ncu-src "mla_$k" "attend|combine" 2 bench kernels --iterations 1 --filter "mla_decode $k h$h b1 ctx32768" \
         --batch 1 --heads "$h" --context 32768
-    done ;;
-  mla-ab)
-    # The KV-major MLA decode experiments TESSERA_MLA_DECODE_FILL_STAGES and _RELEASE_COMBINE: the MLA
-    # conformance cases with both on, then bench kernels at batch 1 (8 and 64 heads; 8k, 32k, 128k) and batch
-    # 128 x 8k for off, each alone and both, alternated twice.
-    TESSERA_MLA_DECODE_FILL_STAGES=1 TESSERA_MLA_DECODE_RELEASE_COMBINE=1 "$KIT/bin/backend_ops_tests" \
-      --gtest_filter='*CudaAgainstCpu/mla_attention*:*CudaAgainstCpu/mla_attend_latent*' --gtest_brief=1 \
-      > "$OUT/mla_ab_cases.log" 2>&1 || true
-    tail -3 "$OUT/mla_ab_cases.log"
-    for round in 1 2; do
-      for v in "0 0" "1 0" "0 1" "1 1"; do
-        set -- $v
-        echo "== round $round: TESSERA_MLA_DECODE_FILL_STAGES=$1 TESSERA_MLA_DECODE_RELEASE_COMBINE=$2"
-        TESSERA_MLA_DECODE_FILL_STAGES=$1 TESSERA_MLA_DECODE_RELEASE_COMBINE=$2 tessera bench kernels --iterations 50 \
-          --filter "mla_decode kvmajor h" --batch 1 --heads 8 --heads 64 --context 8192 --context 32768 --context 131072 \
-          2>&1 | grep -E "\*|ceiling" || true
-        TESSERA_MLA_DECODE_FILL_STAGES=$1 TESSERA_MLA_DECODE_RELEASE_COMBINE=$2 tessera bench kernels --iterations 20 \
-          --filter "mla_decode kvmajor h8" --batch 128 --heads 8 --context 8192 2>&1 | grep -E "^mla" || true
-      done
     done ;;
   ncu-src)
     # Nsight Compute's full set with per-instruction stall samples on any tessera command: run.sh

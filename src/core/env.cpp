@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 35> kSwitches{{
+constexpr std::array<EnvSwitch, 33> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -76,12 +76,6 @@ constexpr std::array<EnvSwitch, 35> kSwitches{{
      "1: the KV-major MLA decode kernel's context splits run in clusters of up to 8 (sm_90+) that merge their "
      "partials through distributed shared memory, so the combine reads one partial a cluster, or none runs (an "
      "experiment, slower on an H100: 44 against 31 us at batch 1, 8 heads and 32k context; A/B)"},
-    {"TESSERA_MLA_DECODE_FILL_STAGES", "0",
-     "1: the KV-major MLA decode kernel's prologue requests every pipeline stage (two tiles), not one, so that a "
-     "context split's first two tiles cost one DRAM round trip (an experiment for batch 1 at long context, A/B)"},
-    {"TESSERA_MLA_DECODE_RELEASE_COMBINE", "0",
-     "1: the KV-major MLA decode kernel lets the combine after it launch at its start (sm_90+), so the combine's "
-     "launch does not sit between the two kernels (an experiment for batch 1, A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

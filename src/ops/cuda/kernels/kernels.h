@@ -149,11 +149,8 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
 struct MlaDecodeLaunch {
   bool early = false;
   int cluster = 1;
-  bool fill_stages = false;      // the KV-major prologue requests every pipeline stage
-  bool release_combine = false;  // the KV-major kernel lets the combine launch at its start
 };
-// What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV / TESSERA_MLA_DECODE_FILL_STAGES /
-// TESSERA_MLA_DECODE_RELEASE_COMBINE switches ask for on a device of compute
+// What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV switches ask for on a device of compute
 // capability `sm` (10 x major + minor), in a step where every token is its sequence's only new one
 // (`one_token_a_sequence`: the cache rows before each token's position were written by earlier
 // steps, which `early` needs) or not.

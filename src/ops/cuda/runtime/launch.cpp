@@ -62,10 +62,6 @@ MlaDecodeLaunch mla_decode_launch(int sm, bool one_token_a_sequence) {
   MlaDecodeLaunch how;
   how.early = early && one_token_a_sequence;
   how.cluster = clusters && sm >= 90 ? 8 : 1;  // 8: the portable cluster size
-  static const bool fill = core::env_flag("TESSERA_MLA_DECODE_FILL_STAGES");
-  static const bool release = core::env_flag("TESSERA_MLA_DECODE_RELEASE_COMBINE");
-  how.fill_stages = fill;
-  how.release_combine = release && sm >= 90;
   return how;
 }
 

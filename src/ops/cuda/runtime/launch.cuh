@@ -29,15 +29,6 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-// For a kernel launched the ordinary way whose successor is a dependent launch: lets that successor
-// be scheduled from now on (its blocks still wait in pdl_wait until this grid has completed and its
-// writes are visible). Without it the successor is launched only when this grid ends.
-__device__ __forceinline__ void pdl_release_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
 // Device 0 is sm_90+ and TESSERA_PDL is not "0" (decided once).
 bool pdl_enabled();
 

@@ -137,6 +137,15 @@ double gemm_tflops(int64_t m, int64_t n, int64_t k, int iters) {
   return 2.0 * m * n * k / t / 1e12;
 }
 
+// Seconds a plain read of `bytes` takes (launch_read_stream over every SM), timed as the kernels are.
+double read_stream_seconds(size_t bytes, int iterations) {
+  DeviceMem src(bytes), sink(16);
+  TESSERA_CUDA_CHECK(cudaMemset(src.p, 1, bytes));
+  int sms = 1;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  return time_it(iterations, [&] { launch_read_stream(src.p, bytes, sink.p, sms, 0); });
+}
+
 // MLA prefill attention (mla_prefill_kernels.h) of one prompt of `context` tokens from scratch,
 // causal, at Kimi-K2.5's head dims (qk 128 + 64, v 128, latent 512), in bf16 precision: the
 // mma.sync kernel with blocks of 64 and of 128 query rows, and the Hopper wgmma kernel where this
@@ -224,12 +233,8 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
     // Not a ceiling the rows are measured against, but what a read-only stream (a decode step's
     // weights) can reach beside the copy.
     const size_t bytes = size_t{2} << 30;
-    DeviceMem src(bytes), sink(16);
-    TESSERA_CUDA_CHECK(cudaMemset(src.p, 1, bytes));
-    int sms = 1;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    const double t = time_it(o.iterations, [&] { launch_read_stream(src.p, bytes, sink.p, sms, 0); });
-    fmt::print("read-only stream {:.0f} GB/s\n\n", static_cast<double>(bytes) / t / 1e9);
+    fmt::print("read-only stream {:.0f} GB/s\n\n",
+               static_cast<double>(bytes) / read_stream_seconds(bytes, o.iterations) / 1e9);
   }
   std::fflush(stdout);
   fmt::print("{:<52} {:>10} {:>10} {:>7} {:>10} {:>7}\n", "kernel", "time us", "GB/s", "of bw", "TFLOP/s", "of mma");
@@ -317,13 +322,9 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
       const std::string name = fmt::format("mla_decode stream b1 ctx{} (the bf16 cache's bytes)", ctx);
       if (!wanted(name)) continue;
       const size_t bytes = static_cast<size_t>(ctx * entry * 2);
-      DeviceMem src(bytes), sink(16);
-      fill_random_bf16(src.p, bytes / 2, 3);
-      int sms = 1;
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
       KernelBenchRow r;
       r.name = name;
-      r.seconds = time_it(o.iterations, [&] { launch_read_stream(src.p, bytes, sink.p, sms, 0); });
+      r.seconds = read_stream_seconds(bytes, o.iterations);
       r.bytes = static_cast<double>(bytes);
       report(r);
     }

@@ -27,12 +27,6 @@
 //   and reads q and the token's own row only after the wait.
 // - `cluster` > 1 (TESSERA_MLA_DECODE_CLUSTERS, sm_90+): consecutive splits merge their partials
 //   in a cluster before the combine (reduce_cluster_partials).
-// - `fill` (TESSERA_MLA_DECODE_FILL_STAGES): the prologue requests every stage, not STAGES - 1, so
-//   that a split's first two tiles are one DRAM round trip, not two.
-// - `release` (TESSERA_MLA_DECODE_RELEASE_COMBINE, sm_90+): the kernel lets the combine after it be
-//   launched at its start (griddepcontrol.launch_dependents); the combine's blocks take SM slots as
-//   this kernel's blocks leave and wait in pdl_wait for its completion, so the launch no longer
-//   sits between the two.
 #include <cooperative_groups.h>
 
 #include <cfloat>
@@ -166,7 +160,7 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
                            const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page, float scale,
                            float kv_scale, float* __restrict__ o_part, float* __restrict__ ml_part, bool early,
-                           int cluster, bool fill, bool release) {
+                           int cluster) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride, kWarps = L::kWarps, kTpr = L::kThreadsPerRow;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -219,28 +213,22 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
   // wrote are copied before the wait for the kernel before this one (which may still be writing
   // this step's row and q), the others after it. (The first group then holds every early copy:
   // the prologue's first wait may wait for more than its tile, never for less.)
-  // `fill`: every stage, tiles 0 .. STAGES-1, so that a block's second tile is not requested only
-  // once its first has landed (at batch 1 a split is a few tiles, each a DRAM round trip); the loop
-  // then refills from its second tile on, into the stage the tile before freed, as it does anyway.
-  if (release) pdl_release_dependents();
-  const int first = fill ? STAGES : STAGES - 1;
-  const CacheT* first_src[STAGES];
+  const CacheT* first_src[STAGES > 1 ? STAGES - 1 : 1];
 #pragma unroll
-  for (int st = 0; st < STAGES; ++st) first_src[st] = st < first ? row_source(st) : nullptr;
+  for (int st = 0; st < STAGES - 1; ++st) first_src[st] = row_source(st);
   auto written_before = [&](int st) { return begin + st * kTp + my_row < ti.pos; };
   if (early) {
 #pragma unroll
-    for (int st = 0; st < STAGES; ++st)
-      if (st < first && written_before(st)) copy_row(first_src[st], st);
+    for (int st = 0; st < STAGES - 1; ++st)
+      if (written_before(st)) copy_row(first_src[st], st);
   }
   if (early) pdl_wait();
 #pragma unroll
-  for (int st = 0; st < STAGES; ++st) {
-    if (st >= first) break;
+  for (int st = 0; st < STAGES - 1; ++st) {
     if (!early || !written_before(st)) copy_row(first_src[st], st);
     cp_async_commit();
   }
-  const CacheT* next_src = fill ? nullptr : row_source(STAGES - 1);
+  const CacheT* next_src = row_source(STAGES - 1);
 
   // fp8: the cache scale multiplies every score, so it joins the softmax scale in q.
   const float q_scale = FP8 ? scale * kv_scale : scale;
@@ -283,16 +271,10 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
 
   for (int tile = 0; tile < ntiles; ++tile) {
     const int stage = tile % STAGES;
-    // Tile `tile` has landed (for this thread's copies): groups 0 .. tile of those committed (with
-    // `fill`, the first wait leaves the prologue's other STAGES - 1 in flight).
-    if (fill && tile == 0)
-      cp_async_wait<STAGES - 1>();
-    else
-      cp_async_wait<STAGES - 2>();
-    __syncthreads();  // ... for every thread's; and every warp is done with tile - 1
-    // Refill the stage tile - 1 used with tile + STAGES - 1 (with `fill`, the prologue loaded it
-    // for tile 0).
-    if (!fill || tile > 0) load_tile(next_src, (tile + STAGES - 1) % STAGES);
+    cp_async_wait<STAGES - 2>();  // tile `tile` has landed (for this thread's copies)
+    __syncthreads();              // ... for every thread's; and every warp is done with tile - 1
+    // Refill the stage tile - 1 used with tile + STAGES - 1.
+    load_tile(next_src, (tile + STAGES - 1) % STAGES);
     next_src = row_source(tile + STAGES);
     const __nv_bfloat16* kt = ks + (FP8 ? 0 : stage) * kTp * S;
     if constexpr (FP8) {
@@ -492,12 +474,11 @@ void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo*
   const dim3 cluster(static_cast<unsigned>(std::max(1, how.cluster)), 1, 1);
   if (how.early)
     launch_dependent_cluster(kernel, grid, L::kWarps * 32, L::kSmem, s, cluster, q_full, static_cast<int>(heads), info,
-                             tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, true, how.cluster,
-                             how.fill_stages, false);
+                             tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, true,
+                             how.cluster);
   else
     launch_cluster(kernel, grid, L::kWarps * 32, L::kSmem, s, cluster, q_full, static_cast<int>(heads), info, tables,
-                   cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, false, how.cluster, how.fill_stages,
-                   how.release_combine);
+                   cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, false, how.cluster);
 }
 
 template <int LAT, int ROPE, bool FP8, class CacheT>
