@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 33> kSwitches{{
+constexpr std::array<EnvSwitch, 34> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -76,6 +76,9 @@ constexpr std::array<EnvSwitch, 33> kSwitches{{
      "1: the KV-major MLA decode kernel's context splits run in clusters of up to 8 (sm_90+) that merge their "
      "partials through distributed shared memory, so the combine reads one partial a cluster, or none runs (an "
      "experiment, slower on an H100: 44 against 31 us at batch 1, 8 heads and 32k context; A/B)"},
+    {"TESSERA_MLA_FUSED_COMBINE", "0",
+     "1: the KV-major MLA decode kernel's last context splits to finish merge the step's partials themselves "
+     "instead of a combine kernel after it (steps of up to 1024 (token, head group) pairs; an experiment, A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

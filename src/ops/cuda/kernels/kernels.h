@@ -146,11 +146,19 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
 // a dependent launch whose blocks start copying the rows earlier steps wrote before the kernel
 // before it has finished; `cluster`: up to this many consecutive context splits merge their
 // partials in a cluster (sm_90+; 1 = none).
+// `fused_combine` (with `counters`): the KV-major kernel's last-finishing splits merge the partials
+// themselves (no combine kernel; see launch_mla_attend).
 struct MlaDecodeLaunch {
   bool early = false;
   int cluster = 1;
+  bool fused_combine = false;
+  unsigned* counters = nullptr;  // kMlaCombineCounters, 0 between launches (the kernel resets them)
 };
-// What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV switches ask for on a device of compute
+// The fused combine's device counters: one per (token, head group) of a launch; launches with
+// more pairs run the combine kernel.
+constexpr int kMlaCombineCounters = 1024;
+// What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV / TESSERA_MLA_FUSED_COMBINE switches
+// ask for on a device of compute
 // capability `sm` (10 x major + minor), in a step where every token is its sequence's only new one
 // (`one_token_a_sequence`: the cache rows before each token's position were written by earlier
 // steps, which `early` needs) or not.
@@ -182,10 +190,36 @@ void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t
 bool mla_attend_kv_major_supported(int64_t latent, int64_t rope);
 // Dynamic shared memory of the instance for these shapes and cache format (bytes).
 int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope, bool fp8);
+// `fused` (combiners > 0): the kernel also merges the partials into o_out [tokens, heads, latent]
+// (and lse, if not null), as launch_mla_attend's combine would (TESSERA_MLA_FUSED_COMBINE).
+struct MlaFusedCombine {
+  unsigned* counters = nullptr;  // kMlaCombineCounters, 0 between launches
+  int combiners = 0;             // mla_kv_major_combiners
+  float* o_out = nullptr;
+  float* lse = nullptr;
+};
+// The replay check's view (launch_gate.h), as add_fields(MlaPrepareArgs) above.
+inline void add_fields(Signature& s, const MlaFusedCombine& f) {
+  static_assert(sizeof(MlaFusedCombine) == 32, "a field was added: add it to the signature");
+  for (const void* p :
+       {static_cast<const void*>(f.counters), static_cast<const void*>(f.o_out), static_cast<const void*>(f.lse)})
+    s.add(p);
+  s.add(int64_t{f.combiners});
+}
 void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
                                          int64_t rope, const TokenInfo* info, const int32_t* tables,
                                          const KvCacheArg& cache, int64_t page, int64_t splits, float scale,
-                                         float* o_part, float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s);
+                                         float* o_part, float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s,
+                                         const MlaFusedCombine& fused = {});
+// How many of the last blocks to finish merge `parts` context splits' partials in the fused combine
+// (a power of two up to 64, each a slice of a head group's outputs); 0 where it cannot run: one
+// part, more (token, head group) pairs than counters, a grid larger than the `resident_blocks` the
+// GPU holds at once (mla_kv_major_resident_blocks: a block waits for the others' partials), or too
+// little shared memory for the split factors.
+int mla_kv_major_combiners(int64_t tokens, int64_t heads, int64_t latent, int64_t rope, bool fp8, int64_t parts,
+                           int64_t resident_blocks);
+// The KV-major kernel's blocks for these shapes that the current device holds at once.
+int64_t mla_kv_major_resident_blocks(int64_t heads, int64_t latent, int64_t rope, bool fp8);
 // attention/sm90_wgmma.cu: Hopper warpgroup MMA (sm_90a only), 64 heads a block as the wgmma M, cache
 // tiles of 64 positions in two stages (TMA for pages of a multiple of 64 positions, else cp.async).
 // Shapes: latent 512 + rope 64, heads a multiple of 64.

@@ -301,23 +301,56 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
               KernelBenchRow r;
               r.name = fmt::format("{} (splits {}){}", name, splits,
                                    split_counts.size() > 1 && splits == chosen ? " *" : "");
+              // (The fused combine's counters, TESSERA_MLA_FUSED_COMBINE: zero, as a backend keeps them.)
+              DeviceMem counters(kMlaCombineCounters * sizeof(unsigned));
+              TESSERA_CUDA_CHECK(cudaMemset(counters.p, 0, kMlaCombineCounters * sizeof(unsigned)));
+              MlaDecodeLaunch how = mla_decode_launch(caps.sm, false);
+              how.counters = static_cast<unsigned*>(counters.p);
               r.seconds = time_it(o.iterations, [&] {
                 launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
                                   KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, pages, page, splits, scale,
-                                  out.as<float>(), scratch.as<float>(), kernel, 0, nullptr,
-                                  mla_decode_launch(caps.sm, false));
+                                  out.as<float>(), scratch.as<float>(), kernel, 0, nullptr, how);
               });
               // The bytes read: the cache (2 or 1 a value), q in and the latent output.
               r.bytes = double(B) * ctx * entry * elem + double(B) * heads * (entry + latent) * 4;
               r.flops = 2.0 * B * heads * ctx * (entry + latent);
               report(r);
+              // At batch 1 the attention kernel alone (its partials, no combine), timed the same
+              // way: the row above less this one is what the combine adds.
+              if (B != 1 || splits != chosen || splits == 1 ||
+                  (kernel != MlaKernel::kKvMajor && kernel != MlaKernel::kWgmma))
+                continue;
+              KernelBenchRow p = r;
+              p.name = fmt::format("{} (splits {}) partials only", name, splits);
+              float* ml_part = scratch.as<float>() + splits * B * heads * latent;
+              p.seconds = time_it(o.iterations, [&] {
+                if (kernel == MlaKernel::kWgmma)
+                  launch_mla_attend_wgmma_partials(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(),
+                                                   d_table.as<int32_t>(), static_cast<const __nv_bfloat16*>(cache.p),
+                                                   pages, page, splits, scale, scratch.as<float>(), ml_part, 0);
+                else
+                  launch_mla_attend_kv_major_partials(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(),
+                                                      d_table.as<int32_t>(),
+                                                      KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, page, splits, scale,
+                                                      scratch.as<float>(), ml_part, MlaDecodeLaunch{}, 0);
+              });
+              report(p);
             }
           }
 
   // What a plain read of the same bytes takes, timed the same way (after the memset, the launch
   // included): the ceiling of a batch-1 row at this size, where a launch and a ramp are a large
   // part of the time (issue 19's goals are shares of the copy rate of a 2 GB buffer).
-  if (std::find(o.batches.begin(), o.batches.end(), int64_t{1}) != o.batches.end())
+  if (std::find(o.batches.begin(), o.batches.end(), int64_t{1}) != o.batches.end()) {
+    // The timing's floor: one round trip of one small kernel (4 KB read), launch included.
+    const std::string floor_name = "mla_decode stream b1 4KB (the timing's floor)";
+    if (wanted(floor_name)) {
+      KernelBenchRow r;
+      r.name = floor_name;
+      r.seconds = read_stream_seconds(4096, o.iterations);
+      r.bytes = 4096;
+      report(r);
+    }
     for (int64_t ctx : o.contexts) {
       const std::string name = fmt::format("mla_decode stream b1 ctx{} (the bf16 cache's bytes)", ctx);
       if (!wanted(name)) continue;
@@ -328,6 +361,7 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
       r.bytes = static_cast<double>(bytes);
       report(r);
     }
+  }
 
   bench_mla_prefill(o, caps, wanted, report);
 

@@ -433,8 +433,16 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
     launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages, page,
                                      splits, scale, o_part, ml_part, s);
   } else if (kernel == MlaKernel::kKvMajor) {
+    // TESSERA_MLA_FUSED_COMBINE: the kernel's last splits merge the partials; no combine launch.
+    MlaFusedCombine fused;
+    if (how.fused_combine && how.counters != nullptr && how.cluster == 1 && !direct) {
+      const int64_t resident = mla_kv_major_resident_blocks(heads, latent, rope, cache.fp8);
+      fused = {how.counters, mla_kv_major_combiners(tokens, heads, latent, rope, cache.fp8, parts, resident), o_lat,
+               lse};
+    }
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, scale,
-                                        o_part, ml_part, how, s);
+                                        o_part, ml_part, how, s, fused);
+    if (fused.combiners > 0) return;
   } else if (kernel == MlaKernel::kTensorCore && !cache.fp8) {
     // (The heads-as-M kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
     launch_mla_attend_mma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), page, splits, scale,
