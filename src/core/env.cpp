@@ -77,8 +77,8 @@ constexpr std::array<EnvSwitch, 34> kSwitches{{
      "partials through distributed shared memory, so the combine reads one partial a cluster, or none runs (an "
      "experiment, slower on an H100: 44 against 31 us at batch 1, 8 heads and 32k context; A/B)"},
     {"TESSERA_MLA_FUSED_COMBINE", "0",
-     "1: the KV-major MLA decode kernel's last context splits to finish merge the step's partials themselves "
-     "instead of a combine kernel after it (steps of up to 1024 (token, head group) pairs; an experiment, A/B)"},
+     "1: the MLA decode kernels' (KV-major, wgmma) last context splits to finish merge the partials themselves "
+     "instead of a combine kernel after them (where the grid fits the GPU at once; an experiment, A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

@@ -517,6 +517,13 @@ TEST(KvMajorFusedCombine, CombinersFollowTheLimits) {
   // 16 x 32 x 4 + 64 + 128 x 16 do.
   EXPECT_EQ(mla_kv_major_combiners(1, 16, 64, 16, false, 256, 264), 0);
   EXPECT_EQ(mla_kv_major_combiners(1, 16, 64, 16, false, 32, 264), 32);
+  // The wgmma kernel (64 heads a block, one block an SM, at most 64 parts for the fused combine).
+  using ops::cuda::mla_fused_combiners;
+  EXPECT_EQ(mla_fused_combiners(1, 64, 64, 132), 64);  // batch 1 x 32k: 64 splits
+  EXPECT_EQ(mla_fused_combiners(1, 121, 64, 132), 0);  // 128k: more parts than the instance takes
+  EXPECT_EQ(mla_fused_combiners(2, 64, 64, 132), 64);  // 128 heads: 128 blocks
+  EXPECT_EQ(mla_fused_combiners(3, 64, 64, 132), 0);   // 192 blocks > 132
+  EXPECT_EQ(mla_fused_combiners(1, 3, 64, 132), 2);    // a power of two
 }
 
 TEST_F(CudaOpsTest, MoeRoutingAndExpertsWithUnevenRouting) {

@@ -211,11 +211,19 @@ void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, in
                                          const KvCacheArg& cache, int64_t page, int64_t splits, float scale,
                                          float* o_part, float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s,
                                          const MlaFusedCombine& fused = {});
-// How many of the last blocks to finish merge `parts` context splits' partials in the fused combine
-// (a power of two up to 64, each a slice of a head group's outputs); 0 where it cannot run: one
-// part, more (token, head group) pairs than counters, a grid larger than the `resident_blocks` the
-// GPU holds at once (mla_kv_major_resident_blocks: a block waits for the others' partials), or too
-// little shared memory for the split factors.
+// How many of the last blocks to finish merge the partials in a fused combine of `pairs` (token, head
+// group) pairs of `parts` context splits each: a power of two up to 64 (each a slice of a head
+// group's outputs); 0 where it cannot run: one part, more than the kernel's `max_parts`, more pairs
+// than counters, or a grid larger than the `resident_blocks` the GPU holds at once (a block waits
+// for the others' partials).
+inline int mla_fused_combiners(int64_t pairs, int64_t parts, int64_t max_parts, int64_t resident_blocks) {
+  if (parts < 2 || parts > max_parts || pairs > kMlaCombineCounters || pairs * parts > resident_blocks) return 0;
+  int j = 64;
+  while (j > parts) j /= 2;
+  return j;
+}
+// mla_fused_combiners for the KV-major kernel, also 0 where its tiles' shared memory cannot hold the
+// split factors.
 int mla_kv_major_combiners(int64_t tokens, int64_t heads, int64_t latent, int64_t rope, bool fp8, int64_t parts,
                            int64_t resident_blocks);
 // The KV-major kernel's blocks for these shapes that the current device holds at once.
@@ -228,10 +236,15 @@ int64_t mla_kv_major_resident_blocks(int64_t heads, int64_t latent, int64_t rope
 bool mla_attend_wgmma_supported(int64_t latent, int64_t rope, int64_t heads);
 int64_t mla_wgmma_smem_bytes();
 // `cache_pages` (pages in `cache`) bounds the TMA tensor map over it.
+// `fused`: as for the KV-major kernel, with combiners from mla_fused_combiners(tokens x heads / 64,
+// splits, kMlaWgmmaFusedMaxParts, mla_wgmma_resident_blocks()).
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
-                                      float* ml_part, cudaStream_t s);
+                                      float* ml_part, cudaStream_t s, const MlaFusedCombine& fused = {});
+constexpr int kMlaWgmmaFusedMaxParts = 64;
+// The wgmma kernel's blocks the current device holds at once.
+int64_t mla_wgmma_resident_blocks();
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
 // out[t, h * v + j] = W_UV[h, j] · o_lat[t, h], o_lat's rows o_lat_row floats apart.
 void launch_mla_up_v(const float* o_lat, int64_t o_lat_row, int64_t tokens, int64_t heads, int64_t latent,

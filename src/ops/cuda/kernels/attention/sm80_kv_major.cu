@@ -27,13 +27,14 @@
 //   and reads q and the token's own row only after the wait.
 // - `cluster` > 1 (TESSERA_MLA_DECODE_CLUSTERS, sm_90+): consecutive splits merge their partials
 //   in a cluster before the combine (reduce_cluster_partials).
-// - `combiners` > 0 (TESSERA_MLA_FUSED_COMBINE): the last splits to finish merge the partials
-//   themselves, and no combine kernel runs (combine_last_arrivals).
+// - `fused.combiners` > 0 (TESSERA_MLA_FUSED_COMBINE): the last splits to finish merge the partials
+//   themselves, and no combine kernel runs (fused_combine.cuh).
 #include <cooperative_groups.h>
 
 #include <cfloat>
 #include <cstdint>
 
+#include "ops/cuda/kernels/attention/fused_combine.cuh"
 #include "ops/cuda/kernels/attention/kv_fp8.cuh"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/ptx/mma_primitives.cuh"
@@ -155,160 +156,6 @@ __device__ void reduce_cluster_partials(const float (&o)[LAT / 16 / warps_for<LA
   cl.sync();
 }
 #endif
-
-constexpr uint64_t kCombineWaitLimitNs = 10'000'000'000ull;  // 10 s: far beyond any split's work
-
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Shared memory combine_last_arrivals takes over the block's tiles: the split factors [NH][parts],
-// 1/l [NH] and one float4 a thread for the sums of its split groups.
-__host__ __device__ constexpr size_t fused_combine_smem(int nh, int parts, int threads) {
-  return static_cast<size_t>(nh) * parts * 4 + nh * 4 + static_cast<size_t>(threads) * 16;
-}
-
-// TESSERA_MLA_FUSED_COMBINE: the combine kernel's work (attention.cu: combine_kernel), done by the
-// last `combiners` blocks of this (token, head group) to finish instead of by a second launch. Each
-// block counts itself in on `counter` once its partials are written; a block whose ticket is among
-// the last `combiners` waits until every split is in, then merges its slice of the group's NH x LAT
-// outputs: the split factors exp(m_s - M) and the sum l from every split's (m, l), then its columns'
-// partials weighted by them, normalised (a token that sees no position, l = 0, gets o = 0 and lse
-// -inf). The host asks for it only where the whole grid fits the GPU at once
-// (mla_kv_major_combiners), so every split a block waits for is running; the wait is bounded all
-// the same. The last block to leave resets the counter for the next launch. `ticket_s`: one int of
-// shared memory outside `smem`.
-template <int NH, int LAT, int kThreads>
-__device__ void combine_last_arrivals(unsigned char* smem, int* ticket_s, unsigned* counter, int combiners, int heads,
-                                      int h0, int t, int tokens, const float* o_part, const float* ml_part,
-                                      float* __restrict__ o_out, float* __restrict__ lse) {
-  const int parts = static_cast<int>(gridDim.x);
-  mma::cp_async_wait<0>();  // the pipeline's last copies (zero fills past the end) have landed
-  __threadfence();          // this thread's partials are visible device-wide before the block counts itself in
-  __syncthreads();
-  if (threadIdx.x == 0) *ticket_s = static_cast<int>(atomicAdd(counter, 1u)) - (parts - combiners);
-  __syncthreads();
-  const int slice = *ticket_s;
-  if (slice < 0) return;
-  if (threadIdx.x == 0) {
-    if (load_acquire(counter) < static_cast<unsigned>(parts)) {
-      const uint64_t start = global_ns();
-      while (load_acquire(counter) < static_cast<unsigned>(parts)) {
-        __nanosleep(64);
-        if (global_ns() - start > kCombineWaitLimitNs) __trap();
-      }
-    }
-    // Leaving: the counter is needed no more by this block; the last of the combiners resets it.
-    if (atomicAdd(counter, 1u) == static_cast<unsigned>(parts + combiners - 1)) atomicExch(counter, 0u);
-  }
-  __syncthreads();
-  __threadfence();
-  float* f_s = reinterpret_cast<float*>(smem);  // [NH][parts]
-  float* inv_s = f_s + NH * parts;              // [NH]
-  float4* red = reinterpret_cast<float4*>(inv_s + NH);
-  constexpr int kWarps = kThreads / 32;
-  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  // Split factors, a warp a head: lane i takes splits i, i + 32, ... (all loads in flight at once;
-  // lanes past the last split read it again, which leaves the maximum as it is). From L2: other
-  // SMs wrote them during this kernel.
-  constexpr int kPerLane = kMlaMaxSplits / 32;
-  for (int h = warp; h < NH; h += kWarps) {
-    if (h0 + h >= heads) continue;
-    const float2* ml = reinterpret_cast<const float2*>(ml_part) + static_cast<int64_t>(t) * heads + h0 + h;
-    const int64_t stride = static_cast<int64_t>(tokens) * heads;
-    float2 v[kPerLane];
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) v[j] = __ldcg(ml + min(lane + 32 * j, parts - 1) * stride);
-    float M = -FLT_MAX;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) M = fmaxf(M, v[j].x);
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    float den = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int sp = lane + 32 * j;
-      if (sp >= parts) break;
-      const float f = __expf(v[j].x - M);
-      f_s[h * parts + sp] = f;
-      den += f * v[j].y;
-    }
-    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
-    if (lane == 0) {
-      inv_s[h] = den > 0.0f ? 1.0f / den : 0.0f;
-      if (lse && slice == 0) lse[static_cast<int64_t>(t) * heads + h0 + h] = den > 0.0f ? M + logf(den) : -INFINITY;
-    }
-  }
-  __syncthreads();
-  // This slice's float4 columns of the group's [NH][LAT] output. Fewer columns than threads (few
-  // parts, many combiners): `groups` thread groups each sum every groups-th split of a column, then
-  // add up in shared memory; else each thread sums every split of its columns.
-  constexpr int kF4 = NH * LAT / 4;
-  const int cols = kF4 / combiners;
-  const int64_t split4 = static_cast<int64_t>(tokens) * heads * (LAT / 4);
-  const int64_t group4 = (static_cast<int64_t>(t) * heads + h0) * (LAT / 4);  // the group's first float4
-  const float4* src = reinterpret_cast<const float4*>(o_part) + group4;
-  float4* dst = reinterpret_cast<float4*>(o_out) + group4;
-  constexpr int kBatch = 8;  // partial loads in flight a thread
-  // Sums splits first, first + step, ... of float4 column c4 into acc.
-  auto sum_splits = [&](int c4, int first, int step, float4& acc) {
-    const int h = c4 / (LAT / 4);
-    for (int s0 = first; s0 < parts; s0 += step * kBatch) {
-      float4 v[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int sp = s0 + j * step;
-        v[j] = sp < parts ? __ldcg(src + sp * split4 + c4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int sp = s0 + j * step;
-        const float f = sp < parts ? f_s[h * parts + sp] : 0.0f;
-        acc.x += f * v[j].x;
-        acc.y += f * v[j].y;
-        acc.z += f * v[j].z;
-        acc.w += f * v[j].w;
-      }
-    }
-  };
-  auto store = [&](int c4, float4 sum) {
-    const float inv = inv_s[c4 / (LAT / 4)];
-    dst[c4] = make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv);
-  };
-  if (cols >= kThreads) {
-    for (int col = static_cast<int>(threadIdx.x); col < cols; col += kThreads) {
-      const int c4 = slice * cols + col;
-      if (h0 + c4 / (LAT / 4) >= heads) continue;
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      sum_splits(c4, 0, 1, acc);
-      store(c4, acc);
-    }
-    return;
-  }
-  const int groups = kThreads / cols;
-  const int col = static_cast<int>(threadIdx.x) % cols, grp = static_cast<int>(threadIdx.x) / cols;
-  const int c4 = slice * cols + col;
-  const bool live = h0 + c4 / (LAT / 4) < heads;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (live) sum_splits(c4, grp, groups, acc);
-  red[threadIdx.x] = acc;
-  __syncthreads();
-  if (grp == 0 && live) {
-    float4 sum = red[col];
-    for (int g = 1; g < groups; ++g) {
-      const float4 r = red[g * cols + col];
-      sum.x += r.x, sum.y += r.y, sum.z += r.z, sum.w += r.w;
-    }
-    store(c4, sum);
-  }
-}
 
 // CacheT: __nv_bfloat16 (FP8 false), or uint8_t holding e4m3 values q · kv_scale (FP8 true).
 template <int NH, int LAT, int ROPE, int STAGES, bool FP8, class CacheT>
@@ -613,9 +460,9 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     ml_part[2 * slot + 1] = l_s[threadIdx.x];
   }
   if (fused.combiners > 0)  // (m_s, l_s and alpha_s are done with: the spare word after alpha_s holds the ticket)
-    combine_last_arrivals<NH, LAT, kWarps * 32>(smem_raw, reinterpret_cast<int*>(alpha_s + NH),
-                                                fused.counters + t * gridDim.z + blockIdx.z, fused.combiners, heads, h0,
-                                                t, tokens, o_part, ml_part, fused.o_out, fused.lse);
+    fused_combine::combine_last_arrivals<NH, LAT, kWarps * 32, kMlaMaxSplits>(
+        smem_raw, reinterpret_cast<int*>(alpha_s + NH), fused.counters + t * gridDim.z + blockIdx.z, fused.combiners,
+        heads, h0, t, tokens, o_part, ml_part, fused.o_out, fused.lse);
 }
 
 // Two stages, two blocks an SM (~86-95 KB each, which SM120's 99 KB also holds): measured faster on
@@ -706,22 +553,14 @@ void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, in
 
 int mla_kv_major_combiners(int64_t tokens, int64_t heads, int64_t latent, int64_t rope, bool fp8, int64_t parts,
                            int64_t resident_blocks) {
-  if (!mla_attend_kv_major_supported(latent, rope) || parts < 2 || parts > kMlaMaxSplits) return 0;
+  if (!mla_attend_kv_major_supported(latent, rope)) return 0;
   const int nh = heads <= 8 ? 8 : 16, threads = (latent >= 512 ? 8 : 4) * 32;
-  const int64_t pairs = tokens * ((heads + nh - 1) / nh);
-  // Counters for every (token, head group); every block resident at once (a waiting block never
-  // holds the slot a block it waits for needs).
-  if (pairs > kMlaCombineCounters || pairs * parts > resident_blocks) return 0;
   // The tiles' shared memory, less the softmax statistics at its end (the ticket's word among them).
   const size_t stats = (2 * 2 * nh + 4 * nh) * 4;
-  if (fused_combine_smem(nh, static_cast<int>(parts), threads) + stats >
-      static_cast<size_t>(mla_kv_major_smem_bytes(heads, latent, rope, fp8)))
+  if (parts > kMlaMaxSplits || fused_combine::smem_bytes(nh, static_cast<int>(parts), threads) + stats >
+                                   static_cast<size_t>(mla_kv_major_smem_bytes(heads, latent, rope, fp8)))
     return 0;
-  // A power of two up to 64, so that it divides the group's NH x LAT / 4 float4 columns (a multiple
-  // of 64) and its slices divide the threads or are whole multiples of them.
-  int j = 64;
-  while (j > parts) j /= 2;
-  return j;
+  return mla_fused_combiners(tokens * ((heads + nh - 1) / nh), parts, kMlaMaxSplits, resident_blocks);
 }
 
 int64_t mla_kv_major_resident_blocks(int64_t heads, int64_t latent, int64_t rope, bool fp8) {

@@ -35,6 +35,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "ops/cuda/kernels/attention/fused_combine.cuh"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/ptx/mma_primitives.cuh"
 #include "ops/cuda/ptx/tma_primitives.cuh"
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     attend_wgmma_kernel(const __grid_constant__ CUtensorMap cache_map, const float* __restrict__ q_full, int heads,
                         const TokenInfo* __restrict__ info, const int32_t* __restrict__ tables,
                         const __nv_bfloat16* __restrict__ cache, int page, float scale, float* __restrict__ o_part,
-                        float* __restrict__ ml_part) {
+                        float* __restrict__ ml_part, MlaFusedCombine fused) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace mma;
   pdl_wait();  // first: launched with launch_dependent (q_full and the cache's newest entry are the
@@ -441,6 +442,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     ml_part[2 * (slot0 + r1)] = m_run[1];
     ml_part[2 * (slot0 + r1) + 1] = l_run[1];
   }
+  // TESSERA_MLA_FUSED_COMBINE: the last blocks merge the partials (fused_combine.cuh) over the Q
+  // tile; the ticket in alpha_s (both free once every thread is past the last tile).
+  if (fused.combiners > 0)
+    fused_combine::combine_last_arrivals<kHeads, kLat, kThreads, kMlaWgmmaFusedMaxParts>(
+        smem + kQOff, reinterpret_cast<int*>(alpha_s), fused.counters + t * gridDim.z + blockIdx.z, fused.combiners,
+        heads, h0, t, tokens, o_part, ml_part, fused.o_out, fused.lse);
 #else
   // Built for an architecture without wgmma: the host never selects this kernel there
   // (mla_attend_wgmma_supported + the device check), so reaching it is a bug.
@@ -471,7 +478,7 @@ bool encode_cache_map(CUtensorMap* map, const __nv_bfloat16* cache, int64_t rows
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
-                                      float* ml_part, cudaStream_t s) {
+                                      float* ml_part, cudaStream_t s, const MlaFusedCombine& fused) {
   (void)latent, (void)rope;  // checked by the caller (mla_attend_wgmma_supported)
   allow_dynamic_smem(attend_wgmma_kernel<true>, kSmemBytes);
   allow_dynamic_smem(attend_wgmma_kernel<false>, kSmemBytes);
@@ -498,7 +505,20 @@ void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(heads / kHeads));
   auto kernel = tma ? attend_wgmma_kernel<true> : attend_wgmma_kernel<false>;
   launch_dependent(kernel, grid, kThreads, kSmemBytes, s, map, q_full, static_cast<int>(heads), info, tables, cache,
-                   static_cast<int>(page), scale, o_part, ml_part);
+                   static_cast<int>(page), scale, o_part, ml_part, fused);
+}
+
+int64_t mla_wgmma_resident_blocks() {
+  allow_dynamic_smem(attend_wgmma_kernel<true>, kSmemBytes);
+  int device = 0, sms = 1, per_sm = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attend_wgmma_kernel<true>, kThreads, kSmemBytes) !=
+      cudaSuccess) {
+    cudaGetLastError();  // (cleared: the fused combine is then not used)
+    return 0;
+  }
+  return static_cast<int64_t>(per_sm) * sms;
 }
 
 }  // namespace tessera::ops::cuda

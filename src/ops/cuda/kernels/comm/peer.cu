@@ -1,5 +1,6 @@
 // One-shot collectives over peer memory: the protocol is in peer.h.
 #include "ops/cuda/kernels/comm/peer.h"
+#include "ops/cuda/kernels/common/bounded_wait.cuh"
 #include "ops/cuda/kernels/common/float4_access.h"
 #include "ops/cuda/runtime/cuda_check.h"
 #include "ops/cuda/runtime/launch.cuh"
@@ -15,11 +16,6 @@ __device__ __forceinline__ uint32_t load_acquire_system(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
-}
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
 }
 
 // Columns [first, first + count) of `rank` when `total` are split over `size` ranks, as

@@ -7,18 +7,11 @@
 
 #include <cstdint>
 
+#include "ops/cuda/kernels/common/bounded_wait.cuh"
 #include "ops/cuda/kernels/quant/ring_layout.h"
 #include "ops/cuda/ptx/tma_primitives.cuh"
 
 namespace tessera::ops::cuda::ring {
-
-constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;  // 10 s: far beyond any stage's wait
-
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // Waits for the phase of parity `parity` of mbarrier `bar`; traps after kWaitLimitNs.
 __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
