@@ -37,8 +37,9 @@
 #   bash device_carry/run.sh step-size              --max-num-batched-tokens 2048 against 8192: fresh prompts' TTFT, and ITL
 #                                                   at 128 concurrent with short and long prompts arriving
 #   bash device_carry/run.sh mla-ncu                MLA decode at batch 1 x 32k (8 and 64 heads): kernel rows, then ncu-src
-#   bash device_carry/run.sh fused                  TESSERA_MLA_FUSED_COMBINE: the MLA cases with it on, then the batch-1
-#                                                   kernel rows (and partials-only rows) off / on alternated twice
+#   bash device_carry/run.sh fused                  TESSERA_MLA_FUSED_COMBINE and TESSERA_MLA_DECODE_Q_FIRST: the MLA cases
+#                                                   with them on, then the batch-1 kernel rows (and partials-only rows)
+#                                                   for the four settings alternated twice
 #   bash device_carry/run.sh fused-decode           the same switch (and TESSERA_MLA_EARLY_KV) in bench decode at
 #                                                   batch 1 and 32k context: one rank of eight (8 heads) and 64 heads
 #   bash device_carry/run.sh ncu-src NAME KERNEL_REGEX COUNT ARGS...  Nsight Compute's full set and per-instruction
@@ -483,14 +484,23 @@ case "$what" in
       --gtest_filter='*CudaAgainstCpu/mla_attention*:*CudaAgainstCpu/mla_attend_latent*' --gtest_brief=1 \
       > "$OUT/fused_cases.log" 2>&1 || rc=1
     show "$OUT/fused_cases.log"
+    echo "== MLA cases with TESSERA_MLA_DECODE_Q_FIRST=1 and with both"
+    for v in TESSERA_MLA_DECODE_Q_FIRST=1 "TESSERA_MLA_DECODE_Q_FIRST=1 TESSERA_MLA_FUSED_COMBINE=1"; do
+      env $v timeout 150 "$KIT/bin/backend_ops_tests" \
+        --gtest_filter='*CudaAgainstCpu/mla_attention*:*CudaAgainstCpu/mla_attend_latent*' --gtest_brief=1 \
+        > "$OUT/fused_cases_q.log" 2>&1 || rc=1
+      show "$OUT/fused_cases_q.log"
+    done
     for round in 1 2; do
-      for v in 0 1; do
-        echo "== round $round, TESSERA_MLA_FUSED_COMBINE=$v"
-        TESSERA_MLA_FUSED_COMBINE=$v timeout 90 tessera bench kernels --iterations 50 --filter "mla_decode kvmajor h8" \
+      for v in - TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_DECODE_Q_FIRST=1 \
+        "TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_DECODE_Q_FIRST=1"; do
+        [ "$v" = - ] && v=""
+        echo "== round $round, ${v:-(defaults)}"
+        env $v timeout 90 tessera bench kernels --iterations 50 --filter "mla_decode kvmajor h8" \
           --batch 1 --heads 8 --context 8192 --context 32768 --context 131072 2>&1 | grep -E "\*|partials" || true
-        TESSERA_MLA_FUSED_COMBINE=$v timeout 90 tessera bench kernels --iterations 50 --filter "mla_decode wgmma h64" \
+        env $v timeout 90 tessera bench kernels --iterations 50 --filter "mla_decode wgmma h64" \
           --batch 1 --heads 64 --context 8192 --context 32768 2>&1 | grep -E "\*|partials" || true
-        TESSERA_MLA_FUSED_COMBINE=$v timeout 90 tessera bench kernels --iterations 20 --filter "mla_decode kvmajor h8" \
+        env $v timeout 90 tessera bench kernels --iterations 20 --filter "mla_decode kvmajor h8" \
           --batch 128 --heads 8 --context 8192 2>&1 | grep -E "^mla" || true
       done
     done

@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 34> kSwitches{{
+constexpr std::array<EnvSwitch, 35> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -79,6 +79,9 @@ constexpr std::array<EnvSwitch, 34> kSwitches{{
     {"TESSERA_MLA_FUSED_COMBINE", "0",
      "1: the MLA decode kernels' (KV-major, wgmma) last context splits to finish merge the partials themselves "
      "instead of a combine kernel after them (where the grid fits the GPU at once; an experiment, A/B)"},
+    {"TESSERA_MLA_DECODE_Q_FIRST", "0",
+     "1: the KV-major MLA decode kernel issues its query loads before the token's position and page-table "
+     "lookups, so that their memory round trips overlap (an experiment, A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

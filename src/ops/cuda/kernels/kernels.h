@@ -148,8 +148,10 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
 // partials in a cluster (sm_90+; 1 = none).
 // `fused_combine` (with `counters`): the KV-major kernel's last-finishing splits merge the partials
 // themselves (no combine kernel; see launch_mla_attend).
+// `q_first` (not with `early`): the KV-major kernel issues q's loads before the token's info.
 struct MlaDecodeLaunch {
   bool early = false;
+  bool q_first = false;
   int cluster = 1;
   bool fused_combine = false;
   unsigned* counters = nullptr;  // kMlaCombineCounters, 0 between launches (the kernel resets them)
@@ -157,8 +159,8 @@ struct MlaDecodeLaunch {
 // The fused combine's device counters: one per (token, head group) of a launch; launches with
 // more pairs run the combine kernel.
 constexpr int kMlaCombineCounters = 1024;
-// What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV / TESSERA_MLA_FUSED_COMBINE switches
-// ask for on a device of compute
+// What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV / TESSERA_MLA_FUSED_COMBINE /
+// TESSERA_MLA_DECODE_Q_FIRST switches ask for on a device of compute
 // capability `sm` (10 x major + minor), in a step where every token is its sequence's only new one
 // (`one_token_a_sequence`: the cache rows before each token's position were written by earlier
 // steps, which `early` needs) or not.

@@ -332,7 +332,7 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
                   launch_mla_attend_kv_major_partials(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(),
                                                       d_table.as<int32_t>(),
                                                       KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, page, splits, scale,
-                                                      scratch.as<float>(), ml_part, MlaDecodeLaunch{}, 0);
+                                                      scratch.as<float>(), ml_part, how, 0);
               });
               report(p);
             }

@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
                            const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page, float scale,
                            float kv_scale, float* __restrict__ o_part, float* __restrict__ ml_part, bool early,
-                           int cluster, MlaFusedCombine fused) {
+                           bool q_first, int cluster, MlaFusedCombine fused) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride, kWarps = L::kWarps, kTpr = L::kThreadsPerRow;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -181,6 +181,22 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int split = blockIdx.x, t = blockIdx.y, h0 = blockIdx.z * NH;
   const int tokens = gridDim.y;
+  // Q's loads (fp32, NH x E) into registers, all in flight together (a load-use loop would pay a
+  // memory latency per element). `q_first` (TESSERA_MLA_DECODE_Q_FIRST, not with `early`, whose q
+  // comes after its wait): issued before the token's info, so that their round trip overlaps the
+  // info -> page table -> first copies chain instead of following it.
+  constexpr int kQVecs = NH * E / 4, kQIters = (kQVecs + kWarps * 32 - 1) / (kWarps * 32);
+  float4 qv[kQIters];
+  auto load_q = [&] {
+    const float4* q4 = reinterpret_cast<const float4*>(q_full + (static_cast<int64_t>(t) * heads + h0) * E);
+#pragma unroll
+    for (int j = 0; j < kQIters; ++j) {
+      const int idx = threadIdx.x + j * kWarps * 32;
+      qv[j] = idx < kQVecs && h0 + idx / (E / 4) < heads ? q4[idx] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  };
+  const bool q_early = q_first && !early;
+  if (q_early) load_q();
   const TokenInfo ti = info[t];
   const MlaSplitRange range = mla_split_range(ti.pos, split, gridDim.x, kTp);
   const int begin = range.begin, end = range.end, ntiles = range.ntiles;
@@ -235,27 +251,16 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
 
   // fp8: the cache scale multiplies every score, so it joins the softmax scale in q.
   const float q_scale = FP8 ? scale * kv_scale : scale;
-  // Q rows (pre-scaled), zero for heads past the end; softmax state. The loop has a compile-time
-  // trip count so that all of a thread's loads are in flight together (a load-use loop would pay a
-  // memory latency per element, tens of microseconds per block).
-  {
-    constexpr int kVecs = NH * E / 4, kIters = (kVecs + kWarps * 32 - 1) / (kWarps * 32);
-    const float4* q4 = reinterpret_cast<const float4*>(q_full + (static_cast<int64_t>(t) * heads + h0) * E);
-    float4 v[kIters];
+  // Q rows (pre-scaled), zero for heads past the end; softmax state.
+  if (!q_early) load_q();
 #pragma unroll
-    for (int j = 0; j < kIters; ++j) {
-      const int idx = threadIdx.x + j * kWarps * 32;
-      v[j] = idx < kVecs && h0 + idx / (E / 4) < heads ? q4[idx] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int j = 0; j < kIters; ++j) {
-      const int idx = threadIdx.x + j * kWarps * 32;
-      if (idx >= kVecs) continue;
-      const int r = idx / (E / 4), i = (idx % (E / 4)) * 4;
-      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(qs + r * S + i);
-      dst[0] = __floats2bfloat162_rn(v[j].x * q_scale, v[j].y * q_scale);
-      dst[1] = __floats2bfloat162_rn(v[j].z * q_scale, v[j].w * q_scale);
-    }
+  for (int j = 0; j < kQIters; ++j) {
+    const int idx = threadIdx.x + j * kWarps * 32;
+    if (idx >= kQVecs) continue;
+    const int r = idx / (E / 4), i = (idx % (E / 4)) * 4;
+    __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(qs + r * S + i);
+    dst[0] = __floats2bfloat162_rn(qv[j].x * q_scale, qv[j].y * q_scale);
+    dst[1] = __floats2bfloat162_rn(qv[j].z * q_scale, qv[j].w * q_scale);
   }
   if (threadIdx.x < NH) {
     m_s[threadIdx.x] = -FLT_MAX;
@@ -481,11 +486,12 @@ void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo*
   const dim3 cluster(static_cast<unsigned>(std::max(1, how.cluster)), 1, 1);
   if (how.early)
     launch_dependent_cluster(kernel, grid, L::kWarps * 32, L::kSmem, s, cluster, q_full, static_cast<int>(heads), info,
-                             tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, true, how.cluster,
-                             fused);
+                             tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, true, how.q_first,
+                             how.cluster, fused);
   else
     launch_cluster(kernel, grid, L::kWarps * 32, L::kSmem, s, cluster, q_full, static_cast<int>(heads), info, tables,
-                   cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, false, how.cluster, fused);
+                   cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, false, how.q_first, how.cluster,
+                   fused);
 }
 
 // How many blocks of the instance the current device holds at once.
