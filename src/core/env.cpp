@@ -80,8 +80,8 @@ constexpr std::array<EnvSwitch, 35> kSwitches{{
      "1: the MLA decode kernels' (KV-major, wgmma) last context splits to finish merge the partials themselves "
      "instead of a combine kernel after them (where the grid fits the GPU at once; an experiment, A/B)"},
     {"TESSERA_MLA_DECODE_Q_FIRST", "0",
-     "1: the KV-major MLA decode kernel issues its query loads before the token's position and page-table "
-     "lookups, so that their memory round trips overlap (an experiment, A/B)"},
+     "1: the MLA decode kernels issue their query loads (wgmma: the first third) before the token's position and "
+     "page-table lookups, so that their memory round trips overlap (an experiment, A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

@@ -148,7 +148,8 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
 // partials in a cluster (sm_90+; 1 = none).
 // `fused_combine` (with `counters`): the KV-major kernel's last-finishing splits merge the partials
 // themselves (no combine kernel; see launch_mla_attend).
-// `q_first` (not with `early`): the KV-major kernel issues q's loads before the token's info.
+// `q_first`: the KV-major kernel issues q's loads before the token's info (not with `early`), the
+// wgmma kernel the first of three batches of them.
 struct MlaDecodeLaunch {
   bool early = false;
   bool q_first = false;
@@ -243,7 +244,8 @@ int64_t mla_wgmma_smem_bytes();
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
-                                      float* ml_part, cudaStream_t s, const MlaFusedCombine& fused = {});
+                                      float* ml_part, cudaStream_t s, const MlaFusedCombine& fused = {},
+                                      bool q_first = false);
 constexpr int kMlaWgmmaFusedMaxParts = 64;
 // The wgmma kernel's blocks the current device holds at once.
 int64_t mla_wgmma_resident_blocks();

@@ -439,7 +439,7 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
                mla_fused_combiners(tokens * (heads / 64), parts, kMlaWgmmaFusedMaxParts, mla_wgmma_resident_blocks()),
                o_lat, lse};
     launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages, page,
-                                     splits, scale, o_part, ml_part, s, fused);
+                                     splits, scale, o_part, ml_part, s, fused, how.q_first);
     if (fused.combiners > 0) return;
   } else if (kernel == MlaKernel::kKvMajor) {
     if (fuse)
