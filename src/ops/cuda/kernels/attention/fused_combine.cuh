@@ -32,7 +32,10 @@ __host__ __device__ constexpr size_t smem_bytes(int nh, int parts, int threads) 
 // partials weighted by them, normalised (a token that sees no position, l = 0, gets o = 0 and lse
 // -inf), as the combine kernel does. The host asks for it only where the whole grid fits the GPU at
 // once, so every split a block waits for is running; the wait is bounded all the same (a trap
-// after kWaitLimitNs). The last block to leave resets the counter for the next launch.
+// after kWaitLimitNs). (Other streams' kernels, which never wait, free their slots as they end; but
+// several such grids at once, as tensor-parallel ranks sharing one GPU run them, could fill the GPU
+// with waiting blocks: before this becomes a default, the host must refuse it there.) The last
+// block to leave resets the counter for the next launch.
 // `smem`: at least smem_bytes(NH, parts, kThreads), free (the caller's tiles are done with);
 // `ticket_s`: one int of shared memory outside it. parts <= kMaxParts; combiners a power of two
 // dividing NH x LAT / 4.
