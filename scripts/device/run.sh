@@ -40,7 +40,7 @@
 #   bash device_carry/run.sh fused                  TESSERA_MLA_FUSED_COMBINE and TESSERA_MLA_DECODE_Q_FIRST: the MLA cases
 #                                                   with them on, then the batch-1 kernel rows (and partials-only rows)
 #                                                   for the four settings alternated twice
-#   bash device_carry/run.sh fused-decode           the same switch (and TESSERA_MLA_EARLY_KV) in bench decode at
+#   bash device_carry/run.sh fused-decode           the same switches (and TESSERA_MLA_EARLY_KV) in bench decode at
 #                                                   batch 1 and 32k context: one rank of eight (8 heads) and 64 heads
 #   bash device_carry/run.sh ncu-src NAME KERNEL_REGEX COUNT ARGS...  Nsight Compute's full set and per-instruction
 #                                                   stalls of `tessera ARGS...` into $OUT/NAME*
@@ -509,12 +509,13 @@ case "$what" in
     exit $rc ;;
   fused-decode)
     for round in 1 2; do
-      for v in "" TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_EARLY_KV=1 "TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_EARLY_KV=1"; do
+      for v in "" TESSERA_MLA_FUSED_COMBINE=1 "TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_DECODE_Q_FIRST=1" \
+        TESSERA_MLA_EARLY_KV=1 "TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_EARLY_KV=1"; do
         echo "== round $round, ${v:-(defaults)}: one rank of eight (8 heads), batch 1, 32k context"
         env $v timeout 150 tessera bench decode --device cuda --synthetic kimi-k2.5 --layers 3 --batch 1 \
           --context 32768 --steps 20 --tensor-parallel-size 8 2>&1 | tail -3
       done
-      for v in "" TESSERA_MLA_FUSED_COMBINE=1; do
+      for v in "" TESSERA_MLA_FUSED_COMBINE=1 "TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_DECODE_Q_FIRST=1"; do
         echo "== round $round, ${v:-(defaults)}: 64 heads, batch 1, 32k context"
         env $v timeout 150 tessera bench decode --device cuda --synthetic kimi-k2.5 --layers 3 --batch 1 \
           --context 32768 --steps 20 2>&1 | tail -3
