@@ -491,7 +491,7 @@ case "$what" in
         > "$OUT/fused_cases_q.log" 2>&1 || rc=1
       show "$OUT/fused_cases_q.log"
     done
-    for round in 1 2; do
+    for round in ${ROUNDS:-1 2}; do  # ROUNDS=1: one round
       for v in - TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_DECODE_Q_FIRST=1 \
         "TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_DECODE_Q_FIRST=1"; do
         [ "$v" = - ] && v=""
