@@ -37,11 +37,6 @@
 #   bash device_carry/run.sh step-size              --max-num-batched-tokens 2048 against 8192: fresh prompts' TTFT, and ITL
 #                                                   at 128 concurrent with short and long prompts arriving
 #   bash device_carry/run.sh mla-ncu                MLA decode at batch 1 x 32k (8 and 64 heads): kernel rows, then ncu-src
-#   bash device_carry/run.sh fused                  TESSERA_MLA_FUSED_COMBINE and TESSERA_MLA_DECODE_Q_FIRST: the MLA cases
-#                                                   with them on, then the batch-1 kernel rows (and partials-only rows)
-#                                                   for the four settings alternated twice
-#   bash device_carry/run.sh fused-decode           the same switches (and TESSERA_MLA_EARLY_KV) in bench decode at
-#                                                   batch 1 and 32k context: one rank of eight (8 heads) and 64 heads
 #   bash device_carry/run.sh ncu-src NAME KERNEL_REGEX COUNT ARGS...  Nsight Compute's full set and per-instruction
 #                                                   stalls of `tessera ARGS...` into $OUT/NAME*
 #   bash device_carry/run.sh ncu-prefill [kernel]   Nsight Compute on the MLA prefill attention kernel (wgmma by default),
@@ -472,53 +467,6 @@ case "$what" in
         timeout 150 tessera bench offline --device cuda --model "$dir" --kv-cache-bytes 16GiB --input-len $len \
           --output-len 256 --num-requests 384 --concurrency 128 --request-rate 20 --max-num-batched-tokens $step \
           --skip-self-check 2>&1 | grep -E "output tokens/s|TTFT|ITL" || true
-      done
-    done ;;
-  fused)
-    rc=0
-    echo "== cuda_tests KvMajor*"
-    "$KIT/bin/cuda_tests" --gtest_filter='KvMajor*' --gtest_brief=1 > "$OUT/fused_unit.log" 2>&1 || rc=1
-    show "$OUT/fused_unit.log"
-    echo "== MLA cases with TESSERA_MLA_FUSED_COMBINE=1"
-    TESSERA_MLA_FUSED_COMBINE=1 timeout 150 "$KIT/bin/backend_ops_tests" \
-      --gtest_filter='*CudaAgainstCpu/mla_attention*:*CudaAgainstCpu/mla_attend_latent*' --gtest_brief=1 \
-      > "$OUT/fused_cases.log" 2>&1 || rc=1
-    show "$OUT/fused_cases.log"
-    echo "== MLA cases with TESSERA_MLA_DECODE_Q_FIRST=1 and with both"
-    for v in TESSERA_MLA_DECODE_Q_FIRST=1 "TESSERA_MLA_DECODE_Q_FIRST=1 TESSERA_MLA_FUSED_COMBINE=1"; do
-      env $v timeout 150 "$KIT/bin/backend_ops_tests" \
-        --gtest_filter='*CudaAgainstCpu/mla_attention*:*CudaAgainstCpu/mla_attend_latent*' --gtest_brief=1 \
-        > "$OUT/fused_cases_q.log" 2>&1 || rc=1
-      show "$OUT/fused_cases_q.log"
-    done
-    for round in ${ROUNDS:-1 2}; do  # ROUNDS=1: one round
-      for v in - TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_DECODE_Q_FIRST=1 \
-        "TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_DECODE_Q_FIRST=1"; do
-        [ "$v" = - ] && v=""
-        echo "== round $round, ${v:-(defaults)}"
-        env $v timeout 90 tessera bench kernels --iterations 50 --filter "mla_decode kvmajor h8" \
-          --batch 1 --heads 8 --context 8192 --context 32768 --context 131072 2>&1 | grep -E "\*|partials" || true
-        env $v timeout 90 tessera bench kernels --iterations 50 --filter "mla_decode wgmma h64" \
-          --batch 1 --heads 64 --context 8192 --context 32768 2>&1 | grep -E "\*|partials" || true
-        env $v timeout 90 tessera bench kernels --iterations 20 --filter "mla_decode kvmajor h8" \
-          --batch 128 --heads 8 --context 8192 2>&1 | grep -E "^mla" || true
-      done
-    done
-    timeout 60 tessera bench kernels --iterations 50 --filter "stream" --batch 1 --context 8192 --context 32768 \
-      --context 131072 2>&1 | grep -E "^ceiling|^mla" || true
-    exit $rc ;;
-  fused-decode)
-    for round in 1 2; do
-      for v in "" TESSERA_MLA_FUSED_COMBINE=1 "TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_DECODE_Q_FIRST=1" \
-        TESSERA_MLA_EARLY_KV=1 "TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_EARLY_KV=1"; do
-        echo "== round $round, ${v:-(defaults)}: one rank of eight (8 heads), batch 1, 32k context"
-        env $v timeout 150 tessera bench decode --device cuda --synthetic kimi-k2.5 --layers 3 --batch 1 \
-          --context 32768 --steps 20 --tensor-parallel-size 8 2>&1 | tail -3
-      done
-      for v in "" TESSERA_MLA_FUSED_COMBINE=1 "TESSERA_MLA_FUSED_COMBINE=1 TESSERA_MLA_DECODE_Q_FIRST=1"; do
-        echo "== round $round, ${v:-(defaults)}: 64 heads, batch 1, 32k context"
-        env $v timeout 150 tessera bench decode --device cuda --synthetic kimi-k2.5 --layers 3 --batch 1 \
-          --context 32768 --steps 20 2>&1 | tail -3
       done
     done ;;
   mla-ncu)

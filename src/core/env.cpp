@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 35> kSwitches{{
+constexpr std::array<EnvSwitch, 33> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -76,12 +76,6 @@ constexpr std::array<EnvSwitch, 35> kSwitches{{
      "1: the KV-major MLA decode kernel's context splits run in clusters of up to 8 (sm_90+) that merge their "
      "partials through distributed shared memory, so the combine reads one partial a cluster, or none runs (an "
      "experiment, slower on an H100: 44 against 31 us at batch 1, 8 heads and 32k context; A/B)"},
-    {"TESSERA_MLA_FUSED_COMBINE", "0",
-     "1: the MLA decode kernels' (KV-major, wgmma) last context splits to finish merge the partials themselves "
-     "instead of a combine kernel after them (where the grid fits the GPU at once; an experiment, A/B)"},
-    {"TESSERA_MLA_DECODE_Q_FIRST", "0",
-     "1: the MLA decode kernels issue their query loads (wgmma: the first third) before the token's position and "
-     "page-table lookups, so that their memory round trips overlap (an experiment, A/B)"},
     {"TESSERA_MLA_PREFILL_PASS_ROWS", "",
      "context positions an MLA prefill pass holds (default: as many as fit 256 MiB of K/V; tests force passes)"},
     {"TESSERA_ALL_REDUCE", "auto",

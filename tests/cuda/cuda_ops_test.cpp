@@ -498,34 +498,6 @@ TEST(KvMajorSmem, InstancesFitSm120) {
     }
 }
 
-// TESSERA_MLA_FUSED_COMBINE's waiting blocks: the largest power of two up to 64 and at most the
-// step's parts; none with one part, with more (token, head group) pairs than counters, with more
-// blocks than the GPU holds at once, or where the split factors ([NH][parts] fp32), 1/l and a
-// float4 a thread do not fit the tiles' shared memory.
-TEST(KvMajorFusedCombine, CombinersFollowTheLimits) {
-  using ops::cuda::mla_kv_major_combiners;
-  EXPECT_EQ(mla_kv_major_combiners(1, 8, 512, 64, false, 256, 264), 64);  // H100 / H200 batch 1: 2 blocks x 132 SMs
-  EXPECT_EQ(mla_kv_major_combiners(1, 8, 512, 64, false, 256, 188), 0);   // one block an SM (SM120): 256 > 188
-  EXPECT_EQ(mla_kv_major_combiners(1, 8, 512, 64, false, 24, 264), 16);   // at most the parts
-  EXPECT_EQ(mla_kv_major_combiners(1, 16, 512, 64, true, 256, 264), 64);
-  EXPECT_EQ(mla_kv_major_combiners(1, 8, 512, 64, false, 1, 264), 0);         // one part: no combine at all
-  EXPECT_EQ(mla_kv_major_combiners(128, 8, 512, 64, false, 2, 264), 2);       // batch 128 x 8k: 256 blocks
-  EXPECT_EQ(mla_kv_major_combiners(256, 8, 512, 64, false, 2, 264), 0);       // 512 blocks
-  EXPECT_EQ(mla_kv_major_combiners(1025, 8, 512, 64, false, 2, 1 << 20), 0);  // more pairs than counters
-  EXPECT_EQ(mla_kv_major_combiners(512, 32, 512, 64, false, 2, 1 << 20), 2);  // 1024 pairs: as many as counters
-  // 64 + 16 with 16 heads (4 warps, ~18 KB of tiles): 16 x 256 x 4 + 64 + 128 x 16 bytes do not fit;
-  // 16 x 32 x 4 + 64 + 128 x 16 do.
-  EXPECT_EQ(mla_kv_major_combiners(1, 16, 64, 16, false, 256, 264), 0);
-  EXPECT_EQ(mla_kv_major_combiners(1, 16, 64, 16, false, 32, 264), 32);
-  // The wgmma kernel (64 heads a block, one block an SM, at most 64 parts for the fused combine).
-  using ops::cuda::mla_fused_combiners;
-  EXPECT_EQ(mla_fused_combiners(1, 64, 64, 132), 64);  // batch 1 x 32k: 64 splits
-  EXPECT_EQ(mla_fused_combiners(1, 121, 64, 132), 0);  // 128k: more parts than the instance takes
-  EXPECT_EQ(mla_fused_combiners(2, 64, 64, 132), 64);  // 128 heads: 128 blocks
-  EXPECT_EQ(mla_fused_combiners(3, 64, 64, 132), 0);   // 192 blocks > 132
-  EXPECT_EQ(mla_fused_combiners(1, 3, 64, 132), 2);    // a power of two
-}
-
 TEST_F(CudaOpsTest, MoeRoutingAndExpertsWithUnevenRouting) {
   for (auto [T, E, K, G, TG] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
            {1, 16, 4, 4, 2},

@@ -116,14 +116,6 @@ void up_project(CudaContext& ctx, const float* o_lat, int64_t o_lat_row, int64_t
   }
 }
 
-// The decode kernel's launch experiments (mla_decode_launch), with this backend's counters for the
-// fused combine.
-MlaDecodeLaunch decode_launch(CudaContext& ctx, bool one_token_a_sequence) {
-  MlaDecodeLaunch how = mla_decode_launch(ctx.caps().sm, one_token_a_sequence);
-  if (how.fused_combine) how.counters = ctx.mla_combine_counters();
-  return how;
-}
-
 }  // namespace
 
 Tensor empty_kv_pages(CudaContext& ctx, core::Shape shape, core::KvCacheDtype dtype) {
@@ -221,7 +213,7 @@ void mla_attention(CudaContext& ctx, const Tensor& q, const KvLayerView& cache, 
   Tensor scratch = ctx.alloc(DType::kF32, {mla_attend_scratch_floats(T, H, d.latent, splits)});
   launch_mla_attend(ptr<float>(q_full), T, H, d.latent, d.rope, meta.info.data<TokenInfo>(), ptr<int32_t>(meta.tables),
                     cache_in, cache.pages.dim(0), cache.page_size, splits, d.scale, ptr<float>(o_lat),
-                    ptr<float>(scratch), kernel, stream, nullptr, decode_launch(ctx, decode_only));
+                    ptr<float>(scratch), kernel, stream, nullptr, mla_decode_launch(ctx.caps().sm, decode_only));
   up_project(ctx, ptr<float>(o_lat), H * d.latent, T, kv_b, d, kernel, out);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
@@ -263,7 +255,7 @@ void mla_attend_latent(CudaContext& ctx, const Tensor& q_full, const KvLayerView
   launch_mla_attend(ptr<float>(q_full), T, d.heads, d.latent, d.rope, meta.info.data<TokenInfo>(),
                     ptr<int32_t>(meta.tables), cache_in, cache.pages.dim(0), cache.page_size, splits, d.scale,
                     ptr<float>(o_lat), ptr<float>(scratch), kernel, ctx.stream(), ptr<float>(lse),
-                    decode_launch(ctx, decode_step));
+                    mla_decode_launch(ctx.caps().sm, decode_step));
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

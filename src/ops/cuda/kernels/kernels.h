@@ -146,22 +146,11 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
 // a dependent launch whose blocks start copying the rows earlier steps wrote before the kernel
 // before it has finished; `cluster`: up to this many consecutive context splits merge their
 // partials in a cluster (sm_90+; 1 = none).
-// `fused_combine` (with `counters`): the KV-major kernel's last-finishing splits merge the partials
-// themselves (no combine kernel; see launch_mla_attend).
-// `q_first`: the KV-major kernel issues q's loads before the token's info (not with `early`), the
-// wgmma kernel the first of three batches of them.
 struct MlaDecodeLaunch {
   bool early = false;
-  bool q_first = false;
   int cluster = 1;
-  bool fused_combine = false;
-  unsigned* counters = nullptr;  // kMlaCombineCounters, 0 between launches (the kernel resets them)
 };
-// The fused combine's device counters: one per (token, head group) of a launch; launches with
-// more pairs run the combine kernel.
-constexpr int kMlaCombineCounters = 1024;
-// What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV / TESSERA_MLA_FUSED_COMBINE /
-// TESSERA_MLA_DECODE_Q_FIRST switches ask for on a device of compute
+// What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV switches ask for on a device of compute
 // capability `sm` (10 x major + minor), in a step where every token is its sequence's only new one
 // (`one_token_a_sequence`: the cache rows before each token's position were written by earlier
 // steps, which `early` needs) or not.
@@ -193,44 +182,10 @@ void launch_mla_attend_mma_partials(const float* q_full, int64_t tokens, int64_t
 bool mla_attend_kv_major_supported(int64_t latent, int64_t rope);
 // Dynamic shared memory of the instance for these shapes and cache format (bytes).
 int64_t mla_kv_major_smem_bytes(int64_t heads, int64_t latent, int64_t rope, bool fp8);
-// `fused` (combiners > 0): the kernel also merges the partials into o_out [tokens, heads, latent]
-// (and lse, if not null), as launch_mla_attend's combine would (TESSERA_MLA_FUSED_COMBINE).
-struct MlaFusedCombine {
-  unsigned* counters = nullptr;  // kMlaCombineCounters, 0 between launches
-  int combiners = 0;             // mla_kv_major_combiners
-  float* o_out = nullptr;
-  float* lse = nullptr;
-};
-// The replay check's view (launch_gate.h), as add_fields(MlaPrepareArgs) above.
-inline void add_fields(Signature& s, const MlaFusedCombine& f) {
-  static_assert(sizeof(MlaFusedCombine) == 32, "a field was added: add it to the signature");
-  for (const void* p :
-       {static_cast<const void*>(f.counters), static_cast<const void*>(f.o_out), static_cast<const void*>(f.lse)})
-    s.add(p);
-  s.add(int64_t{f.combiners});
-}
 void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
                                          int64_t rope, const TokenInfo* info, const int32_t* tables,
                                          const KvCacheArg& cache, int64_t page, int64_t splits, float scale,
-                                         float* o_part, float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s,
-                                         const MlaFusedCombine& fused = {});
-// How many of the last blocks to finish merge the partials in a fused combine of `pairs` (token, head
-// group) pairs of `parts` context splits each: a power of two up to 64 (each a slice of a head
-// group's outputs); 0 where it cannot run: one part, more than the kernel's `max_parts`, more pairs
-// than counters, or a grid larger than the `resident_blocks` the GPU holds at once (a block waits
-// for the others' partials).
-inline int mla_fused_combiners(int64_t pairs, int64_t parts, int64_t max_parts, int64_t resident_blocks) {
-  if (parts < 2 || parts > max_parts || pairs > kMlaCombineCounters || pairs * parts > resident_blocks) return 0;
-  int j = 64;
-  while (j > parts) j /= 2;
-  return j;
-}
-// mla_fused_combiners for the KV-major kernel, also 0 where its tiles' shared memory cannot hold the
-// split factors.
-int mla_kv_major_combiners(int64_t tokens, int64_t heads, int64_t latent, int64_t rope, bool fp8, int64_t parts,
-                           int64_t resident_blocks);
-// The KV-major kernel's blocks for these shapes that the current device holds at once.
-int64_t mla_kv_major_resident_blocks(int64_t heads, int64_t latent, int64_t rope, bool fp8);
+                                         float* o_part, float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s);
 // attention/sm90_wgmma.cu: Hopper warpgroup MMA (sm_90a only), 64 heads a block as the wgmma M, cache
 // tiles of 64 positions in two stages (TMA for pages of a multiple of 64 positions, else cp.async).
 // Shapes: latent 512 + rope 64, heads a multiple of 64.
@@ -239,16 +194,10 @@ int64_t mla_kv_major_resident_blocks(int64_t heads, int64_t latent, int64_t rope
 bool mla_attend_wgmma_supported(int64_t latent, int64_t rope, int64_t heads);
 int64_t mla_wgmma_smem_bytes();
 // `cache_pages` (pages in `cache`) bounds the TMA tensor map over it.
-// `fused`: as for the KV-major kernel, with combiners from mla_fused_combiners(tokens x heads / 64,
-// splits, kMlaWgmmaFusedMaxParts, mla_wgmma_resident_blocks()).
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
-                                      float* ml_part, cudaStream_t s, const MlaFusedCombine& fused = {},
-                                      bool q_first = false);
-constexpr int kMlaWgmmaFusedMaxParts = 64;
-// The wgmma kernel's blocks the current device holds at once.
-int64_t mla_wgmma_resident_blocks();
+                                      float* ml_part, cudaStream_t s);
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
 // out[t, h * v + j] = W_UV[h, j] · o_lat[t, h], o_lat's rows o_lat_row floats apart.
 void launch_mla_up_v(const float* o_lat, int64_t o_lat_row, int64_t tokens, int64_t heads, int64_t latent,

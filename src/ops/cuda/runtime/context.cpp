@@ -58,8 +58,6 @@ CudaContext::CudaContext(const std::string& kernels, bool step_graphs, int devic
   TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt_));
   num_sms_ = caps_.num_sms;
   workspace_ = alloc(DType::kU8, {kWorkspaceBytes});
-  mla_combine_counters_ = alloc(DType::kI32, {kMlaCombineCounters});
-  TESSERA_CUDA_CHECK(cudaMemset(mla_combine_counters_.raw(), 0, kMlaCombineCounters * sizeof(int32_t)));
 }
 
 CudaContext::~CudaContext() {

@@ -133,8 +133,6 @@ class CudaContext {
   // Row-major out[n, m] = in[n, k] · W[m, k]ᵀ: in column-major terms outᵀ (m x n) = W (m x k, stored
   // as k x m, transposed) · inᵀ (k x n).
   void gemm_bf16(const __nv_bfloat16* w, const __nv_bfloat16* in, float* out, int64_t m, int64_t n, int64_t k);
-  // The MLA decode kernel's fused-combine counters (kMlaCombineCounters, zero between launches).
-  unsigned* mla_combine_counters() { return static_cast<unsigned*>(mla_combine_counters_.raw()); }
   // What the MLA prefill path borrows for its own GEMMs.
   cublasLtHandle_t lt() const { return lt_; }
   void* workspace() { return workspace_.raw(); }
@@ -196,7 +194,6 @@ class CudaContext {
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   core::Tensor workspace_;
-  core::Tensor mla_combine_counters_;
   std::unique_ptr<StepGraphs> graphs_;  // null: --enforce-eager, TESSERA_CUDA_GRAPHS=0 or an exact pool
 };
 

@@ -59,13 +59,9 @@ bool moe_grouped_wa_pair_groups() {
 MlaDecodeLaunch mla_decode_launch(int sm, bool one_token_a_sequence) {
   static const bool early = core::env_flag("TESSERA_MLA_EARLY_KV");
   static const bool clusters = core::env_flag("TESSERA_MLA_DECODE_CLUSTERS");
-  static const bool fused = core::env_flag("TESSERA_MLA_FUSED_COMBINE");
-  static const bool q_first = core::env_flag("TESSERA_MLA_DECODE_Q_FIRST");
   MlaDecodeLaunch how;
   how.early = early && one_token_a_sequence;
   how.cluster = clusters && sm >= 90 ? 8 : 1;  // 8: the portable cluster size
-  how.fused_combine = fused;
-  how.q_first = q_first;
   return how;
 }
 

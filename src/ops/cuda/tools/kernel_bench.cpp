@@ -301,11 +301,7 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
               KernelBenchRow r;
               r.name = fmt::format("{} (splits {}){}", name, splits,
                                    split_counts.size() > 1 && splits == chosen ? " *" : "");
-              // (The fused combine's counters, TESSERA_MLA_FUSED_COMBINE: zero, as a backend keeps them.)
-              DeviceMem counters(kMlaCombineCounters * sizeof(unsigned));
-              TESSERA_CUDA_CHECK(cudaMemset(counters.p, 0, kMlaCombineCounters * sizeof(unsigned)));
-              MlaDecodeLaunch how = mla_decode_launch(caps.sm, false);
-              how.counters = static_cast<unsigned*>(counters.p);
+              const MlaDecodeLaunch how = mla_decode_launch(caps.sm, false);
               r.seconds = time_it(o.iterations, [&] {
                 launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
                                   KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, pages, page, splits, scale,

@@ -428,28 +428,13 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   const bool direct = parts == 1 && ((kernel == MlaKernel::kWgmma && !cache.fp8) || kernel == MlaKernel::kKvMajor);
   float* o_part = direct ? o_lat : scratch;
   float* ml_part = scratch + splits * tokens * heads * latent;
-  // TESSERA_MLA_FUSED_COMBINE: the wgmma and KV-major kernels' last splits merge the partials; no
-  // combine launch.
-  const bool fuse = how.fused_combine && how.counters != nullptr && how.cluster == 1 && !direct;
-  MlaFusedCombine fused;
   if (kernel == MlaKernel::kWgmma && !cache.fp8) {
     // (The wgmma kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
-    if (fuse)
-      fused = {how.counters,
-               mla_fused_combiners(tokens * (heads / 64), parts, kMlaWgmmaFusedMaxParts, mla_wgmma_resident_blocks()),
-               o_lat, lse};
     launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages, page,
-                                     splits, scale, o_part, ml_part, s, fused, how.q_first);
-    if (fused.combiners > 0) return;
+                                     splits, scale, o_part, ml_part, s);
   } else if (kernel == MlaKernel::kKvMajor) {
-    if (fuse)
-      fused = {how.counters,
-               mla_kv_major_combiners(tokens, heads, latent, rope, cache.fp8, parts,
-                                      mla_kv_major_resident_blocks(heads, latent, rope, cache.fp8)),
-               o_lat, lse};
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, scale,
-                                        o_part, ml_part, how, s, fused);
-    if (fused.combiners > 0) return;
+                                        o_part, ml_part, how, s);
   } else if (kernel == MlaKernel::kTensorCore && !cache.fp8) {
     // (The heads-as-M kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
     launch_mla_attend_mma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), page, splits, scale,

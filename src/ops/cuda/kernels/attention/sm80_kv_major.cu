@@ -27,14 +27,11 @@
 //   and reads q and the token's own row only after the wait.
 // - `cluster` > 1 (TESSERA_MLA_DECODE_CLUSTERS, sm_90+): consecutive splits merge their partials
 //   in a cluster before the combine (reduce_cluster_partials).
-// - `fused.combiners` > 0 (TESSERA_MLA_FUSED_COMBINE): the last splits to finish merge the partials
-//   themselves, and no combine kernel runs (fused_combine.cuh).
 #include <cooperative_groups.h>
 
 #include <cfloat>
 #include <cstdint>
 
-#include "ops/cuda/kernels/attention/fused_combine.cuh"
 #include "ops/cuda/kernels/attention/kv_fp8.cuh"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/ptx/mma_primitives.cuh"
@@ -163,7 +160,7 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     attend_kv_major_kernel(const float* __restrict__ q_full, int heads, const TokenInfo* __restrict__ info,
                            const int32_t* __restrict__ tables, const CacheT* __restrict__ cache, int page, float scale,
                            float kv_scale, float* __restrict__ o_part, float* __restrict__ ml_part, bool early,
-                           bool q_first, int cluster, MlaFusedCombine fused) {
+                           int cluster) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   constexpr int E = L::kEntry, S = L::kStride, PS = L::kPStride, kWarps = L::kWarps, kTpr = L::kThreadsPerRow;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -181,22 +178,6 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int split = blockIdx.x, t = blockIdx.y, h0 = blockIdx.z * NH;
   const int tokens = gridDim.y;
-  // Q's loads (fp32, NH x E) into registers, all in flight together (a load-use loop would pay a
-  // memory latency per element). `q_first` (TESSERA_MLA_DECODE_Q_FIRST, not with `early`, whose q
-  // comes after its wait): issued before the token's info, so that their round trip overlaps the
-  // info -> page table -> first copies chain instead of following it.
-  constexpr int kQVecs = NH * E / 4, kQIters = (kQVecs + kWarps * 32 - 1) / (kWarps * 32);
-  float4 qv[kQIters];
-  auto load_q = [&] {
-    const float4* q4 = reinterpret_cast<const float4*>(q_full + (static_cast<int64_t>(t) * heads + h0) * E);
-#pragma unroll
-    for (int j = 0; j < kQIters; ++j) {
-      const int idx = threadIdx.x + j * kWarps * 32;
-      qv[j] = idx < kQVecs && h0 + idx / (E / 4) < heads ? q4[idx] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-  };
-  const bool q_early = q_first && !early;
-  if (q_early) load_q();
   const TokenInfo ti = info[t];
   const MlaSplitRange range = mla_split_range(ti.pos, split, gridDim.x, kTp);
   const int begin = range.begin, end = range.end, ntiles = range.ntiles;
@@ -251,16 +232,27 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
 
   // fp8: the cache scale multiplies every score, so it joins the softmax scale in q.
   const float q_scale = FP8 ? scale * kv_scale : scale;
-  // Q rows (pre-scaled), zero for heads past the end; softmax state.
-  if (!q_early) load_q();
+  // Q rows (pre-scaled), zero for heads past the end; softmax state. The loop has a compile-time
+  // trip count so that all of a thread's loads are in flight together (a load-use loop would pay a
+  // memory latency per element, tens of microseconds per block).
+  {
+    constexpr int kVecs = NH * E / 4, kIters = (kVecs + kWarps * 32 - 1) / (kWarps * 32);
+    const float4* q4 = reinterpret_cast<const float4*>(q_full + (static_cast<int64_t>(t) * heads + h0) * E);
+    float4 v[kIters];
 #pragma unroll
-  for (int j = 0; j < kQIters; ++j) {
-    const int idx = threadIdx.x + j * kWarps * 32;
-    if (idx >= kQVecs) continue;
-    const int r = idx / (E / 4), i = (idx % (E / 4)) * 4;
-    __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(qs + r * S + i);
-    dst[0] = __floats2bfloat162_rn(qv[j].x * q_scale, qv[j].y * q_scale);
-    dst[1] = __floats2bfloat162_rn(qv[j].z * q_scale, qv[j].w * q_scale);
+    for (int j = 0; j < kIters; ++j) {
+      const int idx = threadIdx.x + j * kWarps * 32;
+      v[j] = idx < kVecs && h0 + idx / (E / 4) < heads ? q4[idx] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < kIters; ++j) {
+      const int idx = threadIdx.x + j * kWarps * 32;
+      if (idx >= kVecs) continue;
+      const int r = idx / (E / 4), i = (idx % (E / 4)) * 4;
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(qs + r * S + i);
+      dst[0] = __floats2bfloat162_rn(v[j].x * q_scale, v[j].y * q_scale);
+      dst[1] = __floats2bfloat162_rn(v[j].z * q_scale, v[j].w * q_scale);
+    }
   }
   if (threadIdx.x < NH) {
     m_s[threadIdx.x] = -FLT_MAX;
@@ -464,10 +456,6 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     ml_part[2 * slot] = m_s[threadIdx.x];
     ml_part[2 * slot + 1] = l_s[threadIdx.x];
   }
-  if (fused.combiners > 0)  // (m_s, l_s and alpha_s are done with: the spare word after alpha_s holds the ticket)
-    fused_combine::combine_last_arrivals<NH, LAT, kWarps * 32, kMlaMaxSplits>(
-        smem_raw, reinterpret_cast<int*>(alpha_s + NH), fused.counters + t * gridDim.z + blockIdx.z, fused.combiners,
-        heads, h0, t, tokens, o_part, ml_part, fused.o_out, fused.lse);
 }
 
 // Two stages, two blocks an SM (~86-95 KB each, which SM120's 99 KB also holds): measured faster on
@@ -478,7 +466,7 @@ constexpr int kStages = 2;
 template <int NH, int LAT, int ROPE, bool FP8, class CacheT, int STAGES = kStages>
 void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
             const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
-            float* ml_part, const MlaDecodeLaunch& how, const MlaFusedCombine& fused, cudaStream_t s) {
+            float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s) {
   using L = Layout<NH, LAT, ROPE, STAGES, FP8>;
   auto kernel = attend_kv_major_kernel<NH, LAT, ROPE, STAGES, FP8, CacheT>;
   allow_dynamic_smem(kernel, static_cast<int>(L::kSmem));
@@ -486,37 +474,20 @@ void launch(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo*
   const dim3 cluster(static_cast<unsigned>(std::max(1, how.cluster)), 1, 1);
   if (how.early)
     launch_dependent_cluster(kernel, grid, L::kWarps * 32, L::kSmem, s, cluster, q_full, static_cast<int>(heads), info,
-                             tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, true, how.q_first,
-                             how.cluster, fused);
+                             tables, cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, true,
+                             how.cluster);
   else
     launch_cluster(kernel, grid, L::kWarps * 32, L::kSmem, s, cluster, q_full, static_cast<int>(heads), info, tables,
-                   cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, false, how.q_first, how.cluster,
-                   fused);
-}
-
-// How many blocks of the instance the current device holds at once.
-template <int NH, int LAT, int ROPE, bool FP8, class CacheT>
-int64_t resident_blocks() {
-  using L = Layout<NH, LAT, ROPE, kStages, FP8>;
-  auto kernel = attend_kv_major_kernel<NH, LAT, ROPE, kStages, FP8, CacheT>;
-  allow_dynamic_smem(kernel, static_cast<int>(L::kSmem));
-  int device = 0, sms = 1, per_sm = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, L::kWarps * 32, L::kSmem) != cudaSuccess) {
-    cudaGetLastError();  // (cleared: the fused combine is then not used)
-    return 0;
-  }
-  return static_cast<int64_t>(per_sm) * sms;
+                   cache, static_cast<int>(page), scale, kv_scale, o_part, ml_part, false, how.cluster);
 }
 
 template <int LAT, int ROPE, bool FP8, class CacheT>
 void launch_heads(int64_t tokens, int64_t heads, const float* q_full, const TokenInfo* info, const int32_t* tables,
                   const CacheT* cache, int64_t page, int64_t splits, float scale, float kv_scale, float* o_part,
-                  float* ml_part, const MlaDecodeLaunch& how, const MlaFusedCombine& fused, cudaStream_t s) {
+                  float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s) {
   (heads <= 8 ? launch<8, LAT, ROPE, FP8, CacheT>
               : launch<16, LAT, ROPE, FP8, CacheT>)(tokens, heads, q_full, info, tables, cache, page, splits, scale,
-                                                    kv_scale, o_part, ml_part, how, fused, s);
+                                                    kv_scale, o_part, ml_part, how, s);
 }
 
 }  // namespace
@@ -543,44 +514,17 @@ static_assert(Layout<16, 512, 64, kStages>::kSmem <= 99 * 1024 &&
 void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent,
                                          int64_t rope, const TokenInfo* info, const int32_t* tables,
                                          const KvCacheArg& cache, int64_t page, int64_t splits, float scale,
-                                         float* o_part, float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s,
-                                         const MlaFusedCombine& fused) {
+                                         float* o_part, float* ml_part, const MlaDecodeLaunch& how, cudaStream_t s) {
   const bool wide = latent == 512 && rope == 64;
   if (cache.fp8) {
     (wide ? launch_heads<512, 64, true, uint8_t>
           : launch_heads<64, 16, true, uint8_t>)(tokens, heads, q_full, info, tables, cache.bytes(), page, splits,
-                                                 scale, cache.scale, o_part, ml_part, how, fused, s);
+                                                 scale, cache.scale, o_part, ml_part, how, s);
   } else {
     (wide ? launch_heads<512, 64, false, __nv_bfloat16>
           : launch_heads<64, 16, false, __nv_bfloat16>)(tokens, heads, q_full, info, tables, cache.bf16(), page, splits,
-                                                        scale, 1.0f, o_part, ml_part, how, fused, s);
+                                                        scale, 1.0f, o_part, ml_part, how, s);
   }
-}
-
-int mla_kv_major_combiners(int64_t tokens, int64_t heads, int64_t latent, int64_t rope, bool fp8, int64_t parts,
-                           int64_t resident_blocks) {
-  if (!mla_attend_kv_major_supported(latent, rope)) return 0;
-  const int nh = heads <= 8 ? 8 : 16, threads = (latent >= 512 ? 8 : 4) * 32;
-  // The tiles' shared memory, less the softmax statistics at its end (the ticket's word among them).
-  const size_t stats = (2 * 2 * nh + 4 * nh) * 4;
-  if (parts > kMlaMaxSplits || fused_combine::smem_bytes(nh, static_cast<int>(parts), threads) + stats >
-                                   static_cast<size_t>(mla_kv_major_smem_bytes(heads, latent, rope, fp8)))
-    return 0;
-  return mla_fused_combiners(tokens * ((heads + nh - 1) / nh), parts, kMlaMaxSplits, resident_blocks);
-}
-
-int64_t mla_kv_major_resident_blocks(int64_t heads, int64_t latent, int64_t rope, bool fp8) {
-  if (!mla_attend_kv_major_supported(latent, rope)) return 0;
-  const bool small = heads <= 8;
-  if (latent == 512) {
-    if (fp8)
-      return small ? resident_blocks<8, 512, 64, true, uint8_t>() : resident_blocks<16, 512, 64, true, uint8_t>();
-    return small ? resident_blocks<8, 512, 64, false, __nv_bfloat16>()
-                 : resident_blocks<16, 512, 64, false, __nv_bfloat16>();
-  }
-  if (fp8) return small ? resident_blocks<8, 64, 16, true, uint8_t>() : resident_blocks<16, 64, 16, true, uint8_t>();
-  return small ? resident_blocks<8, 64, 16, false, __nv_bfloat16>()
-               : resident_blocks<16, 64, 16, false, __nv_bfloat16>();
 }
 
 }  // namespace tessera::ops::cuda

@@ -30,13 +30,11 @@
 
 #include <map>
 #include <mutex>
-#include <type_traits>
 #include <utility>
 
 #include <cfloat>
 #include <cstdint>
 
-#include "ops/cuda/kernels/attention/fused_combine.cuh"
 #include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/ptx/mma_primitives.cuh"
 #include "ops/cuda/ptx/tma_primitives.cuh"
@@ -80,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     attend_wgmma_kernel(const __grid_constant__ CUtensorMap cache_map, const float* __restrict__ q_full, int heads,
                         const TokenInfo* __restrict__ info, const int32_t* __restrict__ tables,
                         const __nv_bfloat16* __restrict__ cache, int page, float scale, float* __restrict__ o_part,
-                        float* __restrict__ ml_part, bool q_first, MlaFusedCombine fused) {
+                        float* __restrict__ ml_part) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace mma;
   pdl_wait();  // first: launched with launch_dependent (q_full and the cache's newest entry are the
@@ -97,19 +95,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int r0 = 16 * wwarp + g, r1 = r0 + 8;  // this thread's accumulator rows (heads in the block)
   const int split = blockIdx.x, t = blockIdx.y, h0 = blockIdx.z * kHeads;
   const int tokens = gridDim.y;
-  // Q (fp32, 64 rows x 144 float4, 36 a thread), loaded in batches whose loads are all in flight
-  // together. `q_first` (TESSERA_MLA_DECODE_Q_FIRST): three batches of 12, the first issued here,
-  // before the token's info and the page table (its round trip then overlaps theirs); else four
-  // of 9 after the first tiles' copies. (Two of 18 spilled 80 bytes in the TMA variant.) Splits
-  // past the visible context skip Q (q_first: the first batch is read anyway, from a valid row).
-  const float4* q4 = reinterpret_cast<const float4*>(q_full + (static_cast<int64_t>(t) * heads + h0) * kEntry);
-  constexpr int kQVecs = kHeads * kEntry / 4, kQFirstBatch = 12;
-  static_assert(kQVecs % (kThreads * kQFirstBatch) == 0, "Q loads in whole batches");
-  float4 q_first_batch[kQFirstBatch];
-  if (q_first) {
-#pragma unroll
-    for (int j = 0; j < kQFirstBatch; ++j) q_first_batch[j] = q4[tid + j * kThreads];
-  }
   const TokenInfo ti = info[t];
   const MlaSplitRange range = mla_split_range(ti.pos, split, gridDim.x, kTp);
   const int begin = range.begin, end = range.end, ntiles = range.ntiles;
@@ -205,11 +190,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   load_tile(1, row_source(1), 1);
   const __nv_bfloat16* next_src = row_source(2);
 
-  // Q (pre-scaled, bf16) into the swizzled layout: 64 rows x 144 float4.
+  // Q (pre-scaled, bf16) into the swizzled layout: 64 rows x 144 float4; all of a batch's loads
+  // are issued before any is used. Splits past the visible context skip it.
   if (ntiles > 0) {
-    // The batch of float4s b0 + tid + j x kThreads, j < kBatch, from v.
-    auto store_q = [&](int b0, const float4* v, auto batch) {
-      constexpr int kBatch = decltype(batch)::value;
+    const float4* q4 = reinterpret_cast<const float4*>(q_full + (static_cast<int64_t>(t) * heads + h0) * kEntry);
+    constexpr int kVecs = kHeads * kEntry / 4, kBatch = 9;
+    static_assert(kVecs % (kThreads * kBatch) == 0, "Q loads in whole batches");
+#pragma unroll
+    for (int b0 = 0; b0 < kVecs; b0 += kThreads * kBatch) {
+      float4 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) v[j] = q4[b0 + tid + j * kThreads];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const int idx = b0 + tid + j * kThreads;
@@ -223,24 +214,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<uint2*>(smem + kQOff + blk * kBlockBytes + wgmma::sw128_offset(r, ch) + (col % 8) * 2) =
             packed;
       }
-    };
-    // All of a batch's loads are issued before any is used.
-    auto load_store_q = [&](int b0, auto batch) {
-      constexpr int kBatch = decltype(batch)::value;
-      float4 v[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) v[j] = q4[b0 + tid + j * kThreads];
-      store_q(b0, v, batch);
-    };
-    if (q_first) {
-      store_q(0, q_first_batch, std::integral_constant<int, kQFirstBatch>{});
-#pragma unroll
-      for (int b0 = kThreads * kQFirstBatch; b0 < kQVecs; b0 += kThreads * kQFirstBatch)
-        load_store_q(b0, std::integral_constant<int, kQFirstBatch>{});
-    } else {
-      constexpr int kBatch = 9;
-#pragma unroll
-      for (int b0 = 0; b0 < kQVecs; b0 += kThreads * kBatch) load_store_q(b0, std::integral_constant<int, kBatch>{});
     }
   }
   wgmma::fence_proxy_async();  // Q is read by wgmma
@@ -468,12 +441,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     ml_part[2 * (slot0 + r1)] = m_run[1];
     ml_part[2 * (slot0 + r1) + 1] = l_run[1];
   }
-  // TESSERA_MLA_FUSED_COMBINE: the last blocks merge the partials (fused_combine.cuh) over the Q
-  // tile; the ticket in alpha_s (both free once every thread is past the last tile).
-  if (fused.combiners > 0)
-    fused_combine::combine_last_arrivals<kHeads, kLat, kThreads, kMlaWgmmaFusedMaxParts>(
-        smem + kQOff, reinterpret_cast<int*>(alpha_s), fused.counters + t * gridDim.z + blockIdx.z, fused.combiners,
-        heads, h0, t, tokens, o_part, ml_part, fused.o_out, fused.lse);
 #else
   // Built for an architecture without wgmma: the host never selects this kernel there
   // (mla_attend_wgmma_supported + the device check), so reaching it is a bug.
@@ -504,7 +471,7 @@ bool encode_cache_map(CUtensorMap* map, const __nv_bfloat16* cache, int64_t rows
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
-                                      float* ml_part, cudaStream_t s, const MlaFusedCombine& fused, bool q_first) {
+                                      float* ml_part, cudaStream_t s) {
   (void)latent, (void)rope;  // checked by the caller (mla_attend_wgmma_supported)
   allow_dynamic_smem(attend_wgmma_kernel<true>, kSmemBytes);
   allow_dynamic_smem(attend_wgmma_kernel<false>, kSmemBytes);
@@ -531,20 +498,7 @@ void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(heads / kHeads));
   auto kernel = tma ? attend_wgmma_kernel<true> : attend_wgmma_kernel<false>;
   launch_dependent(kernel, grid, kThreads, kSmemBytes, s, map, q_full, static_cast<int>(heads), info, tables, cache,
-                   static_cast<int>(page), scale, o_part, ml_part, q_first, fused);
-}
-
-int64_t mla_wgmma_resident_blocks() {
-  allow_dynamic_smem(attend_wgmma_kernel<true>, kSmemBytes);
-  int device = 0, sms = 1, per_sm = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attend_wgmma_kernel<true>, kThreads, kSmemBytes) !=
-      cudaSuccess) {
-    cudaGetLastError();  // (cleared: the fused combine is then not used)
-    return 0;
-  }
-  return static_cast<int64_t>(per_sm) * sms;
+                   static_cast<int>(page), scale, o_part, ml_part);
 }
 
 }  // namespace tessera::ops::cuda
