@@ -285,6 +285,8 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
             for (int64_t b = 0; b < B; ++b)
               info.push_back({static_cast<int32_t>(ctx - 1), static_cast<int32_t>(b * pages_per_seq)});
             DeviceMem d_table(table.size() * 4), d_info(info.size() * sizeof(TokenInfo));
+            const KvCacheArg kv{cache.p, fp8, fp8 ? 0.5f : 1.0f};
+            const MlaDecodeLaunch how = mla_decode_launch(caps.sm, false);
             int sms = 1;
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
             const int64_t chosen = mla_attend_splits(B, heads, ctx, sms, kernel);
@@ -301,11 +303,10 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
               KernelBenchRow r;
               r.name = fmt::format("{} (splits {}){}", name, splits,
                                    split_counts.size() > 1 && splits == chosen ? " *" : "");
-              const MlaDecodeLaunch how = mla_decode_launch(caps.sm, false);
               r.seconds = time_it(o.iterations, [&] {
                 launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(), d_table.as<int32_t>(),
-                                  KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, pages, page, splits, scale,
-                                  out.as<float>(), scratch.as<float>(), kernel, 0, nullptr, how);
+                                  kv, pages, page, splits, scale, out.as<float>(), scratch.as<float>(), kernel, 0,
+                                  nullptr, how);
               });
               // The bytes read: the cache (2 or 1 a value), q in and the latent output.
               r.bytes = double(B) * ctx * entry * elem + double(B) * heads * (entry + latent) * 4;
@@ -326,8 +327,7 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
                                                    pages, page, splits, scale, scratch.as<float>(), ml_part, 0);
                 else
                   launch_mla_attend_kv_major_partials(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(),
-                                                      d_table.as<int32_t>(),
-                                                      KvCacheArg{cache.p, fp8, fp8 ? 0.5f : 1.0f}, page, splits, scale,
+                                                      d_table.as<int32_t>(), kv, page, splits, scale,
                                                       scratch.as<float>(), ml_part, how, 0);
               });
               report(p);
