@@ -212,6 +212,10 @@ bool ab_switch_on(const char* name);
 // none; an experiment, quant/grouped_mma.cu). Read once; throws core::Error naming the variable for
 // a value that is not a number from 0 to 64.
 int expert_prefetch_blocks();
+// TESSERA_EXPERT_ROLLING_LOADS (default 0; an experiment, quant/grouped_mma.cu): the quantized
+// routed-expert kernels at decode sizes refill each K block's registers as soon as it is decoded
+// instead of loading a group of blocks at a time. Read once.
+bool expert_rolling_loads();
 // Tiles of 16 pairs the bf16 grouped expert kernels multiply by each weight fragment they stream
 // (moe/grouped.cu), for a step of `pairs` (token, expert) pairs over `experts` routed experts: 2
 // where an expert averages more than 8 pairs, else 1; TESSERA_MOE_GROUPED_TILES=1|2|4 forces a
