@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 34> kSwitches{{
+constexpr std::array<EnvSwitch, 35> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -31,6 +31,9 @@ constexpr std::array<EnvSwitch, 34> kSwitches{{
     {"TESSERA_EXPERT_ROLLING_LOADS", "0",
      "1: the quantized routed-expert kernels at decode sizes refill each K block's registers as soon as it is "
      "decoded instead of loading a group of blocks at a time (an experiment, A/B)"},
+    {"TESSERA_GEMV_ROLLING_LOADS", "0",
+     "1: the bf16 matrix-vector kernel refills each chunk's registers as soon as it is consumed instead of loading "
+     "a batch of chunks at a time (an experiment, A/B)"},
     {"TESSERA_MOE_GROUPED_TILES", "0",
      "tiles of 16 pairs the bf16 routed experts' tensor-core kernels multiply by each weight fragment they stream "
      "(an expert of up to 16 x N pairs then streams its weights once): 1, 2 or 4; 0: by the step, 2 where it "
