@@ -32,8 +32,8 @@ constexpr std::array<EnvSwitch, 35> kSwitches{{
      "1: the quantized routed-expert kernels at decode sizes refill each K block's registers as soon as it is "
      "decoded instead of loading a group of blocks at a time (an experiment, A/B)"},
     {"TESSERA_GEMV_ROLLING_LOADS", "0",
-     "1: the bf16 matrix-vector kernel refills each chunk's registers as soon as it is consumed instead of loading "
-     "a batch of chunks at a time (an experiment, A/B)"},
+     "1: the matrix-vector kernels (bf16; FP8 / NVFP4 at one token) refill each chunk's registers as soon as it is "
+     "consumed instead of loading a batch of chunks at a time (an experiment, A/B)"},
     {"TESSERA_MOE_GROUPED_TILES", "0",
      "tiles of 16 pairs the bf16 routed experts' tensor-core kernels multiply by each weight fragment they stream "
      "(an expert of up to 16 x N pairs then streams its weights once): 1, 2 or 4; 0: by the step, 2 where it "

@@ -216,8 +216,9 @@ int expert_prefetch_blocks();
 // routed-expert kernels at decode sizes refill each K block's registers as soon as it is decoded
 // instead of loading a group of blocks at a time. Read once.
 bool expert_rolling_loads();
-// TESSERA_GEMV_ROLLING_LOADS (default 0; an experiment, linear/gemv.cu): the bf16 matrix-vector
-// kernel refills each chunk's registers as soon as it is consumed. Read once.
+// TESSERA_GEMV_ROLLING_LOADS (default 0; an experiment, linear/gemv.cu and quant/gemv.cu): the
+// matrix-vector kernels (bf16; FP8 / NVFP4 at one token) refill each chunk's registers as soon as
+// it is consumed. Read once.
 bool gemv_rolling_loads();
 // Tiles of 16 pairs the bf16 grouped expert kernels multiply by each weight fragment they stream
 // (moe/grouped.cu), for a step of `pairs` (token, expert) pairs over `experts` routed experts: 2
