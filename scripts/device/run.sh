@@ -10,7 +10,7 @@
 #   bash device_carry/run.sh prefetch               bench decode nvfp4 | fp8 with TESSERA_EXPERT_PREFETCH 0 / 4 / 8 / 16
 #   bash device_carry/run.sh roll                   TESSERA_EXPERT_ROLLING_LOADS=1 and TESSERA_GEMV_ROLLING_LOADS=1: the
 #                                                   MoE cases (ring off and on), the linear / MLA / MLP cases, then
-#                                                   bench decode nvfp4, bf16 and fp8 at batch 1 (and nvfp4 16), alternated
+#                                                   bench decode nvfp4, bf16 and fp8 at batch 1, alternated
 #   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING, TESSERA_EXPERT_WEIGHTS_A): MoE cases, bench A/B nvfp4 | fp8
 #   bash device_carry/run.sh prefill                bench prefill on issue 19's checkpoint, 2048- and 8192-token steps, and --trace
 #   bash device_carry/run.sh offline                bench offline at batch 1 and 128 on issue 19's checkpoint, and batch 1 --trace
@@ -129,7 +129,7 @@ case "$what" in
         set -- $v
         echo "== nvfp4, TESSERA_EXPERT_ROLLING_LOADS=$1 TESSERA_GEMV_ROLLING_LOADS=$2"
         TESSERA_EXPERT_ROLLING_LOADS=$1 TESSERA_GEMV_ROLLING_LOADS=$2 tessera bench decode --device cuda --synthetic kimi-k2.5 \
-          --weights nvfp4 --layers 3 --batch 1,16 --steps 20 2>&1 | grep -E '^ +[0-9]+ +[0-9.]+ '
+          --weights nvfp4 --layers 3 --batch 1 --steps 20 2>&1 | grep -E '^ +[0-9]+ +[0-9.]+ '
       done
       for w in bf16 fp8; do
         for r in 0 1; do
