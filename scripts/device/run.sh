@@ -8,9 +8,6 @@
 #   bash device_carry/run.sh comm                   the collectives' GPU tests and bench comm on this machine's GPUs
 #   bash device_carry/run.sh itl                    ITL with Poisson arrivals, the step pacer and the GEMM algorithm buckets on and off (issue 19)
 #   bash device_carry/run.sh prefetch               bench decode nvfp4 | fp8 with TESSERA_EXPERT_PREFETCH 0 / 4 / 8 / 16
-#   bash device_carry/run.sh roll                   TESSERA_EXPERT_ROLLING_LOADS=1 and TESSERA_GEMV_ROLLING_LOADS=1: the
-#                                                   MoE cases (ring off and on), the linear / MLA / MLP cases, then
-#                                                   bench decode nvfp4, bf16 and fp8 at batch 1, alternated
 #   bash device_carry/run.sh ring                   the ring kernels (TESSERA_EXPERT_RING, TESSERA_EXPERT_WEIGHTS_A): MoE cases, bench A/B nvfp4 | fp8
 #   bash device_carry/run.sh prefill                bench prefill on issue 19's checkpoint, 2048- and 8192-token steps, and --trace
 #   bash device_carry/run.sh offline                bench offline at batch 1 and 128 on issue 19's checkpoint, and batch 1 --trace
@@ -112,32 +109,6 @@ case "$what" in
   qbench)
     for w in nvfp4 fp8 bf16; do
       tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 --batch 1,16,128 --steps 20 2>&1 | tail -8
-    done ;;
-  roll)
-    echo "== backend_ops_tests *moe* with TESSERA_EXPERT_ROLLING_LOADS=1, ring off and on"
-    for ring in 0 1; do
-      TESSERA_EXPERT_ROLLING_LOADS=1 TESSERA_EXPERT_RING=$ring "$KIT/bin/backend_ops_tests" --gtest_filter='*moe*' \
-        --gtest_brief=1 > "$OUT/roll_cases_$ring.log" 2>&1 || echo "FAILED (ring $ring)"
-      show "$OUT/roll_cases_$ring.log"
-    done
-    echo "== backend_ops_tests linear / mla / mlp cases with TESSERA_GEMV_ROLLING_LOADS=1"
-    TESSERA_GEMV_ROLLING_LOADS=1 "$KIT/bin/backend_ops_tests" --gtest_filter='*linear*:*mla*:*mlp*' --gtest_brief=1 \
-      > "$OUT/roll_gemv_cases.log" 2>&1 || echo "FAILED (gemv)"
-    show "$OUT/roll_gemv_cases.log"
-    for round in 1 2; do
-      for v in "0 0" "1 0" "1 1"; do
-        set -- $v
-        echo "== nvfp4, TESSERA_EXPERT_ROLLING_LOADS=$1 TESSERA_GEMV_ROLLING_LOADS=$2"
-        TESSERA_EXPERT_ROLLING_LOADS=$1 TESSERA_GEMV_ROLLING_LOADS=$2 tessera bench decode --device cuda --synthetic kimi-k2.5 \
-          --weights nvfp4 --layers 3 --batch 1 --steps 20 2>&1 | grep -E '^ +[0-9]+ +[0-9.]+ '
-      done
-      for w in bf16 fp8; do
-        for r in 0 1; do
-          echo "== $w, TESSERA_GEMV_ROLLING_LOADS=$r"
-          TESSERA_GEMV_ROLLING_LOADS=$r tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w --layers 3 \
-            --batch 1 --steps 20 2>&1 | grep -E '^ +[0-9]+ +[0-9.]+ '
-        done
-      done
     done ;;
   prefetch)
     for w in nvfp4 fp8; do

@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 35> kSwitches{{
+constexpr std::array<EnvSwitch, 33> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -28,12 +28,6 @@ constexpr std::array<EnvSwitch, 35> kSwitches{{
     {"TESSERA_EXPERT_PREFETCH", "0",
      "K blocks ahead the quantized MMA kernels (experts, dense NVFP4/FP8) ask L2 for their weights; 0: none "
      "(an experiment, A/B)"},
-    {"TESSERA_EXPERT_ROLLING_LOADS", "0",
-     "1: the quantized routed-expert kernels at decode sizes refill each K block's registers as soon as it is "
-     "decoded instead of loading a group of blocks at a time (an experiment, A/B)"},
-    {"TESSERA_GEMV_ROLLING_LOADS", "0",
-     "1: the matrix-vector kernels (bf16; FP8 / NVFP4 at one token) refill each chunk's registers as soon as it is "
-     "consumed instead of loading a batch of chunks at a time (an experiment, A/B)"},
     {"TESSERA_MOE_GROUPED_TILES", "0",
      "tiles of 16 pairs the bf16 routed experts' tensor-core kernels multiply by each weight fragment they stream "
      "(an expert of up to 16 x N pairs then streams its weights once): 1, 2 or 4; 0: by the step, 2 where it "

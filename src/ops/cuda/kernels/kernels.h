@@ -212,14 +212,6 @@ bool ab_switch_on(const char* name);
 // none; an experiment, quant/grouped_mma.cu). Read once; throws core::Error naming the variable for
 // a value that is not a number from 0 to 64.
 int expert_prefetch_blocks();
-// TESSERA_EXPERT_ROLLING_LOADS (default 0; an experiment, quant/grouped_mma.cu): the quantized
-// routed-expert kernels at decode sizes refill each K block's registers as soon as it is decoded
-// instead of loading a group of blocks at a time. Read once.
-bool expert_rolling_loads();
-// TESSERA_GEMV_ROLLING_LOADS (default 0; an experiment, linear/gemv.cu and quant/gemv.cu): the
-// matrix-vector kernels (bf16; FP8 / NVFP4 at one token) refill each chunk's registers as soon as
-// it is consumed. Read once.
-bool gemv_rolling_loads();
 // Tiles of 16 pairs the bf16 grouped expert kernels multiply by each weight fragment they stream
 // (moe/grouped.cu), for a step of `pairs` (token, expert) pairs over `experts` routed experts: 2
 // where an expert averages more than 8 pairs, else 1; TESSERA_MOE_GROUPED_TILES=1|2|4 forces a

@@ -27,16 +27,6 @@ int expert_prefetch_blocks() {
   return blocks;
 }
 
-bool expert_rolling_loads() {
-  static const bool on = core::env_flag("TESSERA_EXPERT_ROLLING_LOADS");
-  return on;
-}
-
-bool gemv_rolling_loads() {
-  static const bool on = core::env_flag("TESSERA_GEMV_ROLLING_LOADS");
-  return on;
-}
-
 int moe_grouped_tiles(int64_t pairs, int64_t experts) {
   static const int forced = [] {
     const int n = core::env_int("TESSERA_MOE_GROUPED_TILES", 0, 4);

@@ -92,11 +92,8 @@ __device__ __forceinline__ void load_chunks(uint4 (&raw)[kRows][kUnroll], const 
 // ramp (launch, first loads, for kNorm the norm) per row group, which held the short projections
 // of a decode step to ~40% of the bandwidth. blockIdx.y is the batch. Rows [0, n) are the first
 // matrix's, [n, n + n2) the second's (n and n2 multiples of kRows, so a warp's rows are in one
-// matrix). kNorm: x is normalised into shared memory first (norm_weight, norm_eps). kRoll
-// (TESSERA_GEMV_ROLLING_LOADS, an experiment): each chunk's registers are refilled with the chunk
-// a batch further on as soon as they are consumed, instead of the next batch of kUnroll chunks
-// loaded only once the whole batch is consumed (a DRAM round trip a batch a warp).
-template <int NT, bool kNorm, bool kRoll = false>
+// matrix). kNorm: x is normalised into shared memory first (norm_weight, norm_eps).
+template <int NT, bool kNorm>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slices, int iterations) {
   __shared__ float part[kWarps][kRows][NT];
   __shared__ __align__(16) float x_normed[kNorm ? NT * kGemvNormMaxK : 1];
@@ -183,17 +180,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs g, int slice
           for (int j = 0; j < NT; ++j)
             if (j < g.tokens) fma8(acc[r][j], wf, x + j * x_row + static_cast<int64_t>(c) * kChunk);
         }
-        if constexpr (kRoll) {
-          const int cn = c + step;
-          if (cn < chunks) {
-#pragma unroll
-            for (int r = 0; r < kRows; ++r)
-              raw[r][u] = load_stream(rows.w + 8 * lane + r * rows.w_row + static_cast<int64_t>(cn) * kChunk, policy);
-          }
-        }
       }
-      if (!kRoll && c0 + step < chunks)
-        load_chunks(raw, rows.w + 8 * lane, rows.w_row, c0 + step, slices, chunks, policy);
+      if (c0 + step < chunks) load_chunks(raw, rows.w + 8 * lane, rows.w_row, c0 + step, slices, chunks, policy);
     }
     load_first(next);  // in flight during this iteration's reduction and store
 #pragma unroll
@@ -304,10 +292,6 @@ using GemvKernel = void (*)(GemvArgs, int, int);
 GemvKernel gemv_instance(const GemvArgs& g) {
   static_assert(kGemvMaxTokens <= 2, "instantiate gemv_kernel for more tokens");
   const bool norm = g.norm_weight != nullptr;
-  if (gemv_rolling_loads()) {
-    if (g.tokens <= 1) return norm ? gemv_kernel<1, true, true> : gemv_kernel<1, false, true>;
-    return norm ? gemv_kernel<2, true, true> : gemv_kernel<2, false, true>;
-  }
   if (g.tokens <= 1) return norm ? gemv_kernel<1, true> : gemv_kernel<1, false>;
   return norm ? gemv_kernel<2, true> : gemv_kernel<2, false>;
 }

@@ -87,19 +87,13 @@ __device__ __forceinline__ void load_act(const __nv_bfloat16* p, float (&a)[N]) 
 struct NothingFirst {
   __device__ void operator()() const {}
 };
-// The kernel's wait for its predecessor (launched with launch_dependent) before the activations.
-struct PdlWaitFirst {
-  __device__ void operator()() const { pdl_wait(); }
-};
 
 // acc[s][j] += W[s][row[s]] · x[j] over the K chunks slice, slice + slices, ... of this lane.
 // ntok <= NT tokens are real (x[j] for j >= ntok is not read). before_x() runs once, after the first
 // chunks' weight loads are issued and before any activation is read (a kernel's pdl_wait: its first
 // weights are then in flight while the kernel before it finishes); not at all when this lane has no
-// chunk. kRoll (TESSERA_GEMV_ROLLING_LOADS, an experiment): each chunk's registers are refilled
-// with the chunk U further on as soon as they are decoded, instead of the next U chunks loaded only
-// once all U are decoded (a DRAM round trip per U chunks a warp).
-template <QuantFormat F, class Act, int NT, class BeforeX = NothingFirst, bool kRoll = false>
+// chunk.
+template <QuantFormat F, class Act, int NT, class BeforeX = NothingFirst>
 __device__ __forceinline__ void stream_rows(const QuantMatrix* const (&W)[kStreams], const int (&row)[kStreams],
                                             const Act* const (&x)[NT], int ntok, int slice, int slices,
                                             float (&acc)[kStreams][NT], BeforeX before_x = {}) {
@@ -112,70 +106,61 @@ __device__ __forceinline__ void stream_rows(const QuantMatrix* const (&W)[kStrea
 #pragma unroll
   for (int s = 0; s < kStreams; ++s) ref[s] = quant::row_ref<F>(*W[s], row[s]);
   constexpr int U = kUnroll<F>;
-  uint4 raw[kStreams][U];
-  uint32_t raw_scale[kStreams][U];
-  // Chunk c's 16 bytes of each row (and their scales) into slot u.
-  auto fetch = [&](int u, int c) {
-    const int k = c * chunk + lane * V;
-    const bool in = c < chunks && k < K;
-#pragma unroll
-    for (int s = 0; s < kStreams; ++s) {
-      raw[s][u] = in ? load_stream(reinterpret_cast<const __nv_bfloat16*>(ref[s].data + quant::row_byte<F>(k)), policy)
-                     : make_uint4(0, 0, 0, 0);
-      raw_scale[s][u] = in ? quant::load_scales<F>(ref[s], k, block_cols) : 0u;
-    }
-  };
-  // Slot u's chunk c into acc.
-  auto consume = [&](int u, int c) {
-    const int k = c * chunk + lane * V;
-    float f[kStreams][G];
-#pragma unroll
-    for (int s = 0; s < kStreams; ++s) quant::group_factors<F>(ref[s], raw_scale[s][u], f[s]);
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float part[kStreams][NT];
-#pragma unroll
-      for (int s = 0; s < kStreams; ++s)
-#pragma unroll
-        for (int j = 0; j < NT; ++j) part[s][j] = 0.0f;
-#pragma unroll
-      for (int qq = 0; qq < kWordsPerGroup; ++qq) {
-        const int q = g * kWordsPerGroup + qq;
-        float wv[kStreams][WV];
-#pragma unroll
-        for (int s = 0; s < kStreams; ++s) {
-          const uint32_t word = q == 0 ? raw[s][u].x : q == 1 ? raw[s][u].y : q == 2 ? raw[s][u].z : raw[s][u].w;
-          decode_word<F>(word, wv[s]);
-        }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          if (j >= ntok) break;
-          float a[WV];
-          load_act<WV>(x[j] + k + q * WV, a);
-#pragma unroll
-          for (int s = 0; s < kStreams; ++s)
-#pragma unroll
-            for (int i = 0; i < WV; ++i) part[s][j] = fmaf(wv[s][i], a[i], part[s][j]);
-        }
-      }
-#pragma unroll
-      for (int s = 0; s < kStreams; ++s)
-#pragma unroll
-        for (int j = 0; j < NT; ++j) acc[s][j] = fmaf(part[s][j], f[s][g], acc[s][j]);
-    }
-  };
   for (int c0 = slice; c0 < chunks; c0 += slices * U) {
-    if (!kRoll || c0 == slice) {
+    uint4 raw[kStreams][U];
+    uint32_t raw_scale[kStreams][U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) fetch(u, c0 + u * slices);
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * slices, k = c * chunk + lane * V;
+      const bool in = c < chunks && k < K;
+#pragma unroll
+      for (int s = 0; s < kStreams; ++s) {
+        raw[s][u] =
+            in ? load_stream(reinterpret_cast<const __nv_bfloat16*>(ref[s].data + quant::row_byte<F>(k)), policy)
+               : make_uint4(0, 0, 0, 0);
+        raw_scale[s][u] = in ? quant::load_scales<F>(ref[s], k, block_cols) : 0u;
+      }
     }
     if (c0 == slice) before_x();
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int c = c0 + u * slices;
-      if (c >= chunks || c * chunk + lane * V >= K) continue;
-      consume(u, c);
-      if (kRoll && c + slices * U < chunks) fetch(u, c + slices * U);
+      const int c = c0 + u * slices, k = c * chunk + lane * V;
+      if (c >= chunks || k >= K) continue;
+      float f[kStreams][G];
+#pragma unroll
+      for (int s = 0; s < kStreams; ++s) quant::group_factors<F>(ref[s], raw_scale[s][u], f[s]);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float part[kStreams][NT];
+#pragma unroll
+        for (int s = 0; s < kStreams; ++s)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) part[s][j] = 0.0f;
+#pragma unroll
+        for (int qq = 0; qq < kWordsPerGroup; ++qq) {
+          const int q = g * kWordsPerGroup + qq;
+          float wv[kStreams][WV];
+#pragma unroll
+          for (int s = 0; s < kStreams; ++s) {
+            const uint32_t word = q == 0 ? raw[s][u].x : q == 1 ? raw[s][u].y : q == 2 ? raw[s][u].z : raw[s][u].w;
+            decode_word<F>(word, wv[s]);
+          }
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            if (j >= ntok) break;
+            float a[WV];
+            load_act<WV>(x[j] + k + q * WV, a);
+#pragma unroll
+            for (int s = 0; s < kStreams; ++s)
+#pragma unroll
+              for (int i = 0; i < WV; ++i) part[s][j] = fmaf(wv[s][i], a[i], part[s][j]);
+          }
+        }
+#pragma unroll
+        for (int s = 0; s < kStreams; ++s)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) acc[s][j] = fmaf(part[s][j], f[s][g], acc[s][j]);
+      }
     }
   }
 #pragma unroll
@@ -192,7 +177,7 @@ __device__ __forceinline__ void stream_rows(const QuantMatrix* const (&W)[kStrea
 // launch (w.n is a multiple of kStreams, so a group's rows are in one matrix); without it w2 and
 // out2 are not read, and the single-matrix instances compile as they did before pairs (selecting
 // the matrix costs registers, and stack at 2-8 tokens).
-template <QuantFormat F, int NT, bool kPair, bool kRoll = false>
+template <QuantFormat F, int NT, bool kPair>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     quant_gemv_kernel(QuantMatrix w, QuantMatrix w2, const float* __restrict__ x, int64_t x_row, int tokens,
                       float* __restrict__ out, float* __restrict__ out2, int slices) {
@@ -220,7 +205,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     for (int j = 0; j < NT; ++j) xr[j] = x + static_cast<int64_t>(j < tokens ? j : 0) * x_row;
     // Launched with launch_dependent: x is the previous kernel's output, the weights are constant
     // (launch.cuh), so their first loads go out before the wait.
-    stream_rows<F, float, NT, PdlWaitFirst, kRoll>(W, row, xr, tokens, slice, slices, acc, PdlWaitFirst{});
+    stream_rows<F, float, NT>(W, row, xr, tokens, slice, slices, acc, [] { pdl_wait(); });
   }
   pdl_wait();  // for warps without rows or chunks (a second wait returns at once)
   if (lane == 0)
@@ -372,15 +357,8 @@ void launch_dense(const QuantMatrix& w, const QuantMatrix& w2, const float* x, i
   const int groups = kWarps / slices;
   const dim3 grid(static_cast<unsigned>((row_groups + groups - 1) / groups));
   const int t = static_cast<int>(tokens);
-  const bool roll = gemv_rolling_loads();
-  if (w2.n > 0 && roll)  // pairs: one token (launch_quant_gemv checked)
-    launch_dependent(quant_gemv_kernel<F, 1, true, true>, grid, kWarps * 32, 0, s, w, w2, x, x_row, t, out, out2,
-                     slices);
-  else if (w2.n > 0)
+  if (w2.n > 0)  // pairs: one token (launch_quant_gemv checked)
     launch_dependent(quant_gemv_kernel<F, 1, true>, grid, kWarps * 32, 0, s, w, w2, x, x_row, t, out, out2, slices);
-  else if (tokens <= 1 && roll)
-    launch_dependent(quant_gemv_kernel<F, 1, false, true>, grid, kWarps * 32, 0, s, w, w2, x, x_row, t, out, out2,
-                     slices);
   else if (tokens <= 1)
     launch_dependent(quant_gemv_kernel<F, 1, false>, grid, kWarps * 32, 0, s, w, w2, x, x_row, t, out, out2, slices);
   else if (tokens <= 2)

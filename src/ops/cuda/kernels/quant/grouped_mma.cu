@@ -54,47 +54,11 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 // costs no registers, so that DRAM keeps working while the warp decodes and its own loads then come
 // from L2 (the kernel is bound by how long each warp's load-decode-MMA chain takes at its occupancy,
 // docs/PERFORMANCE.md).
-//
-// kRoll (TESSERA_EXPERT_ROLLING_LOADS, an experiment for decode sizes): instead of a group of kAhead
-// blocks loaded, decoded and only then the next group requested (a warp then pays a DRAM round
-// trip a group: Nsight Compute's long-scoreboard waits at the first use of a group's codes), each
-// block's slot is refilled with the block kAhead further on as soon as the block has been decoded,
-// so kAhead - 1 to kAhead blocks stay in flight all the way along K, in the same registers.
-template <QuantFormat F, int S, int kAhead, bool kRoll, typename Dot>
+template <QuantFormat F, int S, int kAhead, typename Dot>
 __device__ __forceinline__ void stream_k_blocks(const quant::RowRef (&ref)[S], int k_dim, uint64_t policy, int prefetch,
                                                 Dot&& dot) {
   constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
   constexpr int kLoads = MmaLayout<F>::kLoads;
-  if constexpr (kRoll) {
-    const int c = threadIdx.x & 3;
-    const int blocks = k_dim / kBlockK;
-    uint4 raw[kAhead][S][kLoads];  // slot u: K block u mod kAhead
-    uint32_t sc[kAhead][S];
-    auto fetch = [&](int u, int kb) {
-      const int k = kb * kBlockK + 32 * c;
-#pragma unroll
-      for (int s = 0; s < S; ++s) {
-#pragma unroll
-        for (int l = 0; l < kLoads; ++l)
-          raw[u][s][l] =
-              load_stream(reinterpret_cast<const __nv_bfloat16*>(ref[s].data + quant::row_byte<F>(k) + 16 * l), policy);
-        sc[u][s] = quant::load_scales<F>(ref[s], k, kBlockK);
-      }
-    };
-#pragma unroll
-    for (int u = 0; u < kAhead; ++u)
-      if (u < blocks) fetch(u, u);
-    for (int kb0 = 0; kb0 < blocks; kb0 += kAhead) {
-#pragma unroll
-      for (int u = 0; u < kAhead; ++u) {
-        const int kb = kb0 + u;
-        if (kb >= blocks) break;
-        dot(raw[u], sc[u], kb * kBlockK + 32 * c);
-        if (kb + kAhead < blocks) fetch(u, kb + kAhead);
-      }
-    }
-    return;
-  }
   // A group's bytes of one row: at most 256, two 128-byte lines (lanes c = 0, 1); NVFP4 scales one
   // line (lane c = 2).
   constexpr int kGroupBytes = kAhead * (kNvfp4 ? kBlockK / 2 : kBlockK);
@@ -155,11 +119,11 @@ constexpr int kTileAhead = MT == 1                    ? MmaLayout<F>::kAhead
 // pairs' rows of tile t, null past the expert's end), S weight streams of the same row index. Each
 // weight fragment is decoded once and multiplied into every tile: at prefill (MT 4) the decode, the
 // kernel's main cost, is paid once for 64 pairs instead of once for 16.
-template <QuantFormat F, int S, int MT, bool kRoll = false>
+template <QuantFormat F, int S, int MT>
 __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_dim, const __nv_bfloat16* const (&lo)[MT],
                                          const __nv_bfloat16* const (&hi)[MT], uint64_t policy, int prefetch,
                                          float (&acc)[S][MT][4]) {
-  stream_k_blocks<F, S, kTileAhead<F, MT>, kRoll>(
+  stream_k_blocks<F, S, kTileAhead<F, MT>>(
       ref, k_dim, policy, prefetch, [&](const uint4(&r)[S][MmaLayout<F>::kLoads], const uint32_t(&scales)[S], int k) {
         k_block_dot<F, S, MT>(r, scales, k, lo, hi, acc);
       });
@@ -167,11 +131,11 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
 
 // Weights as the MMA's A operand (quant_mma::k_block_dot_wa; two streams): NT tiles of 8 pairs
 // (tok[t]: this lane's pair's row of tile t), the accumulators of NT / 2 tiles of 16 as A.
-template <QuantFormat F, int NT, bool kRoll>
+template <QuantFormat F, int NT>
 __device__ __forceinline__ void tile_dot_wa(const quant::RowRef (&ref)[2], int k_dim,
                                             const __nv_bfloat16* const (&tok)[NT], uint64_t policy, int prefetch,
                                             float (&acc)[NT][4]) {
-  stream_k_blocks<F, 2, kTileAhead<F, NT <= 2 ? 1 : NT / 2>, kRoll>(
+  stream_k_blocks<F, 2, kTileAhead<F, NT <= 2 ? 1 : NT / 2>>(
       ref, k_dim, policy, prefetch, [&](const uint4(&r)[2][MmaLayout<F>::kLoads], const uint32_t(&scales)[2], int k) {
         k_block_dot_wa<F, NT>(r, scales, k, tok, acc);
       });
@@ -180,8 +144,8 @@ __device__ __forceinline__ void tile_dot_wa(const quant::RowRef (&ref)[2], int k
 // One block per (kRowsPerBlock weight rows, active expert), over all of the expert's pairs in
 // groups of MT tiles of 16; kWeightsA (two streams: gate and up, or down's two row groups): the
 // weights as the MMA's A operand, passes of one tile of 8 pairs for experts of up to 8, else of 2 MT
-// tiles (16 MT pairs, as grouped_ring.cu). kRoll: stream_k_blocks' rolling loads.
-template <QuantFormat F, bool kGateUp, int MT, int kDownGroups = 1, bool kWeightsA = false, bool kRoll = false>
+// tiles (16 MT pairs, as grouped_ring.cu).
+template <QuantFormat F, bool kGateUp, int MT, int kDownGroups = 1, bool kWeightsA = false>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_expert_mma_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
                             const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
@@ -221,7 +185,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       tile_rows_wa<kGateUp, NT>(a, k_dim, top_k, sorted, m0i, end, g, tok);
       float acc[1][NT][4];
       zero(acc);
-      tile_dot_wa<F, NT, kRoll>(ref, k_dim, tok, policy, prefetch, acc[0]);
+      tile_dot_wa<F, NT>(ref, k_dim, tok, policy, prefetch, acc[0]);
       store_tiles_wa<kGateUp, NT>(acc[0], m0i, end, g, c, n0, n_dim, g0, g1, sorted, act_out, y_out);
     };
     if (end - begin <= kRowsPerWarp) {
@@ -236,7 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       tile_rows<kGateUp, MT>(a, k_dim, top_k, sorted, m0i, end, g, lo, hi);
       float acc[S][MT][4];
       zero(acc);
-      tile_dot<F, S, MT, kRoll>(ref, k_dim, lo, hi, policy, prefetch, acc);
+      tile_dot<F, S, MT>(ref, k_dim, lo, hi, policy, prefetch, acc);
       store_tiles<kGateUp, S, MT>(acc, m0i, end, g, c, n0, n_dim, g0, g1, sorted, act_out, y_out);
     }
   }
@@ -305,22 +269,22 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <QuantFormat F, int MT, bool kWeightsA = false, bool kRoll = false>
+template <QuantFormat F, int MT, bool kWeightsA = false>
 void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_slots, int64_t hidden, int64_t inter,
                            const QuantMatrix* gate_w, const QuantMatrix* up_w, const QuantMatrix* down_w,
                            cudaStream_t stream) {
-  launch_dependent(quant_expert_mma_kernel<F, true, MT, 1, kWeightsA, kRoll>,
+  launch_dependent(quant_expert_mma_kernel<F, true, MT, 1, kWeightsA>,
                    dim3(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), expert_slots), kWarps * 32,
                    0, stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets, s.active,
                    s.num_active, gate_w, up_w, s.act, static_cast<float*>(nullptr), expert_prefetch_blocks());
   // Decode sizes: two row groups a warp share each activation fragment (NVFP4 slope at batch 1 / 16 /
   // 128 240 -> 233, 1479 -> 1406, 5088 -> 4851 µs a layer; FP8 the same within 1%, H200); with the
   // weights as A at every size (they are A's two halves).
-  auto down_kernel = quant_expert_mma_kernel<F, false, MT, 1, false, kRoll>;
+  auto down_kernel = quant_expert_mma_kernel<F, false, MT, 1>;
   int64_t down_rows = kRowsPerBlock;
   if constexpr (MT == 1 || kWeightsA) {
     if (hidden % (2 * kRowsPerWarp) == 0) {
-      down_kernel = quant_expert_mma_kernel<F, false, MT, 2, kWeightsA, kRoll>;
+      down_kernel = quant_expert_mma_kernel<F, false, MT, 2, kWeightsA>;
       down_rows = 2 * kRowsPerBlock;
     }
   }
@@ -339,13 +303,8 @@ void launch_experts(const MoeGroupedScratch& s, int top_k, unsigned expert_slots
                     cudaStream_t stream) {
   const bool prefill = pairs > kTile * static_cast<int64_t>(expert_slots);
   if (!prefill) {
-    const bool roll = expert_rolling_loads();
-    if (expert_weights_a() && roll)
-      launch_expert_kernels<F, 1, true, true>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
-    else if (expert_weights_a())
+    if (expert_weights_a())
       launch_expert_kernels<F, 1, true>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
-    else if (roll)
-      launch_expert_kernels<F, 1, false, true>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
     else
       launch_expert_kernels<F, 1>(s, top_k, expert_slots, hidden, inter, gate_w, up_w, down_w, stream);
     return;
