@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks on the device machine. Usage (from the repository root there):
-#   bash device_carry/run.sh tests [gtest filter]   every GPU suite with TESSERA_REQUIRE_GPU=1
+#   bash device_carry/run.sh tests [gtest filter]   the GPU suites (cuda_tests, server, CLI) with TESSERA_REQUIRE_GPU=1
+#   bash device_carry/run.sh conformance [moe]      the op conformance cases on CUDA against the CPU, then the MoE
+#                                                   cases with the non-default expert kernels (a second device call)
 #   bash device_carry/run.sh bench                  bench decode bf16 batch 1/16/128 (+ --enforce-eager)
 #   bash device_carry/run.sh qbench                 bench decode nvfp4 | fp8 | bf16
 #   bash device_carry/run.sh kernels [args]         bench kernels
@@ -76,9 +78,11 @@ tessera_side() {
 show() { tail -2 "$1"; grep -A6 "Failure" "$1" | head -14 || true; }
 case "$what" in
   tests)
+    # The GPU suites but the op conformance cases (those: `run.sh conformance`): cuda_tests and the
+    # server's and CLI's GPU tests, ~150 s on an H100 (one device call).
     filter="${1:-*}"
     rc=0
-    for t in cuda_tests backend_ops_tests server_tests cli_tests; do
+    for t in cuda_tests server_tests cli_tests; do
       extra=""
       # The suites' GPU tests (and the CPU ones that run the binary the GPU tests use); node is not
       # on the device machine, so the Node end-to-end tests stay out.
@@ -87,19 +91,28 @@ case "$what" in
       [ "$filter" != "*" ] && extra="--gtest_filter=$filter"
       echo "== $t $extra"
       "$KIT/bin/$t" $extra --gtest_brief=1 > "$OUT/$t.log" 2>&1 || rc=1
-      tail -4 "$OUT/$t.log"
+      show "$OUT/$t.log"
     done
-    # The register-streaming expert kernels (the ring kernels are the default on sm_90a) against the
-    # CPU on every MoE case.
-    echo "== backend_ops_tests *moe* with TESSERA_EXPERT_RING=0"
-    TESSERA_EXPERT_RING=0 "$KIT/bin/backend_ops_tests" --gtest_filter='*moe*' --gtest_brief=1 > "$OUT/ring_cases.log" 2>&1 || rc=1
-    tail -4 "$OUT/ring_cases.log"
-    # And both families with the activations as the MMA's A operand (the weights are A by default).
-    echo "== backend_ops_tests *moe* with TESSERA_EXPERT_WEIGHTS_A=0, ring on and off"
-    for ring in 1 0; do
-      TESSERA_EXPERT_WEIGHTS_A=0 TESSERA_EXPERT_RING=$ring "$KIT/bin/backend_ops_tests" --gtest_filter='*moe*' \
-        --gtest_brief=1 > "$OUT/act_a_cases_$ring.log" 2>&1 || rc=1
-      tail -2 "$OUT/act_a_cases_$ring.log"
+    exit $rc ;;
+  conformance)
+    # Every op conformance case on the CUDA backend against the CPU (CudaAgainstCpu only: the CPU's
+    # own cases need no GPU and CI runs them), then the MoE cases with the non-default expert kernels.
+    # `conformance moe` runs only the MoE parts. Each part under a timeout, so one call returns.
+    rc=0
+    if [ "${1:-}" != moe ]; then
+      echo "== backend_ops_tests *CudaAgainstCpu* (defaults)"
+      timeout 400 "$KIT/bin/backend_ops_tests" --gtest_filter='*CudaAgainstCpu*' --gtest_brief=1 \
+        > "$OUT/conformance.log" 2>&1 || rc=1
+      show "$OUT/conformance.log"
+    fi
+    # The register-streaming expert kernels (the ring kernels are the default on sm_90a), and both
+    # families with the activations as the MMA's A operand (the weights are A by default).
+    for v in "0 1" "1 0" "0 0"; do
+      set -- $v
+      echo "== backend_ops_tests *CudaAgainstCpu*moe* with TESSERA_EXPERT_RING=$1 TESSERA_EXPERT_WEIGHTS_A=$2"
+      TESSERA_EXPERT_RING=$1 TESSERA_EXPERT_WEIGHTS_A=$2 timeout 150 "$KIT/bin/backend_ops_tests" \
+        --gtest_filter='*CudaAgainstCpu*moe*' --gtest_brief=1 > "$OUT/moe_cases_$1$2.log" 2>&1 || rc=1
+      show "$OUT/moe_cases_$1$2.log"
     done
     exit $rc ;;
   bench)
