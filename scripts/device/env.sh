@@ -3,7 +3,7 @@
 set -euo pipefail
 KIT="${TESSERA_KIT:-/tmp/tessera-kit}"
 # Binaries built on this machine by build.sh take precedence over a carried kit.
-if [ ! -f "$KIT/built" ] && [ ! -f device_carry/kit.tar.xz ]; then
+if [ ! -f "$KIT/built" ] && [ ! -x "$KIT/bin/tessera" ] && [ ! -f device_carry/kit.tar.xz ]; then
   echo "env.sh: no binaries: run device_carry/build.sh first (or carry a kit.tar.xz from make_kit.sh)" >&2
   return 1 2>/dev/null || exit 1
 fi
