@@ -39,6 +39,7 @@
 #   bash device_carry/run.sh step-size              --max-num-batched-tokens 2048 against 8192: fresh prompts' TTFT, and ITL
 #                                                   at 128 concurrent with short and long prompts arriving
 #   bash device_carry/run.sh mla-ncu                MLA decode at batch 1 x 32k (8 and 64 heads): kernel rows, then ncu-src
+#   bash device_carry/run.sh mla-step               MLA decode at batch 1 inside a decode step (bench decode --trace, 1k / 32k context)
 #   bash device_carry/run.sh ncu-src NAME KERNEL_REGEX COUNT ARGS...  Nsight Compute's full set and per-instruction
 #                                                   stalls of `tessera ARGS...` into $OUT/NAME*
 #   bash device_carry/run.sh ncu-prefill [kernel]   Nsight Compute on the MLA prefill attention kernel (wgmma by default),
@@ -493,6 +494,25 @@ case "$what" in
       bash "$0" ncu-src "mla_$k" "attend|combine" 2 bench kernels --iterations 1 --filter "mla_decode $k h$h b1 ctx32768" \
         --batch 1 --heads "$h" --context 32768
     done ;;
+  mla-step)
+    # Issue 19's MLA decode at batch 1 inside a decode step (CUDA graph, programmatic dependent
+    # launch) rather than one launch timed alone: bench decode --trace at 1k and 32k context, 64
+    # heads (the whole model's attention) and 8 (rank 0 of 8 with the whole cache), NVFP4 experts
+    # (the attention is bf16 either way). The trace's `adds` column is what each kernel adds to the
+    # step; the slope rows give the per-layer cost of the context (32k less 1k).
+    for h in 64 8; do
+      tp=(); [ $h = 8 ] && tp=(--tensor-parallel-size 8 --kv-cache-whole)
+      for ctx in ${MLA_STEP_CONTEXTS:-1024 32768}; do
+        echo "== h$h ctx$ctx"
+        tessera bench decode --device cuda --synthetic kimi-k2.5 --weights nvfp4 --layers 3 --batch 1 --context $ctx \
+          --steps 30 "${tp[@]}" --trace > "$OUT/mla_step_h${h}_$ctx.log" 2>&1 || tail -3 "$OUT/mla_step_h${h}_$ctx.log"
+        grep -E "copy|^ +1 |slope" "$OUT/mla_step_h${h}_$ctx.log" | cut -c1-160 | head -6
+        grep -iE "mla|attend|combine" "$OUT/mla_step_h${h}_$ctx.log" | cut -c1-150 | head -12
+        grep -E "step span" "$OUT/mla_step_h${h}_$ctx.log"
+      done
+    done
+    tessera bench kernels --iterations 50 --filter "mla_decode" --batch 1 --heads 8 --heads 64 --context 32768 2>&1 |
+      grep -E "ceiling|read-only|mla_decode (kvmajor|wgmma|stream) " | grep -v "splits (16|32|64|128) " || true ;;
   ncu-src)
     # Nsight Compute's full set with per-instruction stall samples on any tessera command: run.sh
     # ncu-src NAME KERNEL_REGEX COUNT TESSERA_ARGS... The report, its details page and its SASS

@@ -66,6 +66,10 @@ double time_it(int iters, F&& fn) {
   return t[t.size() / 2];
 }
 
+// Decode-step layers a "in a graph" row records (each over its own KV cache, 8 x 37.7 MB at 32k
+// context: far beyond the L2).
+constexpr int kLayersInStep = 8;
+
 // Filled on the device: gigabytes of KV cache would take minutes to generate on the host.
 void fill_random_bf16(void* p, size_t n, uint64_t seed) {
   launch_fill_random_bf16(static_cast<__nv_bfloat16*>(p), static_cast<int64_t>(n), seed, 1.0f, 0);
@@ -100,6 +104,35 @@ void fill_repeated_f32(void* p, size_t n, uint64_t seed) {
   auto* d = static_cast<float*>(p);
   for (size_t filled = first; filled < n; filled *= 2)
     TESSERA_CUDA_CHECK(cudaMemcpy(d + filled, d, std::min(filled, n - filled) * 4, cudaMemcpyDeviceToDevice));
+}
+
+// Seconds one layer's launches take in a CUDA graph of kLayersInStep layers, each reading its own
+// cache of `values` (bf16 or fp8) through launch(cache, stream); timed as time_it times a call.
+template <class Launch>
+double layer_in_graph_seconds(int iterations, int64_t values, bool fp8, Launch&& launch) {
+  std::vector<std::unique_ptr<DeviceMem>> caches;
+  for (int l = 0; l < kLayersInStep; ++l) {
+    caches.push_back(std::make_unique<DeviceMem>(static_cast<size_t>(values) * (fp8 ? 1 : 2)));
+    if (fp8)
+      fill_random_fp8(caches.back()->p, static_cast<size_t>(values), 3 + l);
+    else
+      fill_random_bf16(caches.back()->p, static_cast<size_t>(values), 3 + l);
+  }
+  // Capture needs a stream of its own (not the legacy default stream); the graph is then launched
+  // on the default stream, after time_it's flush.
+  cudaStream_t s;
+  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  TESSERA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (const auto& c : caches) launch(c->p, s);
+  cudaGraph_t graph = nullptr;
+  TESSERA_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  TESSERA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double t = time_it(iterations, [&] { cudaGraphLaunch(exec, 0); });
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  return t / kLayersInStep;
 }
 
 double gemm_tflops(int64_t m, int64_t n, int64_t k, int iters) {
@@ -331,6 +364,18 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
                                                       scratch.as<float>(), ml_part, how, 0);
               });
               report(p);
+              // What a decode step pays a layer: kLayersInStep layers' attention (and combine)
+              // recorded in one CUDA graph, each over its own cache, launched as the step launches
+              // them (programmatic dependent launch: a kernel's start overlaps the one before), so
+              // that neither the launch nor the event timing above is in a layer's time.
+              r.name = fmt::format("{} (splits {}) a layer of {} in a graph", name, splits, kLayersInStep);
+              r.seconds =
+                  layer_in_graph_seconds(o.iterations, pages * page * entry, fp8, [&](const void* c, cudaStream_t s) {
+                    launch_mla_attend(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(),
+                                      d_table.as<int32_t>(), KvCacheArg{c, fp8, kv.scale}, pages, page, splits, scale,
+                                      out.as<float>(), scratch.as<float>(), kernel, s, nullptr, how);
+                  });
+              report(r);
             }
           }
 
