@@ -193,11 +193,12 @@ void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, in
 // (kernel_registry.h: mla_wgmma_available).
 bool mla_attend_wgmma_supported(int64_t latent, int64_t rope, int64_t heads);
 int64_t mla_wgmma_smem_bytes();
-// `cache_pages` (pages in `cache`) bounds the TMA tensor map over it.
+// `cache_pages` (pages in `cache`) bounds the TMA tensor map over it. `early`: MlaDecodeLaunch's (the
+// first tiles of rows before each token's position are copied before the PDL wait).
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
-                                      float* ml_part, cudaStream_t s);
+                                      float* ml_part, bool early, cudaStream_t s);
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
 // out[t, h * v + j] = W_UV[h, j] · o_lat[t, h], o_lat's rows o_lat_row floats apart.
 void launch_mla_up_v(const float* o_lat, int64_t o_lat_row, int64_t tokens, int64_t heads, int64_t latent,
@@ -234,6 +235,10 @@ bool expert_ring_enabled();
 // (quant/linear_ring.cu) where the GPU, the step (kLinearRingMinTokens) and the matrix
 // (kLinearRingMinRows) allow. Read once.
 bool linear_ring_enabled();
+// TESSERA_EXPERT_EARLY_DOWN (default 0; an experiment): the quantized routed experts' down kernels
+// (register streaming and ring) read their routing and first weights before their PDL wait and wait
+// only before the activations. Read once.
+bool expert_early_down();
 // TESSERA_EXPERT_WEIGHTS_A (default 1; 0 for A/B): the quantized expert kernels (ring and register
 // streaming) put the weights in the MMA's A operand (quant_mma::k_block_dot_wa) instead of the
 // activations. Read once.

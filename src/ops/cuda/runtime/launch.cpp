@@ -75,6 +75,11 @@ bool linear_ring_enabled() {
   return on;
 }
 
+bool expert_early_down() {
+  static const bool on = core::env_flag("TESSERA_EXPERT_EARLY_DOWN");
+  return on;
+}
+
 bool expert_weights_a() {
   static const bool on = ab_switch_on("TESSERA_EXPERT_WEIGHTS_A");
   return on;

@@ -321,7 +321,8 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
               info.push_back({static_cast<int32_t>(ctx - 1), static_cast<int32_t>(b * pages_per_seq)});
             DeviceMem d_table(table.size() * 4), d_info(info.size() * sizeof(TokenInfo));
             const KvCacheArg kv{cache.p, fp8, fp8 ? 0.5f : 1.0f};
-            const MlaDecodeLaunch how = mla_decode_launch(caps.sm, false);
+            // One token a sequence, as a decode step (whose TESSERA_MLA_EARLY_KV the rows then follow).
+            const MlaDecodeLaunch how = mla_decode_launch(caps.sm, true);
             int sms = 1;
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
             const int64_t chosen = mla_attend_splits(B, heads, ctx, sms, kernel);
@@ -361,7 +362,8 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
                 if (kernel == MlaKernel::kWgmma)
                   launch_mla_attend_wgmma_partials(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(),
                                                    d_table.as<int32_t>(), static_cast<const __nv_bfloat16*>(cache.p),
-                                                   pages, page, splits, scale, scratch.as<float>(), ml_part, 0);
+                                                   pages, page, splits, scale, scratch.as<float>(), ml_part, how.early,
+                                                   0);
                 else
                   launch_mla_attend_kv_major_partials(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(),
                                                       d_table.as<int32_t>(), kv, page, splits, scale,

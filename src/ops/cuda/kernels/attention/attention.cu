@@ -431,7 +431,7 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   if (kernel == MlaKernel::kWgmma && !cache.fp8) {
     // (The wgmma kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
     launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages, page,
-                                     splits, scale, o_part, ml_part, s);
+                                     splits, scale, o_part, ml_part, how.early, s);
   } else if (kernel == MlaKernel::kKvMajor) {
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, scale,
                                         o_part, ml_part, how, s);

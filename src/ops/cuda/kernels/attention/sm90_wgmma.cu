@@ -78,11 +78,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     attend_wgmma_kernel(const __grid_constant__ CUtensorMap cache_map, const float* __restrict__ q_full, int heads,
                         const TokenInfo* __restrict__ info, const int32_t* __restrict__ tables,
                         const __nv_bfloat16* __restrict__ cache, int page, float scale, float* __restrict__ o_part,
-                        float* __restrict__ ml_part) {
+                        float* __restrict__ ml_part, bool early) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace mma;
-  pdl_wait();  // first: launched with launch_dependent (q_full and the cache's newest entry are the
-               // previous kernels' output)
+  // Launched with launch_dependent: q_full and the cache's newest entries are the previous kernels'
+  // output. With `early` (TESSERA_MLA_EARLY_KV: a step of one new token a sequence) the first two
+  // tiles' copies of rows earlier steps wrote go out before the wait, beside the kernel before's tail
+  // (the step metadata is written before the step's first kernel).
+  if (!early) pdl_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw_addr = smem_addr(smem_raw);
   const uint32_t pad = (1024u - (raw_addr & 1023u)) & 1023u;
@@ -185,9 +188,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // the barriers are initialised before either warpgroup's first copy
   }
   // Two tiles in flight from the start: tile t + 2 is issued as soon as tile t's blocks are free,
-  // so while a block waits for one tile the next is already on its way.
-  load_tile(0, row_source(0), 0);
-  load_tile(1, row_source(1), 1);
+  // so while a block waits for one tile the next is already on its way. With `early`, the tiles
+  // whose rows all lie before the token's position are issued before the wait (tile 0 before tile
+  // 1: cp.async's groups stay in tile order), the others after it.
+  auto written_before = [&](int tile) { return min(begin + (tile + 1) * kTp, end) <= ti.pos; };
+  if (early) {
+    if (written_before(0)) load_tile(0, row_source(0), 0);
+    if (written_before(1)) load_tile(1, row_source(1), 1);  // (then tile 0's rows are too)
+    pdl_wait();
+  }
+  if (!early || !written_before(0)) load_tile(0, row_source(0), 0);
+  if (!early || !written_before(1)) load_tile(1, row_source(1), 1);
   const __nv_bfloat16* next_src = row_source(2);
 
   // Q (pre-scaled, bf16) into the swizzled layout: 64 rows x 144 float4; all of a batch's loads
@@ -471,7 +482,7 @@ bool encode_cache_map(CUtensorMap* map, const __nv_bfloat16* cache, int64_t rows
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
-                                      float* ml_part, cudaStream_t s) {
+                                      float* ml_part, bool early, cudaStream_t s) {
   (void)latent, (void)rope;  // checked by the caller (mla_attend_wgmma_supported)
   allow_dynamic_smem(attend_wgmma_kernel<true>, kSmemBytes);
   allow_dynamic_smem(attend_wgmma_kernel<false>, kSmemBytes);
@@ -498,7 +509,7 @@ void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64
   dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(heads / kHeads));
   auto kernel = tma ? attend_wgmma_kernel<true> : attend_wgmma_kernel<false>;
   launch_dependent(kernel, grid, kThreads, kSmemBytes, s, map, q_full, static_cast<int>(heads), info, tables, cache,
-                   static_cast<int>(page), scale, o_part, ml_part);
+                   static_cast<int>(page), scale, o_part, ml_part, early);
 }
 
 }  // namespace tessera::ops::cuda

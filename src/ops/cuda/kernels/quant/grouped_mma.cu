@@ -54,9 +54,13 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 // costs no registers, so that DRAM keeps working while the warp decodes and its own loads then come
 // from L2 (the kernel is bound by how long each warp's load-decode-MMA chain takes at its occupancy,
 // docs/PERFORMANCE.md).
+//
+// `wait_first`: the kernel has not waited for the kernel before it yet (the down projection's early
+// start, quant_expert_mma_kernel): it does, once the first group's weight loads are in flight and
+// before dot() reads any activation.
 template <QuantFormat F, int S, int kAhead, typename Dot>
 __device__ __forceinline__ void stream_k_blocks(const quant::RowRef (&ref)[S], int k_dim, uint64_t policy, int prefetch,
-                                                Dot&& dot) {
+                                                bool wait_first, Dot&& dot) {
   constexpr bool kNvfp4 = F == QuantFormat::kNvfp4;
   constexpr int kLoads = MmaLayout<F>::kLoads;
   // A group's bytes of one row: at most 256, two 128-byte lines (lanes c = 0, 1); NVFP4 scales one
@@ -92,6 +96,7 @@ __device__ __forceinline__ void stream_k_blocks(const quant::RowRef (&ref)[S], i
         sc[s][u] = in ? quant::load_scales<F>(ref[s], k, kBlockK) : 0u;
       }
     }
+    if (wait_first && kb0 == 0) pdl_wait();
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       if (kb0 + u >= blocks) break;
@@ -122,11 +127,10 @@ constexpr int kTileAhead = MT == 1                    ? MmaLayout<F>::kAhead
 template <QuantFormat F, int S, int MT>
 __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_dim, const __nv_bfloat16* const (&lo)[MT],
                                          const __nv_bfloat16* const (&hi)[MT], uint64_t policy, int prefetch,
-                                         float (&acc)[S][MT][4]) {
-  stream_k_blocks<F, S, kTileAhead<F, MT>>(
-      ref, k_dim, policy, prefetch, [&](const uint4(&r)[S][MmaLayout<F>::kLoads], const uint32_t(&scales)[S], int k) {
-        k_block_dot<F, S, MT>(r, scales, k, lo, hi, acc);
-      });
+                                         float (&acc)[S][MT][4], bool wait_first = false) {
+  stream_k_blocks<F, S, kTileAhead<F, MT>>(ref, k_dim, policy, prefetch, wait_first,
+                                           [&](const uint4(&r)[S][MmaLayout<F>::kLoads], const uint32_t(&scales)[S],
+                                               int k) { k_block_dot<F, S, MT>(r, scales, k, lo, hi, acc); });
 }
 
 // Weights as the MMA's A operand (quant_mma::k_block_dot_wa; two streams): NT tiles of 8 pairs
@@ -134,9 +138,10 @@ __device__ __forceinline__ void tile_dot(const quant::RowRef (&ref)[S], int k_di
 template <QuantFormat F, int NT>
 __device__ __forceinline__ void tile_dot_wa(const quant::RowRef (&ref)[2], int k_dim,
                                             const __nv_bfloat16* const (&tok)[NT], uint64_t policy, int prefetch,
-                                            float (&acc)[NT][4]) {
+                                            float (&acc)[NT][4], bool wait_first) {
   stream_k_blocks<F, 2, kTileAhead<F, NT <= 2 ? 1 : NT / 2>>(
-      ref, k_dim, policy, prefetch, [&](const uint4(&r)[2][MmaLayout<F>::kLoads], const uint32_t(&scales)[2], int k) {
+      ref, k_dim, policy, prefetch, wait_first,
+      [&](const uint4(&r)[2][MmaLayout<F>::kLoads], const uint32_t(&scales)[2], int k) {
         k_block_dot_wa<F, NT>(r, scales, k, tok, acc);
       });
 }
@@ -145,24 +150,39 @@ __device__ __forceinline__ void tile_dot_wa(const quant::RowRef (&ref)[2], int k
 // groups of MT tiles of 16; kWeightsA (two streams: gate and up, or down's two row groups): the
 // weights as the MMA's A operand, passes of one tile of 8 pairs for experts of up to 8, else of 2 MT
 // tiles (16 MT pairs, as grouped_ring.cu).
-template <QuantFormat F, bool kGateUp, int MT, int kDownGroups = 1, bool kWeightsA = false>
+template <QuantFormat F, bool kGateUp, int MT, int kDownGroups = 1, bool kWeightsA = false, bool kEarly = false>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_expert_mma_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
                             const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
                             const int32_t* __restrict__ num_active, const QuantMatrix* __restrict__ w0,
                             const QuantMatrix* __restrict__ w1, __nv_bfloat16* __restrict__ act_out,
                             float* __restrict__ y_out, int prefetch) {
-  pdl_wait();  // first: launched with launch_dependent
-  if (static_cast<int>(blockIdx.y) >= *num_active) return;
+  // Launched with launch_dependent. Down with kEarly (TESSERA_EXPERT_EARLY_DOWN): the routing comes
+  // from the prepare kernel before gate/up, which had completed when gate/up's blocks passed their
+  // wait, and this kernel's blocks start only after that (launch.cuh), so the routing and the
+  // weights are read before the wait and only the activations (gate/up's output) after it: the first
+  // K blocks' loads then overlap gate/up's last blocks. (L2 loads for the routing: an SM's L1 may
+  // still hold the previous step's.)
+  static_assert(!(kGateUp && kEarly), "gate/up reads the routing of the kernel just before it");
+  auto routing = [](const int32_t* p) { return kEarly ? __ldcg(p) : *p; };
+  if constexpr (!kEarly) pdl_wait();
+  if (static_cast<int>(blockIdx.y) >= routing(num_active)) {
+    pdl_wait();  // (returns at once where the block has waited)
+    return;
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int e = active[blockIdx.y];
+  const int e = routing(active + blockIdx.y);
   const QuantMatrix& m0 = w0[e];
   const int n_dim = m0.n, k_dim = m0.k;
   // down: kDownGroups row groups of 8 a warp, sharing each activation fragment
   constexpr int kWarpRows = kGateUp ? kRowsPerWarp : kRowsPerWarp * kDownGroups;
   const int n0 = static_cast<int>(blockIdx.x) * kWarps * kWarpRows + warp * kWarpRows;
-  if (n0 >= n_dim) return;  // n_dim % kWarpRows == 0
-  const int begin = offsets[e], end = offsets[e + 1];
+  // (A warp past the rows may leave before the wait with kEarly: the block's other warps, and the
+  // grid's other blocks, still wait, so the grid cannot complete first. A wait on this path cost
+  // the kernel 40 registers.)
+  if (n0 >= n_dim) return;
+  const int begin = routing(offsets + e), end = routing(offsets + e + 1);
+  bool wait_first = kEarly;  // the first pass waits after its first loads
   constexpr int S = kGateUp ? 2 : kDownGroups;
   quant::RowRef ref[S];
   if constexpr (kGateUp) {
@@ -185,7 +205,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       tile_rows_wa<kGateUp, NT>(a, k_dim, top_k, sorted, m0i, end, g, tok);
       float acc[1][NT][4];
       zero(acc);
-      tile_dot_wa<F, NT>(ref, k_dim, tok, policy, prefetch, acc[0]);
+      tile_dot_wa<F, NT>(ref, k_dim, tok, policy, prefetch, acc[0], wait_first);
+      wait_first = false;
       store_tiles_wa<kGateUp, NT>(acc[0], m0i, end, g, c, n0, n_dim, g0, g1, sorted, act_out, y_out);
     };
     if (end - begin <= kRowsPerWarp) {
@@ -200,10 +221,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       tile_rows<kGateUp, MT>(a, k_dim, top_k, sorted, m0i, end, g, lo, hi);
       float acc[S][MT][4];
       zero(acc);
-      tile_dot<F, S, MT>(ref, k_dim, lo, hi, policy, prefetch, acc);
+      tile_dot<F, S, MT>(ref, k_dim, lo, hi, policy, prefetch, acc, wait_first);
+      wait_first = false;
       store_tiles<kGateUp, S, MT>(acc, m0i, end, g, c, n0, n_dim, g0, g1, sorted, act_out, y_out);
     }
   }
+  if (wait_first) pdl_wait();  // (an expert without pairs: not active, but every block waits)
 }
 
 // A dense projection of 2-16 tokens on the same tiles, y [tokens, n] = x [tokens, k] · Wᵀ, with
@@ -280,11 +303,14 @@ void launch_expert_kernels(const MoeGroupedScratch& s, int top_k, unsigned exper
   // Decode sizes: two row groups a warp share each activation fragment (NVFP4 slope at batch 1 / 16 /
   // 128 240 -> 233, 1479 -> 1406, 5088 -> 4851 µs a layer; FP8 the same within 1%, H200); with the
   // weights as A at every size (they are A's two halves).
+  // TESSERA_EXPERT_EARLY_DOWN: the decode-size instance that starts before gate/up has finished.
+  const bool early = expert_early_down();
   auto down_kernel = quant_expert_mma_kernel<F, false, MT, 1>;
   int64_t down_rows = kRowsPerBlock;
   if constexpr (MT == 1 || kWeightsA) {
     if (hidden % (2 * kRowsPerWarp) == 0) {
-      down_kernel = quant_expert_mma_kernel<F, false, MT, 2, kWeightsA>;
+      down_kernel = early ? quant_expert_mma_kernel<F, false, MT, 2, kWeightsA, true>
+                          : quant_expert_mma_kernel<F, false, MT, 2, kWeightsA>;
       down_rows = 2 * kRowsPerBlock;
     }
   }

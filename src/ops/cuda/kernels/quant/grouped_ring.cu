@@ -74,7 +74,7 @@ __device__ __forceinline__ int ring_pass_pairs(int count) {
 // chooses: holding NVFP4's decode build to the 3 blocks an SM its shared memory allows (3 rings of
 // 72 KB) spilled 12 / 20 B (gate/up / down) and measured 2-3% slower at batch 16 and 128 on an H200
 // than ptxas' 80 / 72 registers and 2 blocks (docs/PERFORMANCE.md).
-template <QuantFormat F, bool kGateUp, bool kWeightsA, int MT>
+template <QuantFormat F, bool kGateUp, bool kWeightsA, int MT, bool kEarly = false>
 __global__ void __launch_bounds__(kThreads)
     quant_expert_ring_kernel(const __nv_bfloat16* __restrict__ a, int top_k, const int32_t* __restrict__ sorted,
                              const int32_t* __restrict__ offsets, const int32_t* __restrict__ active,
@@ -87,14 +87,23 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kLoads = MmaLayout<F>::kLoads;  // 16-byte chunks of a lane's codes in a K block
   static_assert(L.loads() == kLoads, "a lane reads kLoads chunks of a code row");
   constexpr int S = 2;  // gate/up: the two matrices; down: two row groups of 8 a warp
-  pdl_wait();           // first: launched with launch_dependent
-  if (static_cast<int>(blockIdx.y) >= *num_active) return;
+  // Launched with launch_dependent. Down with kEarly (TESSERA_EXPERT_EARLY_DOWN): as
+  // grouped_mma.cu's down kernel, the routing and the weights are read before the wait (the
+  // producer fills the ring's stages while gate/up's last blocks run) and only the consumers wait,
+  // before they read the activations.
+  static_assert(!(kGateUp && kEarly), "gate/up reads the routing of the kernel just before it");
+  auto routing = [](const int32_t* p) { return kEarly ? __ldcg(p) : *p; };
+  if constexpr (!kEarly) pdl_wait();
+  if (static_cast<int>(blockIdx.y) >= routing(num_active)) {
+    if constexpr (kEarly) pdl_wait();
+    return;
+  }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int e = active[blockIdx.y];
+  const int e = routing(active + blockIdx.y);
   const QuantMatrix& m0 = w0[e];
   const int n_dim = m0.n, k_dim = m0.k;
   const int row0 = static_cast<int>(blockIdx.x) * L.rows;
-  const int begin = offsets[e], end = offsets[e + 1];
+  const int begin = routing(offsets + e), end = routing(offsets + e + 1);
   const int k_stages = k_dim / (L.blocks * kBlockK);
   const int pass_pairs = ring_pass_pairs<kWeightsA, MT>(end - begin);
   const int groups = (end - begin + pass_pairs - 1) / pass_pairs;
@@ -137,6 +146,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   // The consumers. Lane (g, c): stream s's row in the box, and the first weight row of the warp.
+  if constexpr (kEarly) pdl_wait();  // the activations are the kernel before's output
   const int g = lane >> 2, c = lane & 3;
   auto box_of = [](int s) { return kGateUp ? s : 0; };
   auto box_row = [&](int s) { return ring_box_row(kGateUp, warp, s, g); };
@@ -198,14 +208,17 @@ void launch_ring_kernels(const MoeGroupedScratch& s, int top_k, unsigned expert_
   constexpr RingLayout gate_up = ring_layout_of<F, true>(), down = ring_layout_of<F, false>();
   allow_dynamic_smem(quant_expert_ring_kernel<F, true, kWeightsA, MT>, gate_up.smem_bytes());
   allow_dynamic_smem(quant_expert_ring_kernel<F, false, kWeightsA, MT>, down.smem_bytes());
+  allow_dynamic_smem(quant_expert_ring_kernel<F, false, kWeightsA, MT, true>, down.smem_bytes());
   launch_dependent(quant_expert_ring_kernel<F, true, kWeightsA, MT>,
                    dim3(static_cast<unsigned>((inter + gate_up.rows - 1) / gate_up.rows), expert_slots), kThreads,
                    gate_up.smem_bytes(), stream, static_cast<const __nv_bfloat16*>(s.xb), top_k, s.sorted, s.offsets,
                    s.active, s.num_active, gate_w, up_w, maps, experts, s.act, static_cast<float*>(nullptr));
-  launch_dependent(quant_expert_ring_kernel<F, false, kWeightsA, MT>,
-                   dim3(static_cast<unsigned>((hidden + down.rows - 1) / down.rows), expert_slots), kThreads,
-                   down.smem_bytes(), stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted, s.offsets,
-                   s.active, s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr), maps, experts,
+  // TESSERA_EXPERT_EARLY_DOWN: the instance that starts before gate/up has finished.
+  auto down_kernel = expert_early_down() ? quant_expert_ring_kernel<F, false, kWeightsA, MT, true>
+                                         : quant_expert_ring_kernel<F, false, kWeightsA, MT>;
+  launch_dependent(down_kernel, dim3(static_cast<unsigned>((hidden + down.rows - 1) / down.rows), expert_slots),
+                   kThreads, down.smem_bytes(), stream, static_cast<const __nv_bfloat16*>(s.act), top_k, s.sorted,
+                   s.offsets, s.active, s.num_active, down_w, static_cast<const QuantMatrix*>(nullptr), maps, experts,
                    static_cast<__nv_bfloat16*>(nullptr), s.y);
 }
 
