@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 34> kSwitches{{
+constexpr std::array<EnvSwitch, 36> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -50,9 +50,9 @@ constexpr std::array<EnvSwitch, 34> kSwitches{{
      "0: dense NVFP4 / FP8 projections of 2-16 tokens and 4096 rows or more on sm_90a run on the register-streaming "
      "kernels (matrix-vector, "
      "quant_linear_mma_kernel) instead of the shared-memory ring with K split over a cluster (A/B)"},
-    {"TESSERA_EXPERT_EARLY_DOWN", "0",
-     "1: the quantized routed experts' down projection starts streaming its weights before the gate/up kernel has "
-     "finished (a dependent launch that waits only before it reads the activations; an experiment, A/B)"},
+    {"TESSERA_EXPERT_EARLY_DOWN", "1",
+     "0: the quantized routed experts' down projection waits for the gate/up kernel before it reads its routing and "
+     "weights, instead of only before the activations (A/B)"},
     {"TESSERA_EXPERT_WEIGHTS_A", "1",
      "0: the quantized expert kernels use the activations as the MMA's A operand (16-pair tiles) instead of the "
      "weights (8-pair tiles; the ring kernels at every step size, the register-streaming ones at decode sizes) (A/B)"},
@@ -73,9 +73,13 @@ constexpr std::array<EnvSwitch, 34> kSwitches{{
      "selection's last two passes over the row rather than the first pass's bin in shared memory; the same "
      "tokens; 670 against 548 us at batch 128 on an H100) (A/B)"},
     {"TESSERA_MLA_EARLY_KV", "0",
-     "1: the MLA decode kernels of a decode step (KV-major, and wgmma on SM90) start (dependent launches) while the "
-     "kernel before them runs and copy their first tiles of cache rows earlier steps wrote before waiting for it (an "
-     "experiment, A/B)"},
+     "1: the KV-major MLA decode kernel of a decode step starts (a dependent launch) while the kernel before it "
+     "runs and copies the cache rows of earlier steps before waiting for it (an experiment, A/B)"},
+    {"TESSERA_MLA_WGMMA_EARLY", "1",
+     "0: the wgmma MLA decode kernel (SM90, 64 heads a block) of a decode step waits for the kernel before it "
+     "before its first cache tiles' copies, instead of only before q (A/B)"},
+    {"TESSERA_MLA_COMBINE_LOADS", "8",
+     "partial loads in flight a thread in the MLA split combine's batch-1 blocks: 8 or 16 (an experiment, A/B)"},
     {"TESSERA_MLA_DECODE_CLUSTERS", "0",
      "1: the KV-major MLA decode kernel's context splits run in clusters of up to 8 (sm_90+) that merge their "
      "partials through distributed shared memory, so the combine reads one partial a cluster, or none runs (an "

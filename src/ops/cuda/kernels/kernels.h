@@ -142,23 +142,29 @@ constexpr int kMlaMaxSplits = 256;
 // context growth (each change makes a recorded decode graph stale).
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
                           MlaKernel kernel = MlaKernel::kKvMajor);
-// How the KV-major MLA decode kernel is launched (experiments, attention/sm80_kv_major.cu): `early`:
-// a dependent launch whose blocks start copying the rows earlier steps wrote before the kernel
-// before it has finished; `cluster`: up to this many consecutive context splits merge their
-// partials in a cluster (sm_90+; 1 = none).
+// How the MLA decode kernels are launched. KV-major (experiments, attention/sm80_kv_major.cu):
+// `early`, a dependent launch whose blocks start copying the rows earlier steps wrote before the
+// kernel before it has finished; `cluster`, up to this many consecutive context splits merge their
+// partials in a cluster (sm_90+; 1 = none). wgmma (attention/sm90_wgmma.cu): `wgmma_early`, its
+// first two tiles of such rows are copied before its wait (default on; TESSERA_MLA_WGMMA_EARLY=0).
 struct MlaDecodeLaunch {
   bool early = false;
+  bool wgmma_early = false;
   int cluster = 1;
 };
-// What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV switches ask for on a device of compute
-// capability `sm` (10 x major + minor), in a step where every token is its sequence's only new one
+// TESSERA_MLA_COMBINE_LOADS (8, the default, or 16; an experiment, attention.cu): partial loads in
+// flight a thread in the MLA split combine's narrow (batch-1) blocks. Read once; throws core::Error
+// naming the variable for another value.
+int mla_combine_loads();
+// What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV / TESSERA_MLA_WGMMA_EARLY switches ask for on a device of
+// compute capability `sm` (10 x major + minor), in a step where every token is its sequence's only new one
 // (`one_token_a_sequence`: the cache rows before each token's position were written by earlier
 // steps, which `early` needs) or not.
 MlaDecodeLaunch mla_decode_launch(int sm, bool one_token_a_sequence);
 // `cache` holds `cache_pages` pages of `page` positions (the wgmma kernel's TMA map needs its extent).
 // `lse` (optional, [tokens, heads]): also the log-sum-exp of each token's scaled scores, -inf (and
 // o_lat 0) for a token that sees no position (pos -1: a rank of a sharded cache).
-// `how`: mla_decode_launch's experiments (none by default).
+// `how`: mla_decode_launch's choices (by default only the wgmma kernel's early copies).
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
                        int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,
@@ -193,8 +199,8 @@ void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, in
 // (kernel_registry.h: mla_wgmma_available).
 bool mla_attend_wgmma_supported(int64_t latent, int64_t rope, int64_t heads);
 int64_t mla_wgmma_smem_bytes();
-// `cache_pages` (pages in `cache`) bounds the TMA tensor map over it. `early`: MlaDecodeLaunch's (the
-// first tiles of rows before each token's position are copied before the PDL wait).
+// `cache_pages` (pages in `cache`) bounds the TMA tensor map over it. `early`: MlaDecodeLaunch's
+// wgmma_early (the first tiles of rows before each token's position are copied before the PDL wait).
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
@@ -235,7 +241,7 @@ bool expert_ring_enabled();
 // (quant/linear_ring.cu) where the GPU, the step (kLinearRingMinTokens) and the matrix
 // (kLinearRingMinRows) allow. Read once.
 bool linear_ring_enabled();
-// TESSERA_EXPERT_EARLY_DOWN (default 0; an experiment): the quantized routed experts' down kernels
+// TESSERA_EXPERT_EARLY_DOWN (default 1; 0 for A/B): the quantized routed experts' down kernels
 // (register streaming and ring) read their routing and first weights before their PDL wait and wait
 // only before the activations. Read once.
 bool expert_early_down();

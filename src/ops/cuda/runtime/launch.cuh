@@ -20,12 +20,17 @@
 
 namespace tessera::ops::cuda {
 
-__device__ __forceinline__ void pdl_wait() {
+// `release_dependents` false: the next kernel is scheduled only as this one's blocks finish (where
+// its blocks, waiting early on the SMs, took slots this kernel's later blocks need: the KV-major MLA
+// decode kernel's early start, docs/PERFORMANCE.md).
+__device__ __forceinline__ void pdl_wait(bool release_dependents = true) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   // After the wait, not before: the next kernel's blocks then never hold SM slots while the kernel
   // before this one still runs.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if (release_dependents) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#else
+  (void)release_dependents;
 #endif
 }
 

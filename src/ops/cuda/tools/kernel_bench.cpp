@@ -362,8 +362,8 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
                 if (kernel == MlaKernel::kWgmma)
                   launch_mla_attend_wgmma_partials(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(),
                                                    d_table.as<int32_t>(), static_cast<const __nv_bfloat16*>(cache.p),
-                                                   pages, page, splits, scale, scratch.as<float>(), ml_part, how.early,
-                                                   0);
+                                                   pages, page, splits, scale, scratch.as<float>(), ml_part,
+                                                   how.wgmma_early, 0);
                 else
                   launch_mla_attend_kv_major_partials(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(),
                                                       d_table.as<int32_t>(), kv, page, splits, scale,

@@ -184,8 +184,11 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
 // are warp reductions, not a loop on one thread behind block barriers (at 128 splits that loop was a third of this
 // kernel's time).
 constexpr int kCombineThreads = 128;
-constexpr int kCombineBatch = 8;  // partial loads in flight per thread
-template <int kCols>
+// kBatch: partial loads in flight per thread, 8; TESSERA_MLA_COMBINE_LOADS=16 (an experiment) gives
+// the narrow blocks of batch-1 steps 16 (a thread's 16 splits of 256 at 8 heads, of 64 at 64 heads,
+// in one L2 round trip instead of two); whole rows (batch 128) keep 8 (registers for occupancy; a
+// thread has 2-16 splits).
+template <int kCols, int kBatch>
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
                    float* o_lat, float* lse) {
@@ -199,10 +202,10 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int col = threadIdx.x % kCols, grp = threadIdx.x / kCols;
   const int d4 = static_cast<int>(blockIdx.z) * kCols + col;
   const bool active = vec && d4 < latent / 4;
-  float4 v[kCombineBatch];
+  float4 v[kBatch];
   auto load_batch = [&](int s0) {
 #pragma unroll
-    for (int j = 0; j < kCombineBatch; ++j) {
+    for (int j = 0; j < kBatch; ++j) {
       const int s = s0 + j * kGroups;
       v[j] = active && s < splits ? reinterpret_cast<const float4*>(o_part + slot(s) * latent)[d4]
                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -242,10 +245,10 @@ __global__ void __launch_bounds__(kCombineThreads)
   float* dst = o_lat + (static_cast<int64_t>(t) * heads + h) * latent;
   if (vec) {
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int s0 = grp; s0 < splits; s0 += kGroups * kCombineBatch) {
+    for (int s0 = grp; s0 < splits; s0 += kGroups * kBatch) {
       if (s0 != grp) load_batch(s0);  // the first batch is in flight since the start
 #pragma unroll
-      for (int j = 0; j < kCombineBatch; ++j) {
+      for (int j = 0; j < kBatch; ++j) {
         const int s = s0 + j * kGroups;
         const float f = s < splits ? f_w[s] : 0.0f;
         acc.x += f * v[j].x;
@@ -431,7 +434,7 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   if (kernel == MlaKernel::kWgmma && !cache.fp8) {
     // (The wgmma kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
     launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages, page,
-                                     splits, scale, o_part, ml_part, how.early, s);
+                                     splits, scale, o_part, ml_part, how.wgmma_early, s);
   } else if (kernel == MlaKernel::kKvMajor) {
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, scale,
                                         o_part, ml_part, how, s);
@@ -460,7 +463,10 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   // short chain of loads: 32768 blocks of a quarter row made the batch-128 combine a sixth of the attention time).
   const int64_t pairs = tokens * heads;
   const int cols = pairs <= 16 ? 8 : pairs >= 1024 ? 128 : 32;
-  auto combine = cols == 8 ? combine_kernel<8> : cols == 128 ? combine_kernel<128> : combine_kernel<32>;
+  const bool sixteen = mla_combine_loads() == 16;
+  auto combine = cols == 8     ? (sixteen ? combine_kernel<8, 16> : combine_kernel<8, 8>)
+                 : cols == 128 ? combine_kernel<128, 8>
+                               : (sixteen ? combine_kernel<32, 16> : combine_kernel<32, 8>);
   dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads),
              static_cast<unsigned>((latent + 4 * cols - 1) / (4 * cols)));
   launch_dependent(combine, cgrid, kCombineThreads, 0, s, o_part, ml_part, static_cast<int>(parts),

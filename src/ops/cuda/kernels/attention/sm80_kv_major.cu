@@ -222,7 +222,9 @@ __global__ void __launch_bounds__(warps_for<LAT>() * 32, 2)
     for (int st = 0; st < STAGES - 1; ++st)
       if (written_before(st)) copy_row(first_src[st], st);
   }
-  if (early) pdl_wait();
+  // (Without releasing the combine: its blocks, scheduled early, took the slots of this grid's
+  // second wave: 4.4 -> 8.4 µs a layer at batch 1, 8 heads x 32k, H100.)
+  if (early) pdl_wait(/*release_dependents=*/false);
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
     if (!early || !written_before(st)) copy_row(first_src[st], st);
