@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 36> kSwitches{{
+constexpr std::array<EnvSwitch, 37> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -19,6 +19,9 @@ constexpr std::array<EnvSwitch, 36> kSwitches{{
     {"TESSERA_GEMV_LOOP", "1", "0: matrix-vector blocks take one row group each instead of looping (A/B)"},
     {"TESSERA_SHARED_EXPERT_STREAM", "1",
      "0: the shared expert runs inside the routed experts' launch instead of on a second stream (A/B)"},
+    {"TESSERA_QUANT_SHARED_STREAM", "0",
+     "1: a quantized shared expert (DeepSeek-V3 FP8) of a one-token step runs on the second stream beside the router "
+     "and the routed experts instead of after them (an experiment, A/B)"},
     {"TESSERA_SHARED_EXPERT_FOLD", "0",
      "1: a shared expert held quantized in the routed experts' format and shape (DeepSeek-V3 FP8) runs as one more "
      "expert of their kernels instead of after them (an experiment, not yet measured: A/B)"},

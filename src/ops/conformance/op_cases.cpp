@@ -1563,7 +1563,7 @@ void add_moe(Table& tb) {
   // The checkpoint formats: Kimi-K2.5's NVFP4 routed experts with the bf16 shared expert on the second
   // stream (alone in the bf16 grouped kernels; also one twice as wide as the routed ones), at decode
   // sizes and past the grouped limit (the shared expert after the routed ones); DeepSeek-V3's FP8 shared
-  // expert after the routed ones.
+  // expert on the second stream at one token (its matrix-vector kernels), after the routed ones at 4.
   for (int64_t T : {int64_t{1}, int64_t{4}})
     blocks.push_back({{kKimi.family, T, kKimi.experts, kKimi.top_k, kKimi.hidden, kKimi.inter,
                        kKimi.shared * kKimi.inter, kDistinctExperts, false, "nvfp4"},
@@ -1572,11 +1572,12 @@ void add_moe(Table& tb) {
                       kKimi.scaling});
   blocks.push_back({{kTiny, 3, 16, 4, 256, 128, 256, 16, false, "nvfp4"}, 4, 2, 2.5f});
   blocks.push_back({{kRagged, 300, 12, 4, 256, 128, 128, 12, false, "nvfp4"}, 1, 1, 2.5f});
-  blocks.push_back({{kDsv3.family, 4, kDsv3.experts, kDsv3.top_k, kDsv3.hidden, kDsv3.inter, kDsv3.shared * kDsv3.inter,
-                     kDistinctExperts, false, "fp8-block", "fp8-block"},
-                    kDsv3.groups,
-                    kDsv3.top_groups,
-                    kDsv3.scaling});
+  for (int64_t T : {int64_t{1}, int64_t{4}})
+    blocks.push_back({{kDsv3.family, T, kDsv3.experts, kDsv3.top_k, kDsv3.hidden, kDsv3.inter,
+                       kDsv3.shared * kDsv3.inter, kDistinctExperts, false, "fp8-block", "fp8-block"},
+                      kDsv3.groups,
+                      kDsv3.top_groups,
+                      kDsv3.scaling});
   for (const Block& b : blocks) {
     OpCase& oc = tb.add("moe", b.e.family, fmt::format("{}, {} groups (top {})", ex_name(b.e), b.G, b.TG), 5e-3,
                         [b, make_weights](Ctx& c) {

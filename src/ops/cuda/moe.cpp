@@ -502,6 +502,37 @@ bool shared_expert_runs_alone(CudaContext& ctx, const Tensor& x, const std::vect
          ctx.moe_plan({static_cast<int64_t>(experts.size()), H, first_held(experts)->gate.out}).grouped_for(x.dim(0));
 }
 
+// Whether a quantized shared expert (DeepSeek-V3 FP8) runs on the second stream beside quantized
+// routed experts: one-token steps, where ops.mlp runs each of its projections on the matrix-vector
+// kernel (quantized_linear), so that quantized_shared_expert gives the same bits; the routed experts
+// on the grouped kernels, and not folded into their table (shared_expert_folds).
+bool quantized_shared_runs_beside(CudaContext& ctx, const Tensor& x, const std::vector<ExpertWeights>& experts,
+                                  const ExpertWeights& shared) {
+  static const bool on = core::env_flag("TESSERA_QUANT_SHARED_STREAM");  // an experiment until timed
+  if (!on || x.dim(0) != 1 || !quantized_grouped_applies(ctx, x, experts) || shared_expert_folds(experts, shared))
+    return false;
+  for (const LinearWeight* l : {&shared.gate, &shared.up, &shared.down})
+    if (l->format == LinearWeight::Format::kDense || !quant_gemv_supported(quant_matrix(*l))) return false;
+  return true;
+}
+
+// The buffers of quantized_shared_expert, held until the second stream is joined.
+struct SideMlp {
+  Tensor g, u, act, y;
+};
+// y = down(silu(x · gateᵀ) * (x · upᵀ)) for one token on `side`: the launches ops.mlp makes there.
+SideMlp quantized_shared_expert(CudaContext& ctx, const Tensor& x, const ExpertWeights& shared, cudaStream_t side) {
+  const int64_t T = x.dim(0), H = x.dim(1), inter = shared.gate.out;
+  SideMlp r{ctx.alloc(DType::kF32, {T, inter}), ctx.alloc(DType::kF32, {T, inter}), ctx.alloc(DType::kF32, {T, inter}),
+            ctx.alloc(DType::kF32, {T, H})};
+  launch_quant_gemv(quant_matrix(shared.gate), ptr<float>(x), H, T, ptr<float>(r.g), ctx.num_sms(), side);
+  launch_quant_gemv(quant_matrix(shared.up), ptr<float>(x), H, T, ptr<float>(r.u), ctx.num_sms(), side);
+  launch_silu_mul(ptr<float>(r.g), ptr<float>(r.u), ptr<float>(r.act), T * inter, side);
+  launch_quant_gemv(quant_matrix(shared.down), ptr<float>(r.act), inter, T, ptr<float>(r.y), ctx.num_sms(), side);
+  TESSERA_CUDA_CHECK_LAUNCH();
+  return r;
+}
+
 }  // namespace
 
 // At batch 1 the router is a chain of short dependent steps that leaves most of the memory
@@ -510,21 +541,20 @@ bool shared_expert_runs_alone(CudaContext& ctx, const Tensor& x, const std::vect
 // the routed experts themselves, and the combine adds its output last (the order moe_experts adds
 // it in, so the sum is the same). With bf16 routed experts it is one more expert of their table;
 // with quantized routed experts (whose kernels leave bandwidth unused: they are bound by the
-// weights' decode) a bf16 shared expert runs alone in the bf16 grouped kernels.
-// TESSERA_SHARED_EXPERT_STREAM=0 keeps it in the routed kernels' launch, or after the quantized
-// ones (for A/B measurements).
+// weights' decode) a bf16 shared expert runs alone in the bf16 grouped kernels, and a quantized
+// one (DeepSeek-V3 FP8) of a one-token step on the matrix-vector kernels it would run on after them
+// (quantized_shared_runs_beside; TESSERA_QUANT_SHARED_STREAM=1). TESSERA_SHARED_EXPERT_STREAM=0 keeps it in the routed
+// kernels' launch, or after the quantized ones (for A/B measurements).
 bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight& router, const Tensor& bias,
          const RouterConfig& cfg, const std::vector<ExpertWeights>& experts, const ExpertWeights* shared, Tensor& out) {
   const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());
   if (!shared || T == 0 || E == 0 || !all_held(experts) || !shared_expert_stream_enabled()) return false;
   const bool quant = quantized_experts(experts);
-  if (quant ? !(quantized_grouped_applies(ctx, x, experts) && shared_expert_runs_alone(ctx, x, experts, *shared))
-            : !(moe_grouped_applies(ctx, x, experts) && shared_expert_groups_with(x, experts, *shared)))
+  const bool quant_shared = quant && quantized_shared_runs_beside(ctx, x, experts, *shared);
+  if (!quant_shared &&
+      (quant ? !(quantized_grouped_applies(ctx, x, experts) && shared_expert_runs_alone(ctx, x, experts, *shared))
+             : !(moe_grouped_applies(ctx, x, experts) && shared_expert_groups_with(x, experts, *shared))))
     return false;
-  // The shared expert's table: after the bf16 routed experts, or alone.
-  static const std::vector<ExpertWeights> kNoRouted;
-  const ExpertTable& table = expert_table(ctx, state, quant ? kNoRouted : experts, shared);
-  const int64_t shared_first = quant ? 0 : E;
   const cudaStream_t stream = ctx.stream();
   cudaStream_t side = ctx.side_stream();
   const cudaEvent_t fork = ctx.fork_event(), join = ctx.join_event();
@@ -532,10 +562,21 @@ bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight&
     TESSERA_CUDA_CHECK(cudaEventRecord(fork, stream));
     TESSERA_CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
   }
-  // The shared expert alone, one slot a token: scratch.y is its [T, H] output.
-  const MoeSlots shared_slots{nullptr, nullptr, 0, 0};
-  const GroupedExperts shared_run =
-      grouped_experts(ctx, x, shared_slots, 1, table, shared_first, shared->gate.out, side);
+  // The shared expert: quantized on the matrix-vector kernels; bf16 in the grouped kernels, alone
+  // (one slot a token) or after the bf16 routed experts in their table. Its buffers are held until
+  // the join.
+  SideMlp quant_run;
+  GroupedExperts shared_run;
+  const ExpertTable* table = nullptr;  // the bf16 shared expert's: after the bf16 routed experts, or alone
+  if (quant_shared) {
+    quant_run = quantized_shared_expert(ctx, x, *shared, side);
+  } else {
+    static const std::vector<ExpertWeights> kNoRouted;
+    table = &expert_table(ctx, state, quant ? kNoRouted : experts, shared);
+    const MoeSlots shared_slots{nullptr, nullptr, 0, 0};
+    shared_run = grouped_experts(ctx, x, shared_slots, 1, *table, quant ? 0 : E, shared->gate.out, side);
+  }
+  const float* shared_y = quant_shared ? ptr<float>(quant_run.y) : shared_run.y;
   // Should anything below throw (a refused router config, an allocation), the second stream must
   // finish before shared_run's buffers go back to the pool: later work would reuse memory it writes.
   struct WaitOnUnwind {
@@ -550,12 +591,12 @@ bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight&
   moe_route(ctx, state, x, router, bias, cfg, ids, weights);
   const MoeSlots slots{ptr<int32_t>(ids), ptr<float>(weights), static_cast<int>(cfg.top_k), -1};
   const GroupedExperts run = quant ? quantized_grouped_experts(ctx, state, x, experts, slots, nullptr)
-                                   : grouped_experts(ctx, x, slots, E, table, 0, experts[0].gate.out, stream);
+                                   : grouped_experts(ctx, x, slots, E, *table, 0, experts[0].gate.out, stream);
   if (admit_op("join", stream, join)) TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream, join, 0));
   unwind.joined = true;
-  launch_moe_combine(run.y, T, x.dim(1), slots, E, shared_run.y, ptr<float>(out), stream);
+  launch_moe_combine(run.y, T, x.dim(1), slots, E, shared_y, ptr<float>(out), stream);
   TESSERA_CUDA_CHECK_LAUNCH();
-  // shared_run's buffers go back to the pool here: later work on the stream is ordered after join.
+  // The shared expert's buffers go back to the pool here: later work on the stream is ordered after join.
   return true;
 }
 
