@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 37> kSwitches{{
+constexpr std::array<EnvSwitch, 35> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -18,10 +18,8 @@ constexpr std::array<EnvSwitch, 37> kSwitches{{
     {"TESSERA_PDL", "1", "0: no programmatic dependent launch on sm_90+ (A/B measurements)"},
     {"TESSERA_GEMV_LOOP", "1", "0: matrix-vector blocks take one row group each instead of looping (A/B)"},
     {"TESSERA_SHARED_EXPERT_STREAM", "1",
-     "0: the shared expert runs inside the routed experts' launch instead of on a second stream (A/B)"},
-    {"TESSERA_QUANT_SHARED_STREAM", "0",
-     "1: a quantized shared expert (DeepSeek-V3 FP8) of a one-token step runs on the second stream beside the router "
-     "and the routed experts instead of after them (an experiment, A/B)"},
+     "0: the shared expert runs inside the routed experts' launch, or after them, instead of on a second stream "
+     "(A/B)"},
     {"TESSERA_SHARED_EXPERT_FOLD", "0",
      "1: a shared expert held quantized in the routed experts' format and shape (DeepSeek-V3 FP8) runs as one more "
      "expert of their kernels instead of after them (an experiment, not yet measured: A/B)"},
@@ -75,14 +73,12 @@ constexpr std::array<EnvSwitch, 37> kSwitches{{
      "0: top-p sampling makes 7 passes over a row instead of 4 (its total in a pass of its own, a radix "
      "selection's last two passes over the row rather than the first pass's bin in shared memory; the same "
      "tokens; 670 against 548 us at batch 128 on an H100) (A/B)"},
-    {"TESSERA_MLA_EARLY_KV", "0",
-     "1: the KV-major MLA decode kernel of a decode step starts (a dependent launch) while the kernel before it "
-     "runs and copies the cache rows of earlier steps before waiting for it (an experiment, A/B)"},
+    {"TESSERA_MLA_EARLY_KV", "1",
+     "0: the KV-major MLA decode kernel of a decode step waits for the kernel before it to finish (an ordinary launch) "
+     "instead of starting beside it and copying the cache rows of earlier steps first (A/B)"},
     {"TESSERA_MLA_WGMMA_EARLY", "1",
      "0: the wgmma MLA decode kernel (SM90, 64 heads a block) of a decode step waits for the kernel before it "
      "before its first cache tiles' copies, instead of only before q (A/B)"},
-    {"TESSERA_MLA_COMBINE_LOADS", "8",
-     "partial loads in flight a thread in the MLA split combine's batch-1 blocks: 8 or 16 (an experiment, A/B)"},
     {"TESSERA_MLA_DECODE_CLUSTERS", "0",
      "1: the KV-major MLA decode kernel's context splits run in clusters of up to 8 (sm_90+) that merge their "
      "partials through distributed shared memory, so the combine reads one partial a cluster, or none runs (an "

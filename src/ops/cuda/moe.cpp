@@ -508,8 +508,7 @@ bool shared_expert_runs_alone(CudaContext& ctx, const Tensor& x, const std::vect
 // on the grouped kernels, and not folded into their table (shared_expert_folds).
 bool quantized_shared_runs_beside(CudaContext& ctx, const Tensor& x, const std::vector<ExpertWeights>& experts,
                                   const ExpertWeights& shared) {
-  static const bool on = core::env_flag("TESSERA_QUANT_SHARED_STREAM");  // an experiment until timed
-  if (!on || x.dim(0) != 1 || !quantized_grouped_applies(ctx, x, experts) || shared_expert_folds(experts, shared))
+  if (x.dim(0) != 1 || !quantized_grouped_applies(ctx, x, experts) || shared_expert_folds(experts, shared))
     return false;
   for (const LinearWeight* l : {&shared.gate, &shared.up, &shared.down})
     if (l->format == LinearWeight::Format::kDense || !quant_gemv_supported(quant_matrix(*l))) return false;
@@ -543,7 +542,8 @@ SideMlp quantized_shared_expert(CudaContext& ctx, const Tensor& x, const ExpertW
 // with quantized routed experts (whose kernels leave bandwidth unused: they are bound by the
 // weights' decode) a bf16 shared expert runs alone in the bf16 grouped kernels, and a quantized
 // one (DeepSeek-V3 FP8) of a one-token step on the matrix-vector kernels it would run on after them
-// (quantized_shared_runs_beside; TESSERA_QUANT_SHARED_STREAM=1). TESSERA_SHARED_EXPERT_STREAM=0 keeps it in the routed
+// (quantized_shared_runs_beside: FP8 batch 1 8% faster a layer on an H100, docs/PERFORMANCE.md).
+// TESSERA_SHARED_EXPERT_STREAM=0 keeps it in the routed
 // kernels' launch, or after the quantized ones (for A/B measurements).
 bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight& router, const Tensor& bias,
          const RouterConfig& cfg, const std::vector<ExpertWeights>& experts, const ExpertWeights* shared, Tensor& out) {

@@ -142,20 +142,17 @@ constexpr int kMlaMaxSplits = 256;
 // context growth (each change makes a recorded decode graph stale).
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
                           MlaKernel kernel = MlaKernel::kKvMajor);
-// How the MLA decode kernels are launched. KV-major (experiments, attention/sm80_kv_major.cu):
-// `early`, a dependent launch whose blocks start copying the rows earlier steps wrote before the
-// kernel before it has finished; `cluster`, up to this many consecutive context splits merge their
-// partials in a cluster (sm_90+; 1 = none). wgmma (attention/sm90_wgmma.cu): `wgmma_early`, its
-// first two tiles of such rows are copied before its wait (default on; TESSERA_MLA_WGMMA_EARLY=0).
+// How the MLA decode kernels are launched. KV-major (attention/sm80_kv_major.cu): `early`, a
+// dependent launch whose blocks start copying the rows earlier steps wrote before the kernel before
+// it has finished (default on; TESSERA_MLA_EARLY_KV=0); `cluster`, up to this many consecutive
+// context splits merge their partials in a cluster (sm_90+; 1 = none; an experiment). wgmma
+// (attention/sm90_wgmma.cu): `wgmma_early`, its first two tiles of such rows are copied before its
+// wait (default on; TESSERA_MLA_WGMMA_EARLY=0).
 struct MlaDecodeLaunch {
   bool early = false;
   bool wgmma_early = false;
   int cluster = 1;
 };
-// TESSERA_MLA_COMBINE_LOADS (8, the default, or 16; an experiment, attention.cu): partial loads in
-// flight a thread in the MLA split combine's narrow (batch-1) blocks. Read once; throws core::Error
-// naming the variable for another value.
-int mla_combine_loads();
 // What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV / TESSERA_MLA_WGMMA_EARLY switches ask for on a device of
 // compute capability `sm` (10 x major + minor), in a step where every token is its sequence's only new one
 // (`one_token_a_sequence`: the cache rows before each token's position were written by earlier
@@ -164,7 +161,7 @@ MlaDecodeLaunch mla_decode_launch(int sm, bool one_token_a_sequence);
 // `cache` holds `cache_pages` pages of `page` positions (the wgmma kernel's TMA map needs its extent).
 // `lse` (optional, [tokens, heads]): also the log-sum-exp of each token's scaled scores, -inf (and
 // o_lat 0) for a token that sees no position (pos -1: a rank of a sharded cache).
-// `how`: mla_decode_launch's choices (by default only the wgmma kernel's early copies).
+// `how`: mla_decode_launch's choices.
 void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                        const TokenInfo* info, const int32_t* tables, const KvCacheArg& cache, int64_t cache_pages,
                        int64_t page, int64_t splits, float scale, float* o_lat, float* scratch, MlaKernel kernel,

@@ -56,15 +56,6 @@ bool moe_grouped_wa_pair_groups() {
   return on;
 }
 
-int mla_combine_loads() {
-  static const int loads = [] {
-    const int n = core::env_int("TESSERA_MLA_COMBINE_LOADS", 8, 16);
-    TESSERA_CHECK(n == 8 || n == 16, "TESSERA_MLA_COMBINE_LOADS={}: expected 8 or 16", n);
-    return n;
-  }();
-  return loads;
-}
-
 MlaDecodeLaunch mla_decode_launch(int sm, bool one_token_a_sequence) {
   static const bool early = core::env_flag("TESSERA_MLA_EARLY_KV");
   static const bool wgmma_early = core::env_flag("TESSERA_MLA_WGMMA_EARLY");

@@ -184,10 +184,10 @@ __global__ void attend_kernel(const float* q_full, int heads, int heads_per_bloc
 // are warp reductions, not a loop on one thread behind block barriers (at 128 splits that loop was a third of this
 // kernel's time).
 constexpr int kCombineThreads = 128;
-// kBatch: partial loads in flight per thread, 8; TESSERA_MLA_COMBINE_LOADS=16 (an experiment) gives
-// the narrow blocks of batch-1 steps 16 (a thread's 16 splits of 256 at 8 heads, of 64 at 64 heads,
-// in one L2 round trip instead of two); whole rows (batch 128) keep 8 (registers for occupancy; a
-// thread has 2-16 splits).
+// kBatch: partial loads in flight per thread. 16 in the narrowest blocks (batch 1 at 8 or 16 heads:
+// a thread's 16 splits of 256 in one L2 round trip instead of two; 4.5 -> 3.9 µs a layer in a step at
+// 8 heads x 32k on an H100), 8 elsewhere (at 64 heads the 32-column blocks took 6.6 -> 7.6 µs with
+// 16; whole rows, batch 128, need the registers for occupancy).
 template <int kCols, int kBatch>
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const float* o_part, const float* ml_part, int splits, int tokens, int heads, int latent,
@@ -463,10 +463,7 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   // short chain of loads: 32768 blocks of a quarter row made the batch-128 combine a sixth of the attention time).
   const int64_t pairs = tokens * heads;
   const int cols = pairs <= 16 ? 8 : pairs >= 1024 ? 128 : 32;
-  const bool sixteen = mla_combine_loads() == 16;
-  auto combine = cols == 8     ? (sixteen ? combine_kernel<8, 16> : combine_kernel<8, 8>)
-                 : cols == 128 ? combine_kernel<128, 8>
-                               : (sixteen ? combine_kernel<32, 16> : combine_kernel<32, 8>);
+  auto combine = cols == 8 ? combine_kernel<8, 16> : cols == 128 ? combine_kernel<128, 8> : combine_kernel<32, 8>;
   dim3 cgrid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads),
              static_cast<unsigned>((latent + 4 * cols - 1) / (4 * cols)));
   launch_dependent(combine, cgrid, kCombineThreads, 0, s, o_part, ml_part, static_cast<int>(parts),

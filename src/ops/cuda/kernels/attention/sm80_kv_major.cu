@@ -16,17 +16,17 @@
 // bf16 tile 36.5 KB + staging 2 x 18 KB + P, reductions 7.8 KB = 98.5 KB (bf16 path: two tiles,
 // 99 KB), within the 99 KB a block may use on SM120.
 //
-// Experiments for batch 1 at long context, where a block's tiles arrive one DRAM round trip after
-// another (a tile is requested only when the one before has landed; Nsight Compute: 1.9 TB/s at
-// 32k context, docs/PERFORMANCE.md), off by default (MlaDecodeLaunch). (Two more were measured
-// slower or no faster on an H100 and removed: an L2 prefetch some tiles ahead of the loads, and an
-// instance with three block-wide barriers a tile instead of five.)
-// - `early` (TESSERA_MLA_EARLY_KV; a dependent launch, launch.cuh): the block looks up and starts
+// For batch 1 at long context, where a block's tiles arrive one DRAM round trip after another (a
+// tile is requested only when the one before has landed; Nsight Compute: 1.9 TB/s at 32k context,
+// docs/PERFORMANCE.md), two launch choices (MlaDecodeLaunch). (Two more were measured slower or no
+// faster on an H100 and removed: an L2 prefetch some tiles ahead of the loads, and an instance with
+// three block-wide barriers a tile instead of five.)
+// - `early` (TESSERA_MLA_EARLY_KV, default on; a dependent launch, launch.cuh): the block looks up and starts
 //   copying its first tiles' rows that earlier steps wrote (positions before its token's: a decode
 //   step adds one row a sequence, at the token's position) before waiting for the kernel before it,
 //   and reads q and the token's own row only after the wait.
-// - `cluster` > 1 (TESSERA_MLA_DECODE_CLUSTERS, sm_90+): consecutive splits merge their partials
-//   in a cluster before the combine (reduce_cluster_partials).
+// - `cluster` > 1 (TESSERA_MLA_DECODE_CLUSTERS, sm_90+; an experiment, off): consecutive splits merge
+//   their partials in a cluster before the combine (reduce_cluster_partials).
 #include <cooperative_groups.h>
 
 #include <cfloat>
