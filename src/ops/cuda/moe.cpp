@@ -542,9 +542,9 @@ SideMlp quantized_shared_expert(CudaContext& ctx, const Tensor& x, const ExpertW
 // with quantized routed experts (whose kernels leave bandwidth unused: they are bound by the
 // weights' decode) a bf16 shared expert runs alone in the bf16 grouped kernels, and a quantized
 // one (DeepSeek-V3 FP8) of a one-token step on the matrix-vector kernels it would run on after them
-// (quantized_shared_runs_beside: FP8 batch 1 8% faster a layer on an H100, docs/PERFORMANCE.md).
-// TESSERA_SHARED_EXPERT_STREAM=0 keeps it in the routed
-// kernels' launch, or after the quantized ones (for A/B measurements).
+// (quantized_shared_runs_beside: FP8 batch 1 5% faster a layer on an H100, docs/PERFORMANCE.md).
+// TESSERA_SHARED_EXPERT_STREAM=0 keeps it in the routed kernels' launch, or after the quantized ones
+// (for A/B measurements).
 bool moe(CudaContext& ctx, MoeState& state, const Tensor& x, const LinearWeight& router, const Tensor& bias,
          const RouterConfig& cfg, const std::vector<ExpertWeights>& experts, const ExpertWeights* shared, Tensor& out) {
   const int64_t T = x.dim(0), E = static_cast<int64_t>(experts.size());

@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace mma;
   // Launched with launch_dependent: q_full and the cache's newest entries are the previous kernels'
-  // output. With `early` (TESSERA_MLA_EARLY_KV: a step of one new token a sequence) the first two
+  // output. With `early` (TESSERA_MLA_WGMMA_EARLY: a step of one new token a sequence) the first two
   // tiles' copies of rows earlier steps wrote go out before the wait, beside the kernel before's tail
   // (the step metadata is written before the step's first kernel).
   if (!early) pdl_wait();

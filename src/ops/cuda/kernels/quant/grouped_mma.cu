@@ -161,17 +161,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   // from the prepare kernel before gate/up, which had completed when gate/up's blocks passed their
   // wait, and this kernel's blocks start only after that (launch.cuh), so the routing and the
   // weights are read before the wait and only the activations (gate/up's output) after it: the first
-  // K blocks' loads then overlap gate/up's last blocks. (L2 loads for the routing: an SM's L1 may
-  // still hold the previous step's.)
+  // K blocks' loads then overlap gate/up's last blocks.
   static_assert(!(kGateUp && kEarly), "gate/up reads the routing of the kernel just before it");
-  auto routing = [](const int32_t* p) { return kEarly ? __ldcg(p) : *p; };
   if constexpr (!kEarly) pdl_wait();
-  if (static_cast<int>(blockIdx.y) >= routing(num_active)) {
-    pdl_wait();  // (returns at once where the block has waited)
+  if (static_cast<int>(blockIdx.y) >= load_routing<kEarly>(num_active)) {
+    if constexpr (kEarly) pdl_wait();
     return;
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-  const int e = routing(active + blockIdx.y);
+  const int e = load_routing<kEarly>(active + blockIdx.y);
   const QuantMatrix& m0 = w0[e];
   const int n_dim = m0.n, k_dim = m0.k;
   // down: kDownGroups row groups of 8 a warp, sharing each activation fragment
@@ -181,7 +179,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   // grid's other blocks, still wait, so the grid cannot complete first. A wait on this path cost
   // the kernel 40 registers.)
   if (n0 >= n_dim) return;
-  const int begin = routing(offsets + e), end = routing(offsets + e + 1);
+  const int begin = load_routing<kEarly>(offsets + e), end = load_routing<kEarly>(offsets + e + 1);
   bool wait_first = kEarly;  // the first pass waits after its first loads
   constexpr int S = kGateUp ? 2 : kDownGroups;
   quant::RowRef ref[S];

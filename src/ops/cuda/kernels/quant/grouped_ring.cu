@@ -92,18 +92,17 @@ __global__ void __launch_bounds__(kThreads)
   // producer fills the ring's stages while gate/up's last blocks run) and only the consumers wait,
   // before they read the activations.
   static_assert(!(kGateUp && kEarly), "gate/up reads the routing of the kernel just before it");
-  auto routing = [](const int32_t* p) { return kEarly ? __ldcg(p) : *p; };
   if constexpr (!kEarly) pdl_wait();
-  if (static_cast<int>(blockIdx.y) >= routing(num_active)) {
+  if (static_cast<int>(blockIdx.y) >= load_routing<kEarly>(num_active)) {
     if constexpr (kEarly) pdl_wait();
     return;
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int e = routing(active + blockIdx.y);
+  const int e = load_routing<kEarly>(active + blockIdx.y);
   const QuantMatrix& m0 = w0[e];
   const int n_dim = m0.n, k_dim = m0.k;
   const int row0 = static_cast<int>(blockIdx.x) * L.rows;
-  const int begin = routing(offsets + e), end = routing(offsets + e + 1);
+  const int begin = load_routing<kEarly>(offsets + e), end = load_routing<kEarly>(offsets + e + 1);
   const int k_stages = k_dim / (L.blocks * kBlockK);
   const int pass_pairs = ring_pass_pairs<kWeightsA, MT>(end - begin);
   const int groups = (end - begin + pass_pairs - 1) / pass_pairs;

@@ -37,6 +37,15 @@ struct MmaLayout<QuantFormat::kFp8Block> {
   static constexpr float kSumUnbias = 1.0f;  // decode_fp8's values are exact
 };
 
+// A routing value (pair counts, active experts) of the expert kernels. kEarly: read before the PDL
+// wait (the down projection's early start, TESSERA_EXPERT_EARLY_DOWN), from L2: an SM's L1 may still
+// hold the previous step's.
+template <bool kEarly>
+__device__ __forceinline__ int32_t load_routing(const int32_t* p) {
+  if constexpr (kEarly) return __ldcg(p);
+  return *p;
+}
+
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
 // NVFP4: the codes' bits under a bf16 exponent are the values times 2^-126; the exponent bias is
