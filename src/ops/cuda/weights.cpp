@@ -53,15 +53,15 @@ Tensor host_bf16(CudaContext& ctx, const LinearWeight& w) {
 }
 
 // A quantized weight's codes on the device as the kernels read them: FP8 as the checkpoint stores
-// them; NVFP4 in the device layout (kernels/quant/mma_pairs.h), each 4-byte word's bits permuted on
+// them; NVFP4 in the device layout (kernels/quant/mma_pairs.h), each 4-byte word's bits mapped on
 // the device where the copy lies. `resident`: the weights' own memory, else a temporary from the
 // activation pool. A tensor already on the device (synthetic models' random codes) is taken over
-// as upload_same takes it, and permuted in place for the weights' own memory (a copy would hold
+// as upload_same takes it, and mapped in place for the weights' own memory (a copy would hold
 // the weights twice until the caller's went), into the temporary otherwise.
 Tensor device_codes(CudaContext& ctx, const LinearWeight& w, bool resident) {
   const Tensor& t = w.weight;
   if (w.format != Format::kNvfp4) return resident ? upload_same(ctx, t) : upload_temporary(ctx, t);
-  TESSERA_CHECK(t.nbytes() % 4 == 0, "{}: NVFP4 codes of {} bytes (the device layout permutes 4-byte words)", w.name,
+  TESSERA_CHECK(t.nbytes() % 4 == 0, "{}: NVFP4 codes of {} bytes (the device layout maps 4-byte words)", w.name,
                 t.nbytes());
   const bool taken_over = resident && t.device() == core::Device::kCuda;
   Tensor d = taken_over ? t : resident ? ctx.alloc_resident(t.dtype(), t.shape()) : ctx.alloc(t.dtype(), t.shape());
@@ -124,7 +124,7 @@ LinearWeight upload_linear(CudaContext& ctx, const LinearWeight& w, LinearUse us
   if (w.format == Format::kDense && w.weight.dtype() == DType::kBF16)
     return bf16_linear(w, ctx.upload_bytes(DType::kBF16, {w.out, w.in}, w.weight.raw()));
   if (w.format == Format::kDense || w.in % 8 != 0) return bf16_linear(w, host_bf16(ctx, w));
-  // The checkpoint's bytes (NVFP4's words with their bits permuted); converted on the device when
+  // The checkpoint's bytes (NVFP4's words with their bits mapped); converted on the device when
   // this use reads bf16 (then they are a temporary from the activation pool, not resident memory
   // that would leave a hole).
   LinearWeight d = w;

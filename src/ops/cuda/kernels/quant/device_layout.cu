@@ -1,6 +1,6 @@
-// NVFP4 codes into the device layout the kernels decode (mma_pairs.h): each 32-bit word's bits
-// permuted where it lies, at load. A thread a word; the permutation is ~50 integer instructions a
-// word, a few milliseconds a GPU's share of Kimi-K2.5.
+// NVFP4 codes into the device layout the kernels decode (mma_pairs.h): each 32-bit word mapped
+// where it lies, at load. A thread a word; the map (the XOR of up to 32 constant columns) is ~100
+// integer instructions a word, well under a second for a GPU's share of Kimi-K2.5.
 #include <algorithm>
 
 #include "ops/cuda/kernels/kernels.h"

@@ -10,13 +10,15 @@
 //   FP8 e4m3 (s eeee mmm):  sign at bit 15, eeee mmm at bits 10-4:     the value times 2^-120.
 //
 // NVFP4's device layout. The checkpoint packs value j of a word in nibble j, which decodes in ~16
-// integer instructions a word (a shift, masks and a move per pair). At upload the loader permutes
-// each word's 32 bits (nvfp4_device_word) so that 3 rotations of the word, then one byte permute
-// (PRMT) and one mask (LOP3) a pair give the four pairs: 11 instructions. With R0 = q and R1, R2,
-// R3 = q rotated right by 1, 4, 5, every byte of R0 and R2 can give a half its low byte (m, e0 at
-// bits 6, 7) and every byte of R1 and R3 its high byte (e1, sign at bits 0, 7), each bit of q used
-// once (scripts/dev/nvfp4_prmt_layout.py finds the rotations). The permutation stays within a word,
-// so rows, K offsets, scales and the ring's TMA boxes do not change.
+// integer instructions a word (a shift, masks and a move per pair). At upload the loader maps each
+// word through a fixed invertible linear map over its 32 bits (XORs of bits, nvfp4_device_word) so
+// that the four pairs come from the word q and four rotations of it, each pair one masked XOR
+// (LOP3): 8 integer instructions a word, where the permutation before it took 11 (3 rotations, then
+// a byte permute and a mask a pair). No map from q and 3 rotations exists; a map whose rotations
+// act as plain shifts on the masked bits lets ptxas issue them as IMAD.SHL, which measured slower
+// (docs/PERFORMANCE.md). scripts/dev/nvfp4_xor_layout.py checks this map and shows the search.
+// The map stays within a word, so rows, K offsets, scales and the ring's TMA boxes do not change,
+// and the device holds as many bytes as the checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -49,59 +51,88 @@ TESSERA_MMA_PAIRS_FN uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
 #endif
 }
 
-TESSERA_MMA_PAIRS_FN uint32_t rotate_right(uint32_t x, int s) {
-#if defined(__CUDA_ARCH__)
-  return __funnelshift_r(x, x, s);
-#else
-  return s == 0 ? x : (x >> s) | (x << (32 - s));
-#endif
-}
-
-// The PRMT selector that takes bytes j and j + 1 of a (low roles) and of b (high roles) into the
-// halves of one pair: (a.j, b.j, a.j+1, b.j+1).
-TESSERA_MMA_PAIRS_CONSTEXPR uint32_t pair_selector(uint32_t j) {
-  return j | (4 + j) << 4 | (j + 1) << 8 | (4 + j + 1) << 12;
-}
+// Plain C++ (constexpr: the layout's inverse is computed at compile time); the compiler emits one
+// funnel shift (SHF.R.W) for it.
+TESSERA_MMA_PAIRS_CONSTEXPR uint32_t rotate_right(uint32_t x, int s) { return s == 0 ? x : (x >> s) | (x << (32 - s)); }
 
 // Sign, e1, e0 and m of both halves.
 constexpr uint32_t kNvfp4PairMask = 0x81C081C0u;
 
 // NVFP4: a device-layout word's pairs (values 2i, 2i + 1) as bf16 bits, each half its value times
-// 2^-126.
-// Pairs 0, 1 come from (R0, R1), pairs 2, 3 from (R2, R3); the compiler shares the rotations
-// between the pairs of one word.
-TESSERA_MMA_PAIRS_FN uint32_t nvfp4_pair_bits(uint32_t q, int i) {
-  const int rot = i < 2 ? 0 : 4;
-  return byte_perm(rotate_right(q, rot), rotate_right(q, rot + 1), pair_selector(2 * (i % 2))) & kNvfp4PairMask;
+// 2^-126 (bit 15 the sign, bits 8, 7, 6 e1, e0, m). With R_r = q rotated right by r: pair 0 is q,
+// pair 1 R_12, pair 2 R_2 ^ R_6, pair 3 R_2 ^ R_8, each masked.
+TESSERA_MMA_PAIRS_CONSTEXPR uint32_t nvfp4_pair_bits(uint32_t q, int i) {
+  switch (i) {
+    case 0:
+      return q & kNvfp4PairMask;
+    case 1:
+      return rotate_right(q, 12) & kNvfp4PairMask;
+    case 2:
+      return (rotate_right(q, 2) ^ rotate_right(q, 6)) & kNvfp4PairMask;
+    default:
+      return (rotate_right(q, 2) ^ rotate_right(q, 8)) & kNvfp4PairMask;
+  }
 }
-TESSERA_MMA_PAIRS_FN void nvfp4_pairs(uint32_t q, uint32_t (&bits)[4]) {
+TESSERA_MMA_PAIRS_CONSTEXPR void nvfp4_pairs(uint32_t q, uint32_t (&bits)[4]) {
   TESSERA_MMA_PAIRS_UNROLL
   for (int i = 0; i < 4; ++i) bits[i] = nvfp4_pair_bits(q, i);
 }
 
-// Where value c's bits (m, e0, e1, sign) lie in a device-layout word: nvfp4_pairs read backwards.
-// Pair i = c / 2 comes from registers (R0, R1) for i < 2, else (R2, R3), bytes j = 2 (i % 2) and
-// j + 1 (half c % 2); a byte's low role reads bits 6, 7 of its register, the high role bits 0, 7.
-struct Nvfp4BitPlaces {
-  int m, e0, e1, sign;
-};
-TESSERA_MMA_PAIRS_CONSTEXPR Nvfp4BitPlaces nvfp4_bit_places(int c) {
-  const int i = c / 2, half = c % 2;
-  const int low_rot = i < 2 ? 0 : 4, high_rot = i < 2 ? 1 : 5;  // rotations of the pair's registers
-  const int byte = 8 * (2 * (i % 2) + half);
-  return {(byte + 6 + low_rot) % 32, (byte + 7 + low_rot) % 32, (byte + 0 + high_rot) % 32, (byte + 7 + high_rot) % 32};
-}
-
-// A checkpoint word (value j in nibble j: bit 3 sign, bits 2-1 exponent, bit 0 mantissa) in the
-// device layout.
-TESSERA_MMA_PAIRS_FN uint32_t nvfp4_device_word(uint32_t w) {
-  uint32_t q = 0;
+// The checkpoint word (value j in nibble j: bit 3 sign, bits 2-1 exponent, bit 0 mantissa) a
+// device-layout word decodes to: nvfp4_pairs' bits gathered back into nibbles. Linear over GF(2).
+TESSERA_MMA_PAIRS_CONSTEXPR uint32_t nvfp4_checkpoint_word(uint32_t q) {
+  uint32_t bits[4] = {};
+  nvfp4_pairs(q, bits);
+  uint32_t w = 0;
   TESSERA_MMA_PAIRS_UNROLL
   for (int c = 0; c < 8; ++c) {
-    const uint32_t nib = (w >> (4 * c)) & 0xfu;
-    const Nvfp4BitPlaces p = nvfp4_bit_places(c);
-    q |= (nib & 1u) << p.m | ((nib >> 1) & 1u) << p.e0 | ((nib >> 2) & 1u) << p.e1 | ((nib >> 3) & 1u) << p.sign;
+    const uint32_t half = bits[c / 2] >> (16 * (c % 2));
+    w |= (((half >> 6) & 7u) | ((half >> 15) & 1u) << 3) << (4 * c);
   }
+  return w;
+}
+
+// The inverse map as 32 columns: column[b] is the device word whose checkpoint word is bit b alone.
+// Gauss-Jordan elimination over GF(2) on the images of the 32 unit words, at compile time.
+struct Nvfp4DeviceColumns {
+  uint32_t column[32];
+};
+TESSERA_MMA_PAIRS_CONSTEXPR Nvfp4DeviceColumns nvfp4_device_columns() {
+  uint32_t image[32] = {};  // image[j]: the checkpoint word of device word source[j]
+  uint32_t source[32] = {};
+  for (int j = 0; j < 32; ++j) {
+    image[j] = nvfp4_checkpoint_word(1u << j);
+    source[j] = 1u << j;
+  }
+  for (int b = 0; b < 32; ++b) {  // make image[b] = 1 << b
+    int pivot = b;
+    while (pivot < 32 && ((image[pivot] >> b) & 1u) == 0) ++pivot;
+    if (pivot == 32) return {};  // not invertible: all zero, which the static_assert below rejects
+    const uint32_t ti = image[pivot], ts = source[pivot];
+    image[pivot] = image[b];
+    source[pivot] = source[b];
+    image[b] = ti;
+    source[b] = ts;
+    for (int j = 0; j < 32; ++j) {
+      if (j != b && ((image[j] >> b) & 1u) != 0) {
+        image[j] ^= image[b];
+        source[j] ^= source[b];
+      }
+    }
+  }
+  Nvfp4DeviceColumns r = {};
+  for (int b = 0; b < 32; ++b) r.column[b] = source[b];
+  return r;
+}
+
+static_assert(nvfp4_device_columns().column[31] != 0, "nvfp4_pair_bits must be an invertible map of a word's bits");
+
+// A checkpoint word in the device layout: the XOR of the columns of its set bits.
+TESSERA_MMA_PAIRS_FN uint32_t nvfp4_device_word(uint32_t w) {
+  constexpr Nvfp4DeviceColumns kColumns = nvfp4_device_columns();
+  uint32_t q = 0;
+  TESSERA_MMA_PAIRS_UNROLL
+  for (int b = 0; b < 32; ++b) q ^= kColumns.column[b] & (0u - ((w >> b) & 1u));
   return q;
 }
 
