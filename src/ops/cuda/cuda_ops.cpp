@@ -103,7 +103,9 @@ KernelChoice weight_group_row(const WeightGroup& g, bool ring, bool linear_ring,
                 kQuantMmaMaxTokens, quant_gemv_pair_on() ? "; q_a and kv_a as one launch at one token" : "",
                 quant_gemv_max_tokens(nvfp4 ? QuantFormat::kNvfp4 : QuantFormat::kFp8Block));
   return {"weights: " + g.name, kernel,
-          size + (nvfp4 ? "; each 4-byte word of codes bit-permuted in place at load for the decode" : "") +
+          size +
+              (nvfp4 ? "; each 4-byte word of codes remapped in place at load (an invertible XOR map) for the decode"
+                     : "") +
               "; dequantized in registers, fp32 accumulation",
           true};
 }
