@@ -82,8 +82,8 @@ class StagedReader {
 uint64_t read_files_in_parallel(const std::vector<std::filesystem::path>& files, int threads,
                                 size_t chunk_bytes = size_t{16} << 20);
 
-// Asks the kernel to drop `file`'s clean pages from the page cache (posix_fadvise DONTNEED), so the
-// next read comes from storage; returns false where it cannot.
+// Writes `file`'s dirty pages back (fdatasync), then asks the kernel to drop its pages from the page
+// cache (posix_fadvise DONTNEED), so the next read comes from storage; returns false where it cannot.
 bool drop_from_page_cache(const std::filesystem::path& file);
 // Drops every clean page of the page cache (/proc/sys/vm/drop_caches, root only); false where it
 // cannot. More certain than drop_from_page_cache on virtual disks and overlay filesystems.
