@@ -359,37 +359,42 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
   const int64_t nope = 128, rope = 64, v = 128, latent = 512, entry = latent + rope;
   const auto caps = ops::cuda::query_device_caps();
   const std::string problem = ops::cuda::mla_wgmma_problem(caps.sm, caps.smem_per_block_optin, 64, latent, rope);
-  for (const auto& [heads, page] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {128, 64}, {64, 32}}) {
-    if (!problem.empty()) break;
-    const std::vector<Seq> seqs = {{0, 1},  {69, 1}, {127, 1}, {1499, 1}, {4999, 1}, {63, 1},
-                                   {64, 1}, {3, 40}, {65, 1},  {191, 1},  {31, 1}};
-    RaggedStep r = ragged_step(seqs, page, entry, core::KvCacheDtype::kF32, core::KvCacheDtype::kBF16);
-    auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
-    const MlaProblem m = mla_problem(r, heads, nope, rope, v, latent);  // (kv_b is uploaded per backend below)
-    const auto& [kv_b, kv_b_gpu, qv, dims, oc] = m;
-    const auto ref = cpu_.to_host_f32(oc);
-    // Forced and chosen by the registry (auto picks wgmma for these decode rows on Hopper).
-    for (const std::string kernels : {"mla=wgmma", ""}) {
-      auto backend = ops::cuda::make_cuda_ops(kernels);
-      auto kv_b_g = backend->upload_linear(kv_b.w);
-      ops::KvLayerView kv{cache_g, page};
-      Tensor og = backend->empty({T, heads * v});
-      backend->mla_attention(backend->from_host_f32({T, heads * (nope + rope)}, qv.data()), kv, kv_b_g, dims, step, og);
-      const auto got = backend->to_host_f32(og);
-      ASSERT_EQ(got.size(), ref.size());
-      int64_t row = 0;
-      for (const auto& s : seqs) {
-        for (int64_t i = 0; i < s.fresh; ++i, ++row) {
-          const auto first = static_cast<std::ptrdiff_t>(row * heads * v), last = first + heads * v;
-          const std::vector<float> a(got.begin() + first, got.begin() + last),
-              b(ref.begin() + first, ref.begin() + last);
-          // bf16 q and p as in the KV-major kernel (~2^-9 each).
-          EXPECT_LE(test::rel_rms(a, b), 1e-2) << "wgmma (" << (kernels.empty() ? "auto" : kernels) << ") " << heads
-                                               << " heads, pages of " << page << ", context " << s.cached + i + 1;
+  // A ragged batch, and one sequence with a long context (a batch-1 step: the most context splits,
+  // with TESSERA_MLA_WGMMA_PAIRS two blocks each).
+  const std::vector<std::vector<Seq>> steps = {
+      {{0, 1}, {69, 1}, {127, 1}, {1499, 1}, {4999, 1}, {63, 1}, {64, 1}, {3, 40}, {65, 1}, {191, 1}, {31, 1}},
+      {{32000, 1}}};
+  for (const auto& [heads, page] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {128, 64}, {64, 32}})
+    for (const std::vector<Seq>& seqs : steps) {
+      if (!problem.empty()) break;
+      RaggedStep r = ragged_step(seqs, page, entry, core::KvCacheDtype::kF32, core::KvCacheDtype::kBF16);
+      auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
+      const MlaProblem m = mla_problem(r, heads, nope, rope, v, latent);  // (kv_b is uploaded per backend below)
+      const auto& [kv_b, kv_b_gpu, qv, dims, oc] = m;
+      const auto ref = cpu_.to_host_f32(oc);
+      // Forced and chosen by the registry (auto picks wgmma for these decode rows on Hopper).
+      for (const std::string kernels : {"mla=wgmma", ""}) {
+        auto backend = ops::cuda::make_cuda_ops(kernels);
+        auto kv_b_g = backend->upload_linear(kv_b.w);
+        ops::KvLayerView kv{cache_g, page};
+        Tensor og = backend->empty({T, heads * v});
+        backend->mla_attention(backend->from_host_f32({T, heads * (nope + rope)}, qv.data()), kv, kv_b_g, dims, step,
+                               og);
+        const auto got = backend->to_host_f32(og);
+        ASSERT_EQ(got.size(), ref.size());
+        int64_t row = 0;
+        for (const auto& s : seqs) {
+          for (int64_t i = 0; i < s.fresh; ++i, ++row) {
+            const auto first = static_cast<std::ptrdiff_t>(row * heads * v), last = first + heads * v;
+            const std::vector<float> a(got.begin() + first, got.begin() + last),
+                b(ref.begin() + first, ref.begin() + last);
+            // bf16 q and p as in the KV-major kernel (~2^-9 each).
+            EXPECT_LE(test::rel_rms(a, b), 1e-2) << "wgmma (" << (kernels.empty() ? "auto" : kernels) << ") " << heads
+                                                 << " heads, pages of " << page << ", context " << s.cached + i + 1;
+          }
         }
       }
     }
-  }
   // 40 heads is not a multiple of 64: forcing the kernel is refused by name, on any GPU.
   const int64_t heads = 40, page = 64;
   std::vector<int32_t> table = {0};
@@ -804,35 +809,42 @@ TEST(KernelTrace, TotalsShareOverlapsEquallyAndSumToTheBusyTime) {
 TEST(MlaSplits, CountsKeepTheSplitsBusyAndChangeRarelyAsTheContextGrows) {
   using ops::cuda::MlaKernel;
   for (MlaKernel kernel : {MlaKernel::kWgmma, MlaKernel::kKvMajor, MlaKernel::kTensorCore, MlaKernel::kCudaCore})
-    for (int64_t tokens : {1, 2, 16, 128})
-      for (int64_t heads : {8, 64, 128})
-        for (int sms : {84, 132, 170}) {
-          const int tile = kernel == MlaKernel::kWgmma ? 64 : 32;
-          for (int64_t ctx : {1, 100, 1024, 8192, 8193, 32768, 131072}) {
-            const int64_t s = ops::cuda::mla_attend_splits(tokens, heads, ctx, sms, kernel);
-            const std::string what = fmt::format("{} tokens, {} heads, ctx {}, {} SMs, kernel {}", tokens, heads, ctx,
-                                                 sms, static_cast<int>(kernel));
-            ASSERT_GE(s, 1) << what;
-            EXPECT_LE(s, ops::cuda::kMlaMaxSplits) << what;
-            const int64_t chunk = ops::cuda::mla_split_chunk(static_cast<int>(ctx), static_cast<int>(s), tile);
-            EXPECT_GE(2 * ((ctx + chunk - 1) / chunk), s) << what << ": " << s << " splits of " << chunk;
+    for (bool pairs : {false, true})
+      for (int64_t tokens : {1, 2, 16, 128})
+        for (int64_t heads : {8, 64, 128})
+          for (int sms : {84, 132, 170}) {
+            const int tile = kernel == MlaKernel::kWgmma ? 64 : 32;
+            for (int64_t ctx : {1, 100, 1024, 8192, 8193, 32768, 131072}) {
+              const int64_t s = ops::cuda::mla_attend_splits(tokens, heads, ctx, sms, kernel, pairs);
+              const std::string what = fmt::format("{} tokens, {} heads, ctx {}, {} SMs, kernel {}, pairs {}", tokens,
+                                                   heads, ctx, sms, static_cast<int>(kernel), pairs);
+              ASSERT_GE(s, 1) << what;
+              EXPECT_LE(s, ops::cuda::kMlaMaxSplits) << what;
+              // With wgmma pairs a split runs as two blocks of half its positions (at least half of them hold some).
+              const int64_t blocks = kernel == MlaKernel::kWgmma && pairs ? 2 * s : s;
+              const int64_t chunk = ops::cuda::mla_split_chunk(static_cast<int>(ctx), static_cast<int>(blocks), tile);
+              EXPECT_GE(2 * ((ctx + chunk - 1) / chunk), blocks) << what << ": " << blocks << " blocks of " << chunk;
+            }
+            // One sequence of 64 heads at a short context (a rank's part of a sharded cache) still gets
+            // many blocks: not one block reading the whole context.
+            if (kernel == MlaKernel::kWgmma && tokens == 1 && heads == 64 && sms == 132) {
+              EXPECT_GE(ops::cuda::mla_attend_splits(tokens, heads, 1024, sms, kernel, pairs), pairs ? 4 : 8);
+              // At 8k, 64 splits of two tiles ran 22.8 us against 30.8 for 16 of eight (H200).
+              EXPECT_GE(ops::cuda::mla_attend_splits(tokens, heads, 8192, sms, kernel, pairs), 32);
+              // Pairs fill the SMs at 32k (128 or more blocks) where single blocks stop at 64.
+              if (pairs) {
+                EXPECT_GE(2 * ops::cuda::mla_attend_splits(tokens, heads, 32768, sms, kernel, pairs), 118);
+              }
+            }
+            if (tokens != 1 || heads == 128) continue;
+            for (int64_t start : {1024, 8192}) {
+              int changes = 0;
+              for (int64_t ctx = start + 1; ctx < 2 * start; ++ctx)
+                changes += ops::cuda::mla_attend_splits(tokens, heads, ctx, sms, kernel, pairs) !=
+                           ops::cuda::mla_attend_splits(tokens, heads, ctx - 1, sms, kernel, pairs);
+              EXPECT_LE(changes, 8) << tokens << " tokens, " << heads << " heads, " << sms << " SMs, from " << start;
+            }
           }
-          // One sequence of 64 heads at a short context (a rank's part of a sharded cache) still gets
-          // many blocks: not one block reading the whole context.
-          if (kernel == MlaKernel::kWgmma && tokens == 1 && heads == 64 && sms == 132) {
-            EXPECT_GE(ops::cuda::mla_attend_splits(tokens, heads, 1024, sms, kernel), 8);
-            // At 8k, 64 splits of two tiles ran 22.8 us against 30.8 for 16 of eight (H200).
-            EXPECT_GE(ops::cuda::mla_attend_splits(tokens, heads, 8192, sms, kernel), 32);
-          }
-          if (tokens != 1 || heads == 128) continue;
-          for (int64_t start : {1024, 8192}) {
-            int changes = 0;
-            for (int64_t ctx = start + 1; ctx < 2 * start; ++ctx)
-              changes += ops::cuda::mla_attend_splits(tokens, heads, ctx, sms, kernel) !=
-                         ops::cuda::mla_attend_splits(tokens, heads, ctx - 1, sms, kernel);
-            EXPECT_LE(changes, 8) << tokens << " tokens, " << heads << " heads, " << sms << " SMs, from " << start;
-          }
-        }
 }
 
 // The bf16 grouped expert kernels' tiles of 16 pairs a weight fragment: two once a step averages

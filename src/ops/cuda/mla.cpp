@@ -209,11 +209,12 @@ void mla_attention(CudaContext& ctx, const Tensor& q, const KvLayerView& cache, 
   Tensor q_full = ctx.alloc(DType::kF32, {T, H, entry});
   absorb_queries(ctx, q, kv_b, d, kernel, q_full);
   Tensor o_lat = ctx.alloc(DType::kF32, {T, H, d.latent});
-  const int64_t splits = mla_attend_splits(T, H, meta.max_visible, ctx.num_sms(), kernel);
+  const MlaDecodeLaunch how = mla_decode_launch(ctx.caps().sm, decode_only);
+  const int64_t splits = mla_attend_splits(T, H, meta.max_visible, ctx.num_sms(), kernel, how.wgmma_pairs);
   Tensor scratch = ctx.alloc(DType::kF32, {mla_attend_scratch_floats(T, H, d.latent, splits)});
   launch_mla_attend(ptr<float>(q_full), T, H, d.latent, d.rope, meta.info.data<TokenInfo>(), ptr<int32_t>(meta.tables),
                     cache_in, cache.pages.dim(0), cache.page_size, splits, d.scale, ptr<float>(o_lat),
-                    ptr<float>(scratch), kernel, stream, nullptr, mla_decode_launch(ctx.caps().sm, decode_only));
+                    ptr<float>(scratch), kernel, stream, nullptr, how);
   up_project(ctx, ptr<float>(o_lat), H * d.latent, T, kv_b, d, kernel, out);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
@@ -250,12 +251,13 @@ void mla_attend_latent(CudaContext& ctx, const Tensor& q_full, const KvLayerView
   if (T == 0) return;
   const MlaKernel kernel = ctx.mla_plan(d, cache_in.fp8).absorbed_kernel(decode_step);
   StepMeta meta = ctx.upload_meta(seqs, cache.page_size, cache.pages.dim(0));
-  const int64_t splits = mla_attend_splits(T, d.heads, std::max<int64_t>(1, meta.max_visible), ctx.num_sms(), kernel);
+  const MlaDecodeLaunch how = mla_decode_launch(ctx.caps().sm, decode_step);
+  const int64_t splits =
+      mla_attend_splits(T, d.heads, std::max<int64_t>(1, meta.max_visible), ctx.num_sms(), kernel, how.wgmma_pairs);
   Tensor scratch = ctx.alloc(DType::kF32, {mla_attend_scratch_floats(T, d.heads, d.latent, splits)});
   launch_mla_attend(ptr<float>(q_full), T, d.heads, d.latent, d.rope, meta.info.data<TokenInfo>(),
                     ptr<int32_t>(meta.tables), cache_in, cache.pages.dim(0), cache.page_size, splits, d.scale,
-                    ptr<float>(o_lat), ptr<float>(scratch), kernel, ctx.stream(), ptr<float>(lse),
-                    mla_decode_launch(ctx.caps().sm, decode_step));
+                    ptr<float>(o_lat), ptr<float>(scratch), kernel, ctx.stream(), ptr<float>(lse), how);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

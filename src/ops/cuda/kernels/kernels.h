@@ -140,17 +140,21 @@ constexpr int kMlaMaxSplits = 256;
 // runs 64 heads a block and one block an SM, the mma.sync kernels 16 heads and two. Chosen for
 // max_visible rounded up to an eighth of its power of two, so that it changes only every ~12% of
 // context growth (each change makes a recorded decode graph stale).
+// With `wgmma_pairs` (MlaDecodeLaunch) the wgmma kernel's parts are two blocks each.
 int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms,
-                          MlaKernel kernel = MlaKernel::kKvMajor);
+                          MlaKernel kernel = MlaKernel::kKvMajor, bool wgmma_pairs = false);
 // How the MLA decode kernels are launched. KV-major (attention/sm80_kv_major.cu): `early`, a
 // dependent launch whose blocks start copying the rows earlier steps wrote before the kernel before
 // it has finished (default on; TESSERA_MLA_EARLY_KV=0); `cluster`, up to this many consecutive
 // context splits merge their partials in a cluster (sm_90+; 1 = none; an experiment). wgmma
 // (attention/sm90_wgmma.cu): `wgmma_early`, its first two tiles of such rows are copied before its
-// wait (default on; TESSERA_MLA_WGMMA_EARLY=0).
+// wait (default on; TESSERA_MLA_WGMMA_EARLY=0); `wgmma_pairs`, each part (what the split policy counts
+// and the combine merges) is two blocks, a cluster merging its halves (sm_90a; TESSERA_MLA_WGMMA_PAIRS).
+// Callers pass the same `how` to mla_attend_splits and launch_mla_attend.
 struct MlaDecodeLaunch {
   bool early = false;
   bool wgmma_early = false;
+  bool wgmma_pairs = false;
   int cluster = 1;
 };
 // What the TESSERA_MLA_DECODE_CLUSTERS / TESSERA_MLA_EARLY_KV / TESSERA_MLA_WGMMA_EARLY switches ask for on a device of
@@ -197,11 +201,12 @@ void launch_mla_attend_kv_major_partials(const float* q_full, int64_t tokens, in
 bool mla_attend_wgmma_supported(int64_t latent, int64_t rope, int64_t heads);
 int64_t mla_wgmma_smem_bytes();
 // `cache_pages` (pages in `cache`) bounds the TMA tensor map over it. `early`: MlaDecodeLaunch's
-// wgmma_early (the first tiles of rows before each token's position are copied before the PDL wait).
+// wgmma_early (the first tiles of rows before each token's position are copied before the PDL wait);
+// `pairs` its wgmma_pairs (`splits` parts of two blocks each).
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
-                                      float* ml_part, bool early, cudaStream_t s);
+                                      float* ml_part, bool early, bool pairs, cudaStream_t s);
 int64_t mla_attend_scratch_floats(int64_t tokens, int64_t heads, int64_t latent, int64_t max_splits);
 // out[t, h * v + j] = W_UV[h, j] · o_lat[t, h], o_lat's rows o_lat_row floats apart.
 void launch_mla_up_v(const float* o_lat, int64_t o_lat_row, int64_t tokens, int64_t heads, int64_t latent,

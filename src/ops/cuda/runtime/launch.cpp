@@ -60,7 +60,9 @@ MlaDecodeLaunch mla_decode_launch(int sm, bool one_token_a_sequence) {
   static const bool early = core::env_flag("TESSERA_MLA_EARLY_KV");
   static const bool wgmma_early = core::env_flag("TESSERA_MLA_WGMMA_EARLY");
   static const bool clusters = core::env_flag("TESSERA_MLA_DECODE_CLUSTERS");
+  static const bool wgmma_pairs = core::env_flag("TESSERA_MLA_WGMMA_PAIRS");
   MlaDecodeLaunch how;
+  how.wgmma_pairs = wgmma_pairs && sm >= 90;
   how.early = early && one_token_a_sequence;
   how.wgmma_early = wgmma_early && one_token_a_sequence;
   how.cluster = clusters && sm >= 90 ? 8 : 1;  // 8: the portable cluster size

@@ -325,7 +325,7 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
             const MlaDecodeLaunch how = mla_decode_launch(caps.sm, true);
             int sms = 1;
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-            const int64_t chosen = mla_attend_splits(B, heads, ctx, sms, kernel);
+            const int64_t chosen = mla_attend_splits(B, heads, ctx, sms, kernel, how.wgmma_pairs);
             cudaMemcpy(d_table.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
             cudaMemcpy(d_info.p, info.data(), info.size() * sizeof(TokenInfo), cudaMemcpyHostToDevice);
             // At batch 1 the context split decides the time; the other counts are timed beside the
@@ -351,10 +351,8 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
               r.flops = 2.0 * B * heads * ctx * (entry + latent);
               report(r);
               // At batch 1 the attention kernel alone (its partials, no combine), timed the same
-              // way: the row above less this one is what the combine adds.
-              if (B != 1 || splits != chosen || splits == 1 ||
-                  (kernel != MlaKernel::kKvMajor && kernel != MlaKernel::kWgmma))
-                continue;
+              // way for every split count: the row above less this one is what the combine adds.
+              if (B != 1 || splits == 1 || (kernel != MlaKernel::kKvMajor && kernel != MlaKernel::kWgmma)) continue;
               KernelBenchRow p = r;
               p.name = fmt::format("{} (splits {}) partials only", name, splits);
               float* ml_part = scratch.as<float>() + splits * B * heads * latent;
@@ -363,13 +361,14 @@ std::vector<KernelBenchRow> run_kernel_benchmarks(const KernelBenchOptions& o) {
                   launch_mla_attend_wgmma_partials(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(),
                                                    d_table.as<int32_t>(), static_cast<const __nv_bfloat16*>(cache.p),
                                                    pages, page, splits, scale, scratch.as<float>(), ml_part,
-                                                   how.wgmma_early, 0);
+                                                   how.wgmma_early, how.wgmma_pairs, 0);
                 else
                   launch_mla_attend_kv_major_partials(q.as<float>(), B, heads, latent, rope, d_info.as<TokenInfo>(),
                                                       d_table.as<int32_t>(), kv, page, splits, scale,
                                                       scratch.as<float>(), ml_part, how, 0);
               });
               report(p);
+              if (splits != chosen) continue;
               // What a decode step pays a layer: kLayersInStep layers' attention (and combine)
               // recorded in one CUDA graph, each over its own cache, launched as the step launches
               // them (programmatic dependent launch: a kernel's start overlaps the one before), so

@@ -358,7 +358,8 @@ void launch_mla_absorb_q(const float* q, int64_t tokens, int64_t heads, int64_t 
   launch_plain(absorb_q_kernel, grid, 128, nope * sizeof(float), s, q, heads, nope, rope, kv_b, v, latent, q_full);
 }
 
-int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms, MlaKernel kernel) {
+int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, int num_sms, MlaKernel kernel,
+                          bool wgmma_pairs) {
   // The mma.sync kernels take 16 heads a block and one or two blocks fit on an SM; the wgmma kernel
   // takes 64 heads and ~225 KB of shared memory, one block an SM. Pick the fewest context splits
   // (each adds partials for the combine kernel) whose blocks fill whole waves to 90% (a 1.5-wave
@@ -372,7 +373,10 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   // launch_mla_attend realises are candidates: it rounds each split up to whole tiles, so 63
   // splits of 8192 positions would run as 43 splits of 192 (27 us at batch 1 against 23 us for 64
   // splits of 128, `tessera bench kernels`).
+  // With wgmma pairs a split (a part, as the combine sees it) is two blocks of half its positions
+  // each, so the same counts of parts fill twice the SMs.
   const bool wgmma = kernel == MlaKernel::kWgmma;
+  const int64_t per_part = wgmma && wgmma_pairs ? 2 : 1;
   const int64_t per_block = wgmma ? 64 : 16, per_sm = wgmma ? 1 : 2, tile = wgmma ? 2 * kTile : kTile;
   const int64_t groups = (heads + per_block - 1) / per_block, slots = per_sm * static_cast<int64_t>(num_sms);
   const int64_t base = std::max<int64_t>(1, tokens * groups);
@@ -382,15 +386,17 @@ int64_t mla_attend_splits(int64_t tokens, int64_t heads, int64_t max_visible, in
   while (octave * 2 <= max_visible) octave *= 2;
   const int64_t step = std::max<int64_t>(tile, octave / 8);
   const int64_t visible = (max_visible + step - 1) / step * step;
-  const int64_t tiles = visible / tile;
+  const int64_t tiles = visible / tile / per_part;
   const int64_t most = wgmma ? std::max<int64_t>(std::min<int64_t>(64, tiles), tiles / 8) : tiles / 2;
   const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(kMlaMaxSplits, most));
   int64_t best = 1;
   double best_fill = 0;
   for (int64_t s = 1; s <= max_splits; ++s) {
-    const int64_t chunk = mla_split_chunk(static_cast<int>(visible), static_cast<int>(s), static_cast<int>(tile));
-    if ((visible + chunk - 1) / chunk != s) continue;  // runs as fewer splits
-    const int64_t blocks = base * s, waves = (blocks + slots - 1) / slots;
+    const int64_t blocks_x = s * per_part;
+    const int64_t chunk =
+        mla_split_chunk(static_cast<int>(visible), static_cast<int>(blocks_x), static_cast<int>(tile));
+    if ((visible + chunk - 1) / chunk != blocks_x) continue;  // runs as fewer splits
+    const int64_t blocks = base * blocks_x, waves = (blocks + slots - 1) / slots;
     const double fill = static_cast<double>(blocks) / static_cast<double>(waves * slots);
     if (fill >= 0.9) return s;
     if (fill > best_fill + 0.02) {
@@ -434,7 +440,7 @@ void launch_mla_attend(const float* q_full, int64_t tokens, int64_t heads, int64
   if (kernel == MlaKernel::kWgmma && !cache.fp8) {
     // (The wgmma kernel reads bf16 only; the backend refuses it for an fp8 cache by name.)
     launch_mla_attend_wgmma_partials(q_full, tokens, heads, latent, rope, info, tables, cache.bf16(), cache_pages, page,
-                                     splits, scale, o_part, ml_part, how.wgmma_early, s);
+                                     splits, scale, o_part, ml_part, how.wgmma_early, how.wgmma_pairs, s);
   } else if (kernel == MlaKernel::kKvMajor) {
     launch_mla_attend_kv_major_partials(q_full, tokens, heads, latent, rope, info, tables, cache, page, splits, scale,
                                         o_part, ml_part, how, s);

@@ -21,11 +21,15 @@
 // Shared memory per block: Q 72 KB + 2 x 72 KB of K + 8 KB of P + 256 B + 32 B of mbarriers + 1 KB
 // alignment slack = 225.3 KB (H100/H200 allow 227 KB a block, so one block per SM; 256 threads).
 // Partials per context split are merged by the combine kernel (attention.cu), as for the other
-// decode kernels.
+// decode kernels. With `kPair` (TESSERA_MLA_WGMMA_PAIRS) each part is two blocks of half the
+// context each, a cluster of two that merges its halves through distributed shared memory before
+// writing one partial (merge_pair): at batch 1 the 64 parts the combine can afford then keep 128
+// SMs busy instead of 64.
 //
 // Layouts and descriptors: wgmma_primitives.cuh. Register fragments of an m64nN fp32 accumulator
 // (PTX ISA, wgmma "Register Fragments", matrix D): thread i of the warpgroup, warp w = i / 32,
 // lane = i % 32, g = lane / 4, c = lane % 4 holds d[4j + 2a + b] = D[16 w + g + 8 a][8 j + 2 c + b].
+#include <cooperative_groups.h>
 #include <cuda.h>  // CUtensorMap
 
 #include <map>
@@ -65,6 +69,10 @@ constexpr int kSmemBytes = kSmemUsed + 1024;  // the dynamic base is only 16-byt
 static_assert(kSmemBytes <= 227 * 1024, "must fit the 227 KB a block may opt in to on sm_90");
 static_assert(kTp == 64 && kHeads == 64, "the MMA shapes below are m64n64k16 (S) and m64n256k16 x 2 (O)");
 static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kTileBytes % 1024 == 0, "swizzle atoms are 1024-aligned");
+// merge_pair, over Q's bytes once both blocks are done with their tiles: the peer's half of O
+// (128 threads x 32 float4, 64 KB), then m and l of this block's heads and of the peer's.
+constexpr int kPairOOff = kQOff, kPairMlOff = kPairOOff + 128 * 32 * 16;
+static_assert(kPairMlOff + 2 * 2 * kHeads * 4 <= kTileBytes, "the pair's merge fits over Q");
 
 // Named barrier ids (0 is __syncthreads).
 enum NamedBarrier : int { kBarKReady = 1, kBarPReady = 2, kBarWg0 = 3, kBarWg1 = 4 };
@@ -73,7 +81,7 @@ enum NamedBarrier : int { kBarKReady = 1, kBarPReady = 2, kBarWg0 = 3, kBarWg1 =
 // `cache_map`, completion on an mbarrier per stage and warpgroup); needs pages of a multiple of 64
 // positions, so that a 64-aligned tile never crosses a page. Otherwise (false) every thread copies
 // its rows with cp.async and `cache_map` is unused.
-template <bool kTma>
+template <bool kTma, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1)
     attend_wgmma_kernel(const __grid_constant__ CUtensorMap cache_map, const float* __restrict__ q_full, int heads,
                         const TokenInfo* __restrict__ info, const int32_t* __restrict__ tables,
@@ -421,13 +429,68 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // Partials: O unnormalised [split, t, h, 512]; m and l per head from warpgroup 0. With one split
+  // Partials: O unnormalised [part, t, h, 512]; m and l per head from warpgroup 0. With one part
   // (large batches) `o_part` is the output [t, h, 512] itself and O is normalised here, so that no
   // combine kernel runs: warpgroup 0 hands 1 / l to warpgroup 1 through alpha_s, once both are
-  // done with the last tile's.
-  const bool direct = gridDim.x == 1;
+  // done with the last tile's. A part is a split, or with kPair a cluster of two splits.
+  constexpr int kPerPart = kPair ? 2 : 1;
+  const int part = split / kPerPart;
+  const bool direct = gridDim.x == kPerPart;
   float norm0 = 1.0f, norm1 = 1.0f;
-  if (direct) {
+  bool writes_ml = wg == 0;
+  if constexpr (kPair) {
+    // Block `rank` of the pair writes latent columns [256 rank, 256 rank + 256): warpgroup `rank`
+    // merges its own O with the peer's same columns, which the peer's other warpgroup sent (the
+    // same thread of it: the fragment layouts match); the other warpgroup only sends.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = static_cast<int>(cl.block_rank());
+    float4* o_in = reinterpret_cast<float4*>(smem + kPairOOff);
+    float* ml_own = reinterpret_cast<float*>(smem + kPairMlOff);  // [64][2] this block's m, l
+    float* ml_peer = ml_own + 2 * kHeads;                         // [64][2] the peer's
+    cl.sync();  // both blocks are done with their tiles: Q's bytes are free in both
+    if (wg == 0 && c == 0) {
+      float* ml_there = cl.map_shared_rank(ml_peer, rank ^ 1);
+      const float v[4] = {m_run[0], l_run[0], m_run[1], l_run[1]};
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+        const int r = a ? r1 : r0;
+        ml_own[2 * r] = ml_there[2 * r] = v[2 * a];
+        ml_own[2 * r + 1] = ml_there[2 * r + 1] = v[2 * a + 1];
+      }
+    }
+    if (wg != rank) {
+      float4* o_there = cl.map_shared_rank(o_in, rank ^ 1);
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        o_there[j * 128 + wtid] = make_float4(o[4 * j], o[4 * j + 1], o[4 * j + 2], o[4 * j + 3]);
+    }
+    cl.sync();  // the peer's O and both blocks' m and l have landed (and no block reads the other's after this)
+    if (wg != rank) return;
+    float f_own[2], f_peer[2];
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+      const int r = a ? r1 : r0;
+      const float m_a = ml_own[2 * r], m_b = ml_peer[2 * r], M = fmaxf(m_a, m_b);
+      f_own[a] = __expf(m_a - M);
+      f_peer[a] = __expf(m_b - M);
+      m_run[a] = M;
+      l_run[a] = f_own[a] * ml_own[2 * r + 1] + f_peer[a] * ml_peer[2 * r + 1];
+    }
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const float4 x = o_in[j * 128 + wtid];
+      o[4 * j] = f_own[0] * o[4 * j] + f_peer[0] * x.x;
+      o[4 * j + 1] = f_own[0] * o[4 * j + 1] + f_peer[0] * x.y;
+      o[4 * j + 2] = f_own[1] * o[4 * j + 2] + f_peer[1] * x.z;
+      o[4 * j + 3] = f_own[1] * o[4 * j + 3] + f_peer[1] * x.w;
+    }
+    if (direct) {
+      norm0 = l_run[0] > 0.0f ? 1.0f / l_run[0] : 0.0f;
+      norm1 = l_run[1] > 0.0f ? 1.0f / l_run[1] : 0.0f;
+    }
+    writes_ml = rank == 0;
+  } else if (direct) {
     __syncthreads();  // warpgroup 1 has read the last tile's alpha
     if (wg == 0 && c == 0) {
       // A token that sees no position (a rank of a sharded cache, mla_attend_latent) gets o = 0.
@@ -438,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     norm0 = alpha_s[r0];
     norm1 = alpha_s[r1];
   }
-  const int64_t slot0 = (static_cast<int64_t>(split) * tokens + t) * heads + h0;
+  const int64_t slot0 = (static_cast<int64_t>(part) * tokens + t) * heads + h0;
   float* dst0 = o_part + (slot0 + r0) * kLat + 256 * wg + 2 * c;
   float* dst1 = o_part + (slot0 + r1) * kLat + 256 * wg + 2 * c;
 #pragma unroll
@@ -446,7 +509,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     *reinterpret_cast<float2*>(dst0 + 8 * j) = make_float2(o[4 * j] * norm0, o[4 * j + 1] * norm0);
     *reinterpret_cast<float2*>(dst1 + 8 * j) = make_float2(o[4 * j + 2] * norm1, o[4 * j + 3] * norm1);
   }
-  if (wg == 0 && c == 0) {
+  if (writes_ml && c == 0) {
     ml_part[2 * (slot0 + r0)] = m_run[0];
     ml_part[2 * (slot0 + r0) + 1] = l_run[0];
     ml_part[2 * (slot0 + r1)] = m_run[1];
@@ -482,10 +545,12 @@ bool encode_cache_map(CUtensorMap* map, const __nv_bfloat16* cache, int64_t rows
 void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64_t heads, int64_t latent, int64_t rope,
                                       const TokenInfo* info, const int32_t* tables, const __nv_bfloat16* cache,
                                       int64_t cache_pages, int64_t page, int64_t splits, float scale, float* o_part,
-                                      float* ml_part, bool early, cudaStream_t s) {
+                                      float* ml_part, bool early, bool pairs, cudaStream_t s) {
   (void)latent, (void)rope;  // checked by the caller (mla_attend_wgmma_supported)
-  allow_dynamic_smem(attend_wgmma_kernel<true>, kSmemBytes);
-  allow_dynamic_smem(attend_wgmma_kernel<false>, kSmemBytes);
+  allow_dynamic_smem(attend_wgmma_kernel<true, false>, kSmemBytes);
+  allow_dynamic_smem(attend_wgmma_kernel<false, false>, kSmemBytes);
+  allow_dynamic_smem(attend_wgmma_kernel<true, true>, kSmemBytes);
+  allow_dynamic_smem(attend_wgmma_kernel<false, true>, kSmemBytes);
   // TMA when every 64-position tile lies in one page (splits start at multiples of 64, so pages
   // of a multiple of 64 positions); the map cannot fail for a pool allocation (16-byte aligned),
   // but if it does the cp.async variant gives the same result.
@@ -506,10 +571,15 @@ void launch_mla_attend_wgmma_partials(const float* q_full, int64_t tokens, int64
     tma = it->second.first;
     map = it->second.second;
   }
-  dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(tokens), static_cast<unsigned>(heads / kHeads));
-  auto kernel = tma ? attend_wgmma_kernel<true> : attend_wgmma_kernel<false>;
-  launch_dependent(kernel, grid, kThreads, kSmemBytes, s, map, q_full, static_cast<int>(heads), info, tables, cache,
-                   static_cast<int>(page), scale, o_part, ml_part, early);
+  // With pairs, `splits` parts of two blocks each (clusters along x).
+  const int per_part = pairs ? 2 : 1;
+  dim3 grid(static_cast<unsigned>(splits * per_part), static_cast<unsigned>(tokens),
+            static_cast<unsigned>(heads / kHeads));
+  auto kernel = pairs ? (tma ? attend_wgmma_kernel<true, true> : attend_wgmma_kernel<false, true>)
+                      : (tma ? attend_wgmma_kernel<true, false> : attend_wgmma_kernel<false, false>);
+  launch_dependent_cluster(kernel, grid, kThreads, kSmemBytes, s, dim3(per_part, 1, 1), map, q_full,
+                           static_cast<int>(heads), info, tables, cache, static_cast<int>(page), scale, o_part, ml_part,
+                           early);
 }
 
 }  // namespace tessera::ops::cuda
