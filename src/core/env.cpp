@@ -10,7 +10,7 @@ namespace tessera::core {
 
 namespace {
 
-constexpr std::array<EnvSwitch, 36> kSwitches{{
+constexpr std::array<EnvSwitch, 37> kSwitches{{
     {"TESSERA_KERNELS", "",
      "forced CUDA kernels, op=kernel[,op=kernel] (as --kernels, which wins): mla=wgmma|kv-major|mma|cuda-core, "
      "moe=grouped|per-expert"},
@@ -79,6 +79,10 @@ constexpr std::array<EnvSwitch, 36> kSwitches{{
     {"TESSERA_MLA_WGMMA_EARLY", "1",
      "0: the wgmma MLA decode kernel (SM90, 64 heads a block) of a decode step waits for the kernel before it "
      "before its first cache tiles' copies, instead of only before q (A/B)"},
+    {"TESSERA_STREAM_PRIORITIES", "0",
+     "1: the CUDA backend's stream runs at the device's highest priority, above the second stream of the shared "
+     "expert, so the router's and the routed experts' waiting blocks get SMs first (graphs keep it; an "
+     "experiment; A/B)"},
     {"TESSERA_MLA_WGMMA_PAIRS", "0",
      "1: each context split of the wgmma MLA decode kernel (SM90, 64 heads a block) runs as a cluster of two "
      "blocks of half its positions that merge their halves through distributed shared memory, so a batch-1 step "

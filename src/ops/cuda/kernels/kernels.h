@@ -251,6 +251,10 @@ bool expert_early_down();
 // streaming) put the weights in the MMA's A operand (quant_mma::k_block_dot_wa) instead of the
 // activations. Read once.
 bool expert_weights_a();
+// TESSERA_STREAM_PRIORITIES (default 0; an experiment): the backend's stream runs at the device's
+// highest priority, above the second stream (the shared expert beside the router), and step graphs
+// keep the priorities their kernels were captured with. Read once.
+bool stream_priorities();
 
 // --- moe/router.cu ---
 // Router logits[t, e] = x[t] · W[e] (fp32 accumulate over bf16 weights and fp32 activations).

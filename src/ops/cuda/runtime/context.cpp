@@ -38,13 +38,20 @@ namespace {
 // as tensors are shared between backend objects (tests run one op through several forced kernels)
 // and must stay ordered. Not the legacy default stream, which CUDA graphs cannot capture; a
 // blocking stream, so work on the legacy stream (weight uploads, test read-backs) stays ordered
-// with it. Created with `device` current.
+// with it. Created with `device` current. With stream_priorities() at the device's highest
+// priority: where both streams have blocks waiting for an SM (the router's chain and the shared
+// expert beside it at batch 1), this stream's go first. (The second stream keeps the default, the
+// lowest.)
 cudaStream_t backend_stream(int device) {
   static std::mutex mutex;
   static std::map<int, cudaStream_t> streams;
   std::lock_guard lock(mutex);
   cudaStream_t& stream = streams[device];
-  if (stream == nullptr) TESSERA_CUDA_CHECK(cudaStreamCreate(&stream));
+  if (stream == nullptr) {
+    int least = 0, greatest = 0;
+    if (stream_priorities()) TESSERA_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    TESSERA_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamDefault, greatest));
+  }
   return stream;
 }
 

@@ -84,6 +84,11 @@ bool expert_early_down() {
   return on;
 }
 
+bool stream_priorities() {
+  static const bool on = core::env_flag("TESSERA_STREAM_PRIORITIES");
+  return on;
+}
+
 bool expert_weights_a() {
   static const bool on = ab_switch_on("TESSERA_EXPERT_WEIGHTS_A");
   return on;

@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "ops/cuda/kernels/kernels.h"
 #include "ops/cuda/runtime/cuda_check.h"
 
 namespace tessera::ops::cuda {
@@ -202,7 +203,9 @@ void StepGraphs::close_segment() {
   cudaError_t err = cudaStreamEndCapture(stream_, &graph);
   Segment segment;
   segment.tape_end = current_->tape.size();
-  if (err == cudaSuccess) err = cudaGraphInstantiate(&segment.exec, graph, 0);
+  // Captured kernels carry their stream's priority; a graph runs them at it only when asked.
+  if (err == cudaSuccess)
+    err = cudaGraphInstantiate(&segment.exec, graph, stream_priorities() ? cudaGraphInstantiateFlagUseNodePriority : 0);
   if (graph != nullptr) cudaGraphDestroy(graph);
   if (err != cudaSuccess) throw CaptureFailed{err};
   current_->segments.push_back(segment);
