@@ -44,6 +44,8 @@
 #                                                   stalls of `tessera ARGS...` into $OUT/NAME*
 #   bash device_carry/run.sh ncu-prefill [kernel]   Nsight Compute on the MLA prefill attention kernel (wgmma by default),
 #                                                   64 heads, 8k context: its stall reasons and pipe use
+#   bash device_carry/run.sh pairs-priorities       TESSERA_MLA_WGMMA_PAIRS (GPU tests, batch-1 rows, the 32k step) and
+#                                                   TESSERA_STREAM_PRIORITIES (bench decode b1 / 16, traces), off / on
 #   bash device_carry/run.sh ab [weights...]        this tree against device_carry/baseline.tar.xz (make_build_kit.sh
 #                                                   --baseline REV), built here: bench decode alternated twice, then the
 #                                                   MoE kernel cases of both
@@ -588,5 +590,35 @@ case "$what" in
     timeout 100 tessera bench prefill --device cuda --model "$dir" --prompt-lens 8192 --repeats 1 \
       --max-num-batched-tokens 8192 --skip-self-check --trace > "$OUT/prefill_ab_trace.log" 2>&1 || true
     sed -n '/kernels of one/,$p' "$OUT/prefill_ab_trace.log" | cut -c1-160 | head -24 ;;
+  pairs-priorities)
+    # The sixteenth session's two switches, off by default until measured: TESSERA_MLA_WGMMA_PAIRS
+    # (the wgmma MLA decode kernel's splits as clusters of two blocks: its GPU tests, the batch-1
+    # kernel rows at 64 heads and the 32k decode step) and TESSERA_STREAM_PRIORITIES (the backend
+    # stream above the shared expert's: bench decode at batch 1 and 16); each alternated twice.
+    set +e
+    TESSERA_MLA_WGMMA_PAIRS=1 timeout 120 "$KIT/bin/cuda_tests" --gtest_filter='*MlaWgmma*:*MlaSplits*:*CudaGolden*' \
+      --gtest_brief=1 > "$OUT/pairs_tests.log" 2>&1
+    show "$OUT/pairs_tests.log"
+    TESSERA_MLA_WGMMA_PAIRS=1 timeout 100 "$KIT/bin/backend_ops_tests" --gtest_filter='*mla*' --gtest_brief=1 \
+      > "$OUT/pairs_cases.log" 2>&1
+    show "$OUT/pairs_cases.log"
+    for p in 0 1 0 1; do
+      echo "== TESSERA_MLA_WGMMA_PAIRS=$p: bench kernels wgmma h64 b1; bench decode nvfp4 b1 at 32k"
+      TESSERA_MLA_WGMMA_PAIRS=$p timeout 60 tessera bench kernels --iterations 30 --filter "wgmma h64 b1 ctx" --batch 1 \
+        --heads 64 --context 8192 --context 32768 2>&1 | grep -E "^mla|ceiling" | cut -c1-140
+      TESSERA_MLA_WGMMA_PAIRS=$p timeout 60 tessera bench decode --device cuda --synthetic kimi-k2.5 --weights nvfp4 \
+        --layers 3 --batch 1 --context 32768 --steps 20 2>&1 | grep -E "^ +1 " || echo failed
+    done
+    for p in 0 1 0 1; do
+      echo "== TESSERA_STREAM_PRIORITIES=$p: bench decode nvfp4, fp8 at batch 1, 16"
+      for w in nvfp4 fp8; do
+        TESSERA_STREAM_PRIORITIES=$p timeout 60 tessera bench decode --device cuda --synthetic kimi-k2.5 --weights $w \
+          --layers 3 --batch 1,16 --steps 20 2>&1 | grep -E "^ +(1|16) " || echo failed
+      done
+    done
+    for p in 0 1; do
+      TESSERA_STREAM_PRIORITIES=$p timeout 60 tessera bench decode --device cuda --synthetic kimi-k2.5 --weights nvfp4 \
+        --layers 3 --batch 1 --steps 5 --trace > "$OUT/trace_priorities_$p.log" 2>&1 || echo "trace $p failed"
+    done ;;
   *) echo "run.sh: unknown '$what'"; exit 2 ;;
 esac
