@@ -23,7 +23,7 @@
 // Partials per context split are merged by the combine kernel (attention.cu), as for the other
 // decode kernels. With `kPair` (TESSERA_MLA_WGMMA_PAIRS) each part is two blocks of half the
 // context each, a cluster of two that merges its halves through distributed shared memory before
-// writing one partial (merge_pair): at batch 1 the 64 parts the combine can afford then keep 128
+// writing one partial (at the kernel's end): at batch 1 the 64 parts the combine can afford then keep 128
 // SMs busy instead of 64.
 //
 // Layouts and descriptors: wgmma_primitives.cuh. Register fragments of an m64nN fp32 accumulator
@@ -69,7 +69,7 @@ constexpr int kSmemBytes = kSmemUsed + 1024;  // the dynamic base is only 16-byt
 static_assert(kSmemBytes <= 227 * 1024, "must fit the 227 KB a block may opt in to on sm_90");
 static_assert(kTp == 64 && kHeads == 64, "the MMA shapes below are m64n64k16 (S) and m64n256k16 x 2 (O)");
 static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kTileBytes % 1024 == 0, "swizzle atoms are 1024-aligned");
-// merge_pair, over Q's bytes once both blocks are done with their tiles: the peer's half of O
+// The pair's merge, over Q's bytes once both blocks are done with their tiles: the peer's half of O
 // (128 threads x 32 float4, 64 KB), then m and l of this block's heads and of the peer's.
 constexpr int kPairOOff = kQOff, kPairMlOff = kPairOOff + 128 * 32 * 16;
 static_assert(kPairMlOff + 2 * 2 * kHeads * 4 <= kTileBytes, "the pair's merge fits over Q");
