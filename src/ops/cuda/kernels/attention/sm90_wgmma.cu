@@ -23,8 +23,8 @@
 // Partials per context split are merged by the combine kernel (attention.cu), as for the other
 // decode kernels. With `kPair` (TESSERA_MLA_WGMMA_PAIRS) each part is two blocks of half the
 // context each, a cluster of two that merges its halves through distributed shared memory before
-// writing one partial (at the kernel's end): at batch 1 the 64 parts the combine can afford then keep 128
-// SMs busy instead of 64.
+// writing one partial (at the kernel's end): at batch 1 the 64 parts the combine can afford then
+// keep 128 SMs busy instead of 64.
 //
 // Layouts and descriptors: wgmma_primitives.cuh. Register fragments of an m64nN fp32 accumulator
 // (PTX ISA, wgmma "Register Fragments", matrix D): thread i of the warpgroup, warp w = i / 32,
