@@ -364,9 +364,9 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
   const std::vector<std::vector<Seq>> steps = {
       {{0, 1}, {69, 1}, {127, 1}, {1499, 1}, {4999, 1}, {63, 1}, {64, 1}, {3, 40}, {65, 1}, {191, 1}, {31, 1}},
       {{32000, 1}}};
-  for (const auto& [heads, page] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {128, 64}, {64, 32}})
+  for (const auto& [heads, page] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {128, 64}, {64, 32}}) {
+    if (!problem.empty()) break;
     for (const std::vector<Seq>& seqs : steps) {
-      if (!problem.empty()) break;
       RaggedStep r = ragged_step(seqs, page, entry, core::KvCacheDtype::kF32, core::KvCacheDtype::kBF16);
       auto& [cache_c, cache_g, kc, kg, tables, step, T] = r;
       const MlaProblem m = mla_problem(r, heads, nope, rope, v, latent);  // (kv_b is uploaded per backend below)
@@ -395,6 +395,7 @@ TEST_F(CudaOpsTest, MlaWgmmaDecodeAgainstCpuReference) {
         }
       }
     }
+  }
   // 40 heads is not a multiple of 64: forcing the kernel is refused by name, on any GPU.
   const int64_t heads = 40, page = 64;
   std::vector<int32_t> table = {0};
